@@ -1,0 +1,143 @@
+// The machine as numarena sees it: NUMA nodes, their CPUs, memory and distances, HMAT
+// access attributes, the PCI devices inference cares about (GPUs, NICs) and the part of
+// all this the calling process may use (affinity, cpuset).
+//
+// Discovery reads sysfs and procfs through a `SystemReader`, which tests replace with a
+// fixture tree (tests/fixtures/<machine>/{sys,proc}) or an in-memory map, so every rule
+// below is unit-tested without a NUMA machine. Node ids may be sparse (0, 1, 4). A device
+// whose `numa_node` is -1 has an *unknown* node: it is reported with a warning and never
+// read as node 0.
+//
+//   auto topo = numarena::Topology::discover();
+//   if (!topo.ok()) { std::cerr << topo.status() << "\n"; return 2; }
+//   for (const auto& node : topo->nodes()) use(node.id, node.cpus, node.mem_total_bytes);
+//   std::vector<int> fallback = topo->nodes_by_distance(0);  // 0 first, then nearest
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "numarena/status.hpp"
+
+namespace numarena {
+
+// Reads the kernel's files. Paths are absolute as on a real machine ("/sys/...",
+// "/proc/..."); an implementation may map them elsewhere.
+class SystemReader {
+ public:
+  virtual ~SystemReader() = default;
+  // Whole file contents. NotFound when absent (message names the path).
+  [[nodiscard]] virtual StatusOr<std::string> Read(const std::string& path) const = 0;
+  // Entry names of a directory. NotFound when absent.
+  [[nodiscard]] virtual StatusOr<std::vector<std::string>> List(const std::string& path) const = 0;
+  // True when this reader sees the live system of the calling process, so process-level
+  // facts (sched_getaffinity, getcpu) may be asked of the kernel directly.
+  virtual bool is_live_system() const { return false; }
+};
+
+// A reader over a directory tree: "/sys/x" is read from `sysfs_root + "/x"` and "/proc/x"
+// from `procfs_root + "/x"`. With the defaults ("/sys", "/proc") it is the live system.
+std::unique_ptr<SystemReader> MakeRootedReader(std::string sysfs_root = "/sys",
+                                               std::string procfs_root = "/proc");
+
+// HMAT "access0" attributes of a memory node as seen from its best initiators
+// (/sys/devices/system/node/nodeN/access0/initiators/). Units are the kernel's: MB/s, ns.
+struct AccessAttributes {
+  std::uint64_t read_bandwidth_mbps = 0;
+  std::uint64_t write_bandwidth_mbps = 0;
+  std::uint64_t read_latency_ns = 0;
+  std::uint64_t write_latency_ns = 0;
+  std::vector<int> initiators;  // nodes listed under initiators/ (nodeN links)
+};
+
+struct NodeInfo {
+  int id = -1;
+  std::vector<int> cpus;  // ascending; empty for memory-only nodes (CXL expanders)
+  std::uint64_t mem_total_bytes = 0;
+  std::uint64_t mem_free_bytes = 0;
+  std::uint64_t mem_used_bytes = 0;
+  std::optional<AccessAttributes> access;  // present when the kernel exposes HMAT
+
+  bool memory_only() const { return cpus.empty(); }
+};
+
+enum class DeviceKind { kGpu, kNic, kInfiniband };
+const char* DeviceKindName(DeviceKind kind);
+
+struct PciDevice {
+  std::string bus_id;        // "0000:41:00.0"
+  std::uint16_t vendor = 0;  // 0x10de
+  std::uint16_t device = 0;
+  std::uint32_t class_code = 0;  // 24-bit PCI class, e.g. 0x030200 (3D controller)
+  DeviceKind kind = DeviceKind::kGpu;
+  std::optional<int> node;  // nullopt: the kernel reports -1 (unknown)
+};
+
+// What the calling process may use.
+struct ProcessScope {
+  std::vector<int> allowed_cpus;       // sched_getaffinity ∩ cgroup cpuset.cpus.effective
+  std::vector<int> allowed_mem_nodes;  // Mems_allowed_list ∩ cgroup cpuset.mems.effective
+  std::optional<std::vector<int>> cgroup_cpus;  // cpuset.cpus.effective when found
+  std::optional<std::vector<int>> cgroup_mems;  // cpuset.mems.effective when found
+};
+
+class Topology {
+ public:
+  // Discovers the live machine (/sys, /proc, sched_getaffinity).
+  [[nodiscard]] static StatusOr<Topology> discover();
+  // Discovers through `reader` (fixture trees, tests). Malformed or missing required files
+  // give NotFound / DataLoss naming the file; optional ones (HMAT, PCI, cgroup) are skipped.
+  [[nodiscard]] static StatusOr<Topology> discover(const SystemReader& reader);
+
+  // The live machine's topology, discovered once per process and shared (thread-safe).
+  // Arenas and policies validate against it.
+  [[nodiscard]] static StatusOr<const Topology*> system();
+
+  // Online nodes, ascending by id.
+  const std::vector<NodeInfo>& nodes() const { return nodes_; }
+  std::vector<int> node_ids() const;
+  // The node with this id, or nullptr.
+  const NodeInfo* node(int id) const;
+  bool has_node(int id) const { return node(id) != nullptr; }
+
+  // SLIT distance (10 = local); -1 when either node is unknown.
+  int distance(int from, int to) const;
+  // `from` first, then the other online nodes by ascending distance (ties by id). This is
+  // the fallback order for `Preferred`. Empty when `from` is not online.
+  std::vector<int> nodes_by_distance(int from) const;
+
+  // The node a CPU belongs to. NotFound when no online node lists it.
+  [[nodiscard]] StatusOr<int> node_of_cpu(int cpu) const;
+  // CPUs of a node (empty for memory-only or unknown nodes).
+  const std::vector<int>& cpus_of_node(int node) const;
+
+  const std::vector<PciDevice>& devices() const { return devices_; }
+  // Node of the device at `bus_id` ("0000:41:00.0", or the short "41:00.0").
+  // NotFound for an unknown bus id; FailedPrecondition when the kernel does not know its
+  // node (numa_node -1).
+  [[nodiscard]] StatusOr<int> node_of_pci(std::string_view bus_id) const;
+
+  const ProcessScope& process() const { return process_; }
+  bool memory_allowed(int node) const;
+
+  // Human-readable warnings found during discovery (unknown device node, affinity that
+  // spans nodes, cpuset limits, ...).
+  const std::vector<std::string>& warnings() const { return warnings_; }
+
+  // Node the calling thread runs on now (getcpu); -1 if the kernel does not say.
+  static int current_node();
+
+ private:
+  friend class TopologyBuilder;
+  std::vector<NodeInfo> nodes_;
+  std::vector<std::vector<int>> distances_;  // indexed like nodes_
+  std::vector<PciDevice> devices_;
+  ProcessScope process_;
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace numarena

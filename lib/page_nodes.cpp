@@ -1,0 +1,51 @@
+// page_nodes: per-page node queries over a range (see page_nodes.hpp).
+#include "numarena/page_nodes.hpp"
+
+#include <cerrno>
+#include <cstdint>
+
+#include "prim/os.hpp"
+
+namespace numarena {
+
+std::size_t PageNodeCounts::on(int node) const {
+  auto it = pages_on_node.find(node);
+  return it == pages_on_node.end() ? 0 : it->second;
+}
+
+std::size_t PageNodeCounts::resident() const {
+  std::size_t sum = 0;
+  for (const auto& [node, pages] : pages_on_node) sum += pages;
+  return sum;
+}
+
+StatusOr<std::vector<int>> page_node_list(const void* ptr, std::size_t len) {
+  const std::size_t page = prim::PageSize();
+  auto begin = reinterpret_cast<std::uintptr_t>(ptr) & ~(page - 1);
+  auto end = (reinterpret_cast<std::uintptr_t>(ptr) + len + page - 1) & ~(page - 1);
+  std::vector<void*> pages;
+  pages.reserve((end - begin) / page);
+  for (std::uintptr_t p = begin; p < end; p += page) pages.push_back(reinterpret_cast<void*>(p));
+  std::vector<int> status(pages.size(), -ENOENT);
+  if (Status s = prim::QueryPageNodes(pages, status); !s.ok()) return s;
+  return status;
+}
+
+StatusOr<PageNodeCounts> page_nodes(const void* ptr, std::size_t len) {
+  auto list = page_node_list(ptr, len);
+  if (!list.ok()) return list.status();
+  PageNodeCounts counts;
+  counts.total_pages = list->size();
+  for (int node : *list) {
+    if (node >= 0) {
+      ++counts.pages_on_node[node];
+    } else if (node == -ENOENT) {
+      ++counts.not_resident;
+    } else {
+      ++counts.unmapped;
+    }
+  }
+  return counts;
+}
+
+}  // namespace numarena

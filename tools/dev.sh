@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# numarena's own set-up, build and test driver. Everything the project needs is installed
+# from here: nothing relies on a package installed by hand.
+#
+#   tools/dev.sh run          install what is missing, build, run the main job (numarena topo)
+#   tools/dev.sh test         install what is missing, build, run every test (unit, fuzz replay,
+#                             and the NUMA lab in all topologies)
+#   tools/dev.sh test-asan    the same suite built with ASan+UBSan
+#   tools/dev.sh test-tsan    the concurrent tests built with TSan
+#   tools/dev.sh fuzz [SECS]  build the libFuzzer targets with clang and run each for SECS s
+#   tools/dev.sh bench        build and run the benchmarks, JSON into build/bench-results
+#   tools/dev.sh deps         only install what is missing
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+JOBS="${JOBS:-$(nproc)}"
+
+# Debian 12 packages: build, tests, benchmark peers, NUMA lab, plots.
+PACKAGES=(
+  build-essential cmake pkg-config
+  libnuma-dev libjemalloc-dev libabsl-dev catch2 libbenchmark-dev
+  libmimalloc-dev libmemkind-dev
+  qemu-system-x86 busybox-static cpio
+  clang libclang-rt-14-dev
+)
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+install_deps() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]} == 0)); then return 0; fi
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "numarena needs these Debian packages: ${missing[*]}" >&2
+    echo "run as root, or: sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+  log "installing: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# build DIR [cmake args...]
+build() {
+  local dir="$1"; shift
+  cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  cmake --build "$dir" -j "$JOBS"
+}
+
+run_ctest() {
+  local dir="$1"; shift
+  ctest --test-dir "$dir" --output-on-failure -j "$JOBS" "$@"
+}
+
+cmd="${1:-}"; shift || true
+case "$cmd" in
+  deps) install_deps ;;
+  run)
+    install_deps
+    build "$ROOT/build" -DNUMARENA_BUILD_BENCH=OFF -DNUMARENA_BUILD_EXAMPLES=OFF -DNUMARENA_BUILD_TESTS=OFF
+    "$ROOT/build/tools/numarena" topo "$@"
+    ;;
+  test)
+    install_deps
+    build "$ROOT/build"
+    "$ROOT/cmake/lab/fetch-kernel.sh" >/dev/null
+    run_ctest "$ROOT/build" "$@"
+    ;;
+  test-asan)
+    install_deps
+    build "$ROOT/build-asan" -DNUMARENA_SANITIZE=address -DNUMARENA_BUILD_BENCH=OFF -DNUMARENA_BUILD_EXAMPLES=OFF
+    "$ROOT/cmake/lab/fetch-kernel.sh" >/dev/null
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 run_ctest "$ROOT/build-asan" "$@"
+    ;;
+  test-tsan)
+    install_deps
+    build "$ROOT/build-tsan" -DNUMARENA_SANITIZE=thread -DNUMARENA_BUILD_BENCH=OFF -DNUMARENA_BUILD_EXAMPLES=OFF
+    TSAN_OPTIONS=halt_on_error=1 run_ctest "$ROOT/build-tsan" -L unit "$@"
+    ;;
+  fuzz)
+    install_deps
+    secs="${1:-20}"
+    CXX=clang++ build "$ROOT/build-fuzz" -DNUMARENA_BUILD_FUZZ=ON -DNUMARENA_BUILD_BENCH=OFF -DNUMARENA_BUILD_EXAMPLES=OFF
+    for f in "$ROOT"/tests/fuzz/*_fuzz.cpp; do
+      name="$(basename "$f" .cpp)"
+      work="$ROOT/build-fuzz/corpus-$name"; mkdir -p "$work"
+      log "fuzzing $name for ${secs}s"
+      "$ROOT/build-fuzz/tests/$name" -max_total_time="$secs" -print_final_stats=1 \
+        "$work" "$ROOT/tests/fuzz/corpus/$name"
+    done
+    ;;
+  bench)
+    install_deps
+    build "$ROOT/build" -DNUMARENA_BUILD_BENCH=ON
+    mkdir -p "$ROOT/build/bench-results"
+    for b in "$ROOT"/build/bench/*_bench; do
+      log "running $(basename "$b")"
+      "$b" --benchmark_out="$ROOT/build/bench-results/$(basename "$b").json" \
+           --benchmark_out_format=json "$@"
+    done
+    ;;
+  *)
+    sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    exit 2
+    ;;
+esac
