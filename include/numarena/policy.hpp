@@ -1,0 +1,105 @@
+// Placement policies: a value that says where memory goes.
+//
+// A `Policy` names a kind (bind to a node set, prefer one node, interleave pages over a set,
+// interleave in weighted chunks, or the calling thread's local node) and a bind mode:
+//   kStrict    the kernel must apply the policy; if it refuses (seccomp, cpuset) the
+//              allocation fails with a clear error.
+//   kAdvisory  if the kernel refuses, fall back membind -> preferred -> none, record that
+//              it did (ArenaStats::fallbacks), and carry on.
+// Policies are cheap values: compare, hash and print them. `Validate` checks one against a
+// topology (unknown or offline node, node outside the process's cpuset, empty set, zero
+// weights) and names the offending node.
+//
+//   auto policy = numarena::Policy::Bind(1);
+//   if (auto s = policy.Validate(*numarena::Topology::system().value()); !s.ok()) ...
+//   auto weights = numarena::Policy::WeightedInterleave({{0, 3}, {1, 1}});
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "numarena/status.hpp"
+
+namespace numarena {
+
+class Topology;
+
+enum class PolicyKind : unsigned char {
+  kBind,                // pages only on these nodes (MPOL_BIND)
+  kPreferred,           // pages on this node while it has memory, else nearest (MPOL_PREFERRED)
+  kInterleave,          // pages round-robin over the nodes (MPOL_INTERLEAVE)
+  kWeightedInterleave,  // successive chunks bound to nodes in proportion to weights
+  kLocal,               // the calling thread's node at allocation time
+};
+const char* PolicyKindName(PolicyKind kind);
+
+enum class BindMode : unsigned char { kStrict, kAdvisory };
+
+struct NodeWeight {
+  int node = -1;
+  unsigned weight = 0;
+  friend bool operator==(const NodeWeight&, const NodeWeight&) = default;
+};
+
+class Policy {
+ public:
+  // Chunk size of weighted interleave when none is given: a huge page, so each chunk can
+  // be backed by one transparent huge page on its node.
+  static constexpr std::size_t kDefaultWeightedChunk = std::size_t{2} << 20;
+
+  static Policy Bind(int node, BindMode mode = BindMode::kStrict);
+  static Policy Bind(std::vector<int> nodes, BindMode mode = BindMode::kStrict);
+  static Policy Preferred(int node, BindMode mode = BindMode::kAdvisory);
+  static Policy Interleave(std::vector<int> nodes, BindMode mode = BindMode::kStrict);
+  static Policy WeightedInterleave(std::vector<NodeWeight> weights,
+                                   BindMode mode = BindMode::kStrict,
+                                   std::size_t chunk_bytes = kDefaultWeightedChunk);
+  static Policy Local(BindMode mode = BindMode::kAdvisory);
+
+  PolicyKind kind() const { return kind_; }
+  BindMode mode() const { return mode_; }
+  // Nodes of the policy, ascending and unique (for weighted interleave: the weighted nodes
+  // in the order given). Empty for kLocal.
+  const std::vector<int>& nodes() const { return nodes_; }
+  // Weights for kWeightedInterleave, empty otherwise.
+  const std::vector<NodeWeight>& weights() const { return weights_; }
+  std::size_t chunk_bytes() const { return chunk_bytes_; }
+
+  // The one node of a single-node Bind or a Preferred policy, else -1.
+  int single_node() const;
+
+  // OK, or InvalidArgument naming the problem: empty node set, unknown/offline node,
+  // node outside the process's allowed memory nodes, zero or all-zero weights, a chunk
+  // that is not a multiple of the page size.
+  [[nodiscard]] Status Validate(const Topology& topology) const;
+
+  // "bind(1)", "bind(0,1)/advisory", "preferred(2)", "interleave(0-3)", "weighted(0:3,1:1)",
+  // "local".
+  std::string ToString() const;
+
+  friend bool operator==(const Policy&, const Policy&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const Policy& p) {
+    h = H::combine(std::move(h), p.kind_, p.mode_, p.nodes_, p.chunk_bytes_);
+    for (const NodeWeight& w : p.weights_) h = H::combine(std::move(h), w.node, w.weight);
+    return h;
+  }
+
+ private:
+  Policy(PolicyKind kind, BindMode mode) : kind_(kind), mode_(mode) {}
+
+  PolicyKind kind_;
+  BindMode mode_;
+  std::vector<int> nodes_;
+  std::vector<NodeWeight> weights_;
+  std::size_t chunk_bytes_ = 0;
+};
+
+// For weighted interleave: which node owns chunk `index` (0-based) of a span. Chunks are
+// assigned in runs: with {0:3, 1:1}, chunks 0,1,2 -> node 0, chunk 3 -> node 1, repeat.
+int WeightedChunkNode(const std::vector<NodeWeight>& weights, std::size_t index);
+
+}  // namespace numarena
