@@ -1,0 +1,254 @@
+// Arenas: malloc-speed allocation whose pages live where a placement policy says.
+//
+// An `Arena` is a heap for one placement policy: `Arena::ForNode(1)` hands out memory whose
+// pages are bound to node 1 before they are first touched, `Arena::ForPolicy(...)` does the
+// same for any `Policy` (bind to a set, preferred with fallback by distance, page interleave,
+// weighted chunk interleave, the calling thread's local node). Arenas are created lazily,
+// once per distinct (policy, options), live for the whole process, and are thread-safe.
+//
+// Under the hood each arena is one or more jemalloc arenas whose extent hooks take spans from
+// numarena's node page provider (lib/node_pages.hpp). Every provider span lies in a virtual
+// address range reserved for that arena's placement, so the owner of any numarena pointer,
+// and its node, is an O(1) table lookup: `numarena::deallocate(p)` needs no arena or node,
+// and `node_of(p)` makes no system call. Small objects go through a jemalloc thread cache
+// that belongs to one (thread, arena) pair only, so an object freed into node 0's arena is
+// never handed to a caller of node 1's arena. The fast paths (`allocate`, `deallocate`) are
+// inline: a thread-local array load and one call into jemalloc.
+//
+// Capacity: before the provider commits memory it asks the process-wide `CapacityGate`
+// (`SetCapacityGate`, e.g. a numarena::Budget) and checks the node's free memory, so a full
+// node gives nullptr (or ResourceExhausted from `try_allocate`) instead of an OOM kill when
+// the pages are touched. `Preferred` arenas then move on to the next node by distance.
+//
+//   auto arena = numarena::Arena::ForNode(1);
+//   if (!arena.ok()) { std::cerr << arena.status() << "\n"; return; }
+//   void* p = (*arena)->allocate(4096);
+//   if (p == nullptr) std::cerr << numarena::last_allocation_error() << "\n";
+//   numarena::deallocate(p);                       // any thread, no arena needed
+//
+//   auto kv = numarena::Arena::ForPolicy(numarena::Policy::WeightedInterleave({{0, 3}, {1, 1}}));
+//   StatusOr<void*> big = (*kv)->try_allocate(std::size_t{1} << 30);
+#pragma once
+
+#include <jemalloc/jemalloc.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "numarena/capacity.hpp"
+#include "numarena/policy.hpp"
+#include "numarena/status.hpp"
+
+namespace numarena {
+
+// `node_of` for a pointer whose pages are spread over several nodes by policy (interleave,
+// weighted interleave, bind to more than one node): use page_nodes() to see where they are.
+inline constexpr int kNodeMixed = -2;
+// `node_of` for a pointer that numarena did not allocate (or nullptr).
+inline constexpr int kNodeNone = -1;
+
+// How an arena backs its memory.
+struct ArenaOptions {
+  // 0 (default): ordinary pages; committed ranges of 2 MiB and more that hold whole huge
+  // pages get transparent huge pages (MADV_HUGEPAGE), allocations of 2 MiB and more are
+  // 2 MiB aligned. Interleaved arenas never use huge pages (they would defeat per-page
+  // interleave).
+  // 2 MiB or 1 GiB (`kHugetlb2M`, `kHugetlb1G`): back the arena with hugetlbfs pages of that
+  // size, reserved from the kernel's pool when the range is mapped. When the pool is empty
+  // allocation fails with FailedPrecondition naming
+  // /sys/kernel/mm/hugepages/hugepages-<size>kB/nr_hugepages. Hugetlb memory is not returned
+  // to the kernel by purge().
+  std::size_t hugetlb_page_bytes = 0;
+
+  static constexpr std::size_t kHugetlb2M = std::size_t{2} << 20;
+  static constexpr std::size_t kHugetlb1G = std::size_t{1} << 30;
+
+  friend bool operator==(const ArenaOptions&, const ArenaOptions&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const ArenaOptions& o) {
+    return H::combine(std::move(h), o.hugetlb_page_bytes);
+  }
+};
+
+// A snapshot of one arena (all its jemalloc arenas summed). Byte counts are jemalloc's
+// ("stats.arenas.<i>.*" after an "epoch" refresh) except `committed`, which is the page
+// provider's own count of bytes charged against the capacity gate.
+struct ArenaStats {
+  std::size_t allocated = 0;  // bytes in live allocations (small + large)
+  std::size_t active = 0;     // bytes in pages holding live allocations
+  std::size_t resident = 0;   // bytes jemalloc believes are resident (upper bound)
+  std::size_t mapped = 0;     // bytes of provider spans jemalloc holds (active + dirty + ...)
+  std::size_t committed = 0;  // bytes the provider has committed and charged now
+  std::size_t retained = 0;   // bytes of address space held but purged (no memory)
+  // Times the arena placed memory somewhere else than asked: a Preferred arena moved to the
+  // next node by distance, or an Advisory policy the kernel refused was weakened
+  // (membind -> preferred -> none).
+  std::uint64_t fallbacks = 0;
+  // Commits refused by the capacity gate or the node's free-memory check.
+  std::uint64_t refusals = 0;
+  int jemalloc_arenas = 0;  // jemalloc arenas behind this arena
+};
+
+namespace arena_internal {
+// Internal state the inline fast paths read; do not use directly.
+inline constexpr int kMaxHeaps = 256;          // jemalloc arenas numarena can create per process
+inline constexpr unsigned kGranuleShift = 36;  // 64 GiB of address space per table entry
+inline constexpr std::size_t kGranuleCount = std::size_t{1} << (47 - kGranuleShift);
+inline constexpr std::size_t kLargeAlignThreshold = std::size_t{2} << 20;
+// Granule of the address space -> 1 + heap id owning it, 0 when not numarena's. Written
+// once per granule, before any pointer into it exists.
+extern std::atomic<std::uint16_t> granule_heap[kGranuleCount];
+// This thread's jemalloc tcache flags (MALLOCX_TCACHE(id)) per heap, 0 = none yet.
+extern thread_local constinit int tcache_flags[kMaxHeaps];
+
+inline int HeapOf(const void* p) {
+  std::uintptr_t granule = reinterpret_cast<std::uintptr_t>(p) >> kGranuleShift;
+  if (granule >= kGranuleCount) return -1;
+  return static_cast<int>(granule_heap[granule].load(std::memory_order_relaxed)) - 1;
+}
+
+void DeallocateSlow(void* p) noexcept;
+void DeallocateSizedSlow(void* p, std::size_t size, std::size_t alignment) noexcept;
+}  // namespace arena_internal
+
+class Arena {
+ public:
+  // The arena that binds to `node` (Policy::Bind(node), strict). Created on first use.
+  // InvalidArgument for a node that is not online or not allowed to this process.
+  //
+  //   void* p = numarena::Arena::ForNode(0).value()->allocate(256);
+  [[nodiscard]] static StatusOr<Arena*> ForNode(int node);
+
+  // The arena for `policy` (and `options`), created on first use: the same policy always
+  // gives the same arena. The policy is validated against Topology::system(); errors:
+  // InvalidArgument (see Policy::Validate and ArenaOptions), PermissionDenied or
+  // FailedPrecondition when a Strict policy is refused by the kernel,
+  // ResourceExhausted when numarena's arena table (kMaxHeaps jemalloc arenas) is full.
+  //
+  //   auto local = numarena::Arena::ForPolicy(numarena::Policy::Local());
+  //   auto cxl = numarena::Arena::ForPolicy(numarena::Policy::Preferred(2));
+  [[nodiscard]] static StatusOr<Arena*> ForPolicy(const Policy& policy,
+                                                  const ArenaOptions& options = {});
+
+  // `size` bytes aligned to `alignment` (a power of two), or nullptr with the reason in
+  // last_allocation_error(). size 0 gives a unique minimal allocation. Allocations of
+  // 2 MiB and more are 2 MiB aligned. Thread-safe; never throws.
+  void* allocate(std::size_t size, std::size_t alignment = alignof(std::max_align_t)) noexcept {
+    if (fast_flags_ != 0 && alignment <= alignof(std::max_align_t) && size - 1 < kFastLimit) {
+      int tcache = arena_internal::tcache_flags[primary_heap_];
+      if (tcache != 0) {
+        if (void* p = mallocx(size, fast_flags_ | tcache)) return p;
+      }
+    }
+    return AllocateSlow(size, alignment);
+  }
+
+  // Like allocate, with the reason on failure: InvalidArgument (alignment not a power of
+  // two, size too large), ResourceExhausted (capacity gate or node free memory refused;
+  // the message names the node and the numbers), FailedPrecondition (no hugetlb pages),
+  // PermissionDenied (kernel refused a Strict binding).
+  [[nodiscard]] StatusOr<void*> try_allocate(std::size_t size,
+                                             std::size_t alignment = alignof(std::max_align_t));
+
+  // Frees `p` (from any numarena arena, on any thread). nullptr is ignored.
+  void deallocate(void* p) noexcept;
+  // Sized free: `size` and `alignment` must be those given to allocate.
+  void deallocate(void* p, std::size_t size,
+                  std::size_t alignment = alignof(std::max_align_t)) noexcept;
+
+  const Policy& policy() const { return policy_; }
+  const ArenaOptions& options() const { return options_; }
+
+  // Returns the arena's unused dirty pages to the kernel now (instead of after jemalloc's
+  // decay time) and releases their charge on the capacity gate.
+  void purge();
+
+  // A snapshot of the arena's counters. Costs a few mallctl calls; not for hot paths.
+  ArenaStats stats() const;
+
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+ private:
+  friend class ArenaRegistry;
+  Arena(const Policy& policy, const ArenaOptions& options);
+  ~Arena() = default;
+
+  static constexpr std::size_t kFastLimit = arena_internal::kLargeAlignThreshold - 1;
+
+  void* AllocateSlow(std::size_t size, std::size_t alignment) noexcept;
+  void* AllocateOnHeap(int heap, std::size_t size, std::size_t alignment, Status* error) noexcept;
+  int HeapForNode(int node, Status* error) noexcept;
+
+  Policy policy_;
+  ArenaOptions options_;
+  int primary_heap_ = 0;  // heap of the fast path
+  int fast_flags_ = 0;    // MALLOCX_ARENA of the primary heap, 0 when there is no fast path
+  // Preferred / Local: heap per node (-1 = not created yet), indexed by node id.
+  std::atomic<int>* node_heaps_ = nullptr;
+  int node_heap_count_ = 0;
+  std::atomic<std::uint64_t> fallbacks_{0};
+};
+
+// Frees any pointer numarena allocated, on any thread; nullptr is ignored. A pointer from
+// another allocator is a bug: numarena reports it on stderr and aborts.
+inline void deallocate(void* p) noexcept {
+  int heap = arena_internal::HeapOf(p);
+  if (heap >= 0) {
+    int tcache = arena_internal::tcache_flags[heap];
+    if (tcache != 0) {
+      dallocx(p, tcache);
+      return;
+    }
+  }
+  arena_internal::DeallocateSlow(p);
+}
+
+// Sized free (faster for large objects): `size` and `alignment` as given to allocate.
+inline void deallocate(void* p, std::size_t size,
+                       std::size_t alignment = alignof(std::max_align_t)) noexcept {
+  int heap = arena_internal::HeapOf(p);
+  if (heap >= 0 && alignment <= alignof(std::max_align_t) &&
+      size < arena_internal::kLargeAlignThreshold && size != 0) {
+    int tcache = arena_internal::tcache_flags[heap];
+    if (tcache != 0) {
+      sdallocx(p, size, tcache);
+      return;
+    }
+  }
+  arena_internal::DeallocateSizedSlow(p, size, alignment);
+}
+
+// True when `p` points into memory numarena's arenas manage. O(1), no system call.
+inline bool owns(const void* p) { return arena_internal::HeapOf(p) >= 0; }
+
+// Usable bytes of the allocation at `p` (at least the size asked for); 0 when numarena
+// does not own `p`.
+std::size_t usable_size(const void* p);
+
+// The node the arena that allocated `p` places its pages on: a node id for single-node
+// Bind arenas and for the per-node heaps of Preferred and Local arenas; kNodeMixed for
+// interleaved and multi-node arenas; kNodeNone when numarena does not own `p`. O(1), no
+// system call. It reports the placement asked of the kernel: use page_nodes() to see
+// where pages really are (e.g. after an Advisory policy fell back).
+int node_of(const void* p);
+
+// The reason the most recent failed allocation on this thread returned nullptr (OK when
+// none has failed). Cleared by the next failure only, not by successes.
+//
+//   if (void* p = arena->allocate(n); p == nullptr) log(numarena::last_allocation_error());
+Status last_allocation_error();
+
+// Installs the process-wide capacity gate that the page provider charges before committing
+// memory and releases after purging (nullptr: no gate). Set it before the first allocation
+// (or when nothing is charged): pages committed under one gate are released to whichever
+// gate is installed when they are purged, and pages committed without a gate are never
+// released to one. The gate must outlive every arena use. Returns the previous gate.
+//
+//   static numarena::Budget budget(...);
+//   numarena::SetCapacityGate(&budget);
+CapacityGate* SetCapacityGate(CapacityGate* gate);
+CapacityGate* GetCapacityGate();
+
+}  // namespace numarena
