@@ -51,6 +51,9 @@ void Unmap(void* addr, std::size_t bytes);
 [[nodiscard]] Status PurgeRange(void* addr, std::size_t bytes);
 // Asks for transparent huge pages (MADV_HUGEPAGE); advisory, errors are returned.
 [[nodiscard]] Status AdviseHugePages(void* addr, std::size_t bytes);
+// Forbids transparent huge pages for the range (MADV_NOHUGEPAGE), e.g. so MPOL_INTERLEAVE
+// spreads base pages even when THP is "always"; advisory, errors are returned.
+[[nodiscard]] Status AdviseNoHugePages(void* addr, std::size_t bytes);
 // Touches (populates) every page of the range for writing (MADV_POPULATE_WRITE when the
 // kernel has it, else a write of one byte per page).
 [[nodiscard]] Status PopulateWrite(void* addr, std::size_t bytes);

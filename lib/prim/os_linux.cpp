@@ -220,6 +220,13 @@ Status AdviseHugePages(void* addr, std::size_t bytes) {
   return absl::OkStatus();
 }
 
+Status AdviseNoHugePages(void* addr, std::size_t bytes) {
+  if (::madvise(addr, bytes, MADV_NOHUGEPAGE) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("madvise(", Hex(addr), ", ", bytes, ", NOHUGEPAGE)"));
+  }
+  return absl::OkStatus();
+}
+
 Status PopulateWrite(void* addr, std::size_t bytes) {
   if (::madvise(addr, bytes, MADV_POPULATE_WRITE) == 0) return absl::OkStatus();
   if (errno != EINVAL) {
