@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,10 +38,26 @@ class SystemReader {
   // True when this reader sees the live system of the calling process, so process-level
   // facts (sched_getaffinity, getcpu) may be asked of the kernel directly.
   virtual bool is_live_system() const { return false; }
+  // The CPUs the calling thread may run on (sched_getaffinity) when this reader sees the
+  // live system. Readers of fixtures return Unimplemented, and discovery then takes
+  // Cpus_allowed_list from <proc>/self/status (or every CPU when that is absent).
+  [[nodiscard]] virtual StatusOr<std::vector<int>> CpuAffinity() const {
+    return absl::UnimplementedError("this reader does not see a live process");
+  }
+  // How error messages name `path`: the file actually read (a fixture tree maps
+  // "/sys/x" to "<root>/x"), so a user can open it.
+  virtual std::string DisplayPath(const std::string& path) const { return path; }
 };
 
 // A reader over a directory tree: "/sys/x" is read from `sysfs_root + "/x"` and "/proc/x"
-// from `procfs_root + "/x"`. With the defaults ("/sys", "/proc") it is the live system.
+// from `procfs_root + "/x"`; other paths are InvalidArgument. With the defaults ("/sys",
+// "/proc") it is the live system (is_live_system(), CpuAffinity() from the kernel). A
+// procfs root that does not exist simply has no files: discovery then gives the process
+// everything in the fixture.
+//
+//   auto reader = numarena::MakeRootedReader("tests/fixtures/xeon-2s/sys",
+//                                            "tests/fixtures/xeon-2s/proc");
+//   auto topo = numarena::Topology::discover(*reader);
 std::unique_ptr<SystemReader> MakeRootedReader(std::string sysfs_root = "/sys",
                                                std::string procfs_root = "/proc");
 
@@ -65,8 +82,17 @@ struct NodeInfo {
   bool memory_only() const { return cpus.empty(); }
 };
 
+// The PCI devices discovery reports, by 24-bit class code (base class, subclass, prog-if):
+//   kGpu         0x0300xx VGA, 0x0302xx 3D controller, 0x0380xx other display controller
+//                (AMD Instinct accelerators report the latter)
+//   kNic         0x0200xx Ethernet
+//   kInfiniband  0x0207xx InfiniBand
+// Every other class is ignored.
 enum class DeviceKind { kGpu, kNic, kInfiniband };
+// "gpu", "nic", "infiniband".
 const char* DeviceKindName(DeviceKind kind);
+// The kind of a device of this class, or nullopt when numarena does not report it.
+std::optional<DeviceKind> DeviceKindOfClass(std::uint32_t class_code);
 
 struct PciDevice {
   std::string bus_id;        // "0000:41:00.0"
@@ -83,14 +109,24 @@ struct ProcessScope {
   std::vector<int> allowed_mem_nodes;  // Mems_allowed_list ∩ cgroup cpuset.mems.effective
   std::optional<std::vector<int>> cgroup_cpus;  // cpuset.cpus.effective when found
   std::optional<std::vector<int>> cgroup_mems;  // cpuset.mems.effective when found
+  std::optional<std::string> cgroup;            // the process's cgroup ("/system.slice/x.service")
 };
 
 class Topology {
  public:
   // Discovers the live machine (/sys, /proc, sched_getaffinity).
   [[nodiscard]] static StatusOr<Topology> discover();
-  // Discovers through `reader` (fixture trees, tests). Malformed or missing required files
-  // give NotFound / DataLoss naming the file; optional ones (HMAT, PCI, cgroup) are skipped.
+  // Discovers through `reader` (fixture trees, tests).
+  //
+  // Required: /sys/devices/system/node/online and, for each online node N, nodeN/cpulist,
+  // nodeN/meminfo and nodeN/distance (one entry per online node, in online order). A
+  // missing one is NotFound, a malformed one DataLoss; the message names the file as the
+  // reader displays it. Optional (skipped when absent, DataLoss when malformed): HMAT
+  // nodeN/access0/initiators/*, /sys/bus/pci/devices/*, /proc/self/status,
+  // /proc/self/cgroup and the cgroup's cpuset files. The cgroup v2 files
+  // (cpuset.{cpus,mems}.effective) are looked up from the process's cgroup towards the
+  // root, since a cgroup without the cpuset controller inherits its parent's; on a
+  // cgroup v1 host the cpuset hierarchy's cpuset.effective_{cpus,mems} is used instead.
   [[nodiscard]] static StatusOr<Topology> discover(const SystemReader& reader);
 
   // The live machine's topology, discovered once per process and shared (thread-safe).
@@ -122,7 +158,10 @@ class Topology {
   [[nodiscard]] StatusOr<int> node_of_pci(std::string_view bus_id) const;
 
   const ProcessScope& process() const { return process_; }
+  // True when `node` is online and the process may allocate on it.
   bool memory_allowed(int node) const;
+  // The online nodes owning any of `cpus`, ascending (CPUs of no node are ignored).
+  std::vector<int> nodes_of_cpus(std::span<const int> cpus) const;
 
   // Human-readable warnings found during discovery (unknown device node, affinity that
   // spans nodes, cpuset limits, ...).

@@ -1,0 +1,357 @@
+// `numarena topo`: the machine as numarena sees it.
+//
+// The text output starts with what `numactl --hardware` prints (available nodes; per node
+// its CPUs, size and free memory in MB; the distance table), so the two can be compared
+// line by line, then adds HMAT access attributes, the GPUs/NICs with their node, what this
+// process may use (affinity, cgroup cpuset) and discovery's warnings.
+//
+//   numarena topo [--json] [--sysfs-root DIR] [--procfs-root DIR]
+//
+// --sysfs-root reads a recorded sys tree (tests/fixtures/<machine>/sys); without
+// --procfs-root the proc tree beside it (DIR/../proc) is used, and when that does not
+// exist the process may use everything in the fixture. Exit status: 0, or 2 with one line
+// on stderr naming the file that is missing or malformed.
+//
+// --json prints one JSON object (compact, one line):
+//   {
+//     "schema": "numarena.topo/1",
+//     "source": {"sysfs_root": str, "procfs_root": str},
+//     "nodes": [{"id": int,                 ascending by id; ids may be sparse
+//                "cpus": [int],             ascending; [] for memory-only nodes
+//                "memory_only": bool,
+//                "mem_total_bytes": int, "mem_free_bytes": int, "mem_used_bytes": int,
+//                "access": null | {         HMAT access0 attributes (kernel units)
+//                  "read_bandwidth_mbps": int, "write_bandwidth_mbps": int,
+//                  "read_latency_ns": int, "write_latency_ns": int,
+//                  "initiators": [int]}}],
+//     "distances": [[int]],                 SLIT distances; rows and columns in "nodes" order
+//     "devices": [{"bus_id": "0000:41:00.0",
+//                  "kind": "gpu" | "nic" | "infiniband",
+//                  "vendor": "0x10de", "device": "0x2330", "class": "0x030200",
+//                  "vendor_name": str | null,
+//                  "node": int | null}],    null: the kernel does not know (numa_node -1)
+//     "process": {"allowed_cpus": [int], "allowed_mem_nodes": [int],
+//                 "cgroup": str | null,     the process's cgroup path
+//                 "cgroup_cpus": [int] | null, "cgroup_mems": [int] | null},
+//     "warnings": [str]
+//   }
+// New members may be added; existing ones keep their meaning while "schema" stays the same.
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <span>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "command.hpp"
+#include "json.hpp"
+#include "numarena/topology.hpp"
+#include "topology_parse.hpp"
+
+namespace numarena::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: numarena topo [--json] [--sysfs-root DIR] [--procfs-root DIR]\n"
+    "  --json              one JSON object instead of text (schema: tools/numarena/topo.cpp)\n"
+    "  --sysfs-root DIR    read a recorded sys tree instead of /sys\n"
+    "  --procfs-root DIR   read a recorded proc tree instead of /proc\n"
+    "                      (default with --sysfs-root: DIR/../proc)\n";
+
+struct TopoOptions {
+  bool json = false;
+  bool help = false;
+  std::string sysfs_root = "/sys";
+  std::string procfs_root = "/proc";
+};
+
+StatusOr<TopoOptions> ParseTopoArgs(std::span<const std::string> args) {
+  TopoOptions options;
+  bool sysfs_given = false, procfs_given = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    // "--opt DIR" or "--opt=DIR"
+    auto value_of = [&](std::string_view option) -> std::optional<std::string> {
+      if (arg == option) {
+        if (i + 1 >= args.size()) return std::nullopt;
+        return args[++i];
+      }
+      return arg.substr(option.size() + 1);
+    };
+    auto is = [&](std::string_view option) {
+      return arg == option || (arg.size() > option.size() + 1 && arg.starts_with(option) &&
+                               arg[option.size()] == '=');
+    };
+    if (arg == "--json") {
+      options.json = true;
+    } else if (arg == "--help" || arg == "-h") {
+      options.help = true;
+    } else if (is("--sysfs-root") || is("--procfs-root")) {
+      bool sysfs = is("--sysfs-root");
+      auto value = value_of(sysfs ? "--sysfs-root" : "--procfs-root");
+      if (!value || value->empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(arg, " needs a directory"));
+      }
+      (sysfs ? options.sysfs_root : options.procfs_root) = *value;
+      (sysfs ? sysfs_given : procfs_given) = true;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown option '", arg, "' (numarena topo --help lists the options)"));
+    }
+  }
+  if (sysfs_given && !procfs_given) {
+    // The proc tree recorded beside the sys tree. When it does not exist, reads from it
+    // find nothing and discovery gives the process everything in the fixture.
+    std::filesystem::path sys(options.sysfs_root);
+    options.procfs_root = (sys / ".." / "proc").lexically_normal().string();
+    while (options.procfs_root.size() > 1 && options.procfs_root.back() == '/') {
+      options.procfs_root.pop_back();
+    }
+  }
+  return options;
+}
+
+const char* VendorName(std::uint16_t vendor) {
+  switch (vendor) {
+    case 0x10de:
+      return "NVIDIA";
+    case 0x1002:
+      return "AMD";
+    case 0x8086:
+      return "Intel";
+    case 0x15b3:
+      return "Mellanox";
+    case 0x14e4:
+      return "Broadcom";
+    case 0x1af4:
+      return "virtio";
+    case 0x1d0f:
+      return "Amazon";
+    default:
+      return nullptr;
+  }
+}
+
+std::string HexId(std::uint32_t value, int digits) {
+  std::ostringstream out;
+  out << "0x" << std::hex << std::setw(digits) << std::setfill('0') << value;
+  return out.str();
+}
+
+std::uint64_t Megabytes(std::uint64_t bytes) { return bytes >> 20; }
+
+// ---- text -----------------------------------------------------------------------------
+
+// The part `numactl --hardware` prints, in its format.
+void PrintHardware(std::ostream& out, const Topology& topo) {
+  std::vector<int> ids = topo.node_ids();
+  out << "available: " << ids.size() << " nodes (" << parse::FormatIdList(ids) << ")\n";
+  for (const NodeInfo& node : topo.nodes()) {
+    out << "node " << node.id << " cpus:";
+    for (int cpu : node.cpus) out << ' ' << cpu;
+    out << "\nnode " << node.id << " size: " << Megabytes(node.mem_total_bytes) << " MB\n";
+    out << "node " << node.id << " free: " << Megabytes(node.mem_free_bytes) << " MB\n";
+  }
+  out << "node distances:\nnode ";
+  for (int id : ids) out << std::setw(3) << id << ' ';
+  out << '\n';
+  for (int from : ids) {
+    out << std::setw(3) << from << ": ";
+    for (int to : ids) out << std::setw(3) << topo.distance(from, to) << ' ';
+    out << '\n';
+  }
+}
+
+void PrintAccess(std::ostream& out, const Topology& topo) {
+  bool any = false;
+  for (const NodeInfo& node : topo.nodes()) any |= node.access.has_value();
+  if (!any) return;
+  out << "HMAT access attributes (access0: from the nearest initiators):\n";
+  for (const NodeInfo& node : topo.nodes()) {
+    if (!node.access) continue;
+    const AccessAttributes& a = *node.access;
+    out << "  node " << node.id << ": read " << a.read_bandwidth_mbps << " MB/s, write "
+        << a.write_bandwidth_mbps << " MB/s, read latency " << a.read_latency_ns
+        << " ns, write latency " << a.write_latency_ns << " ns; initiators: "
+        << (a.initiators.empty() ? "none" : parse::FormatIdList(a.initiators))
+        << (node.memory_only() ? " (memory-only node)" : "") << '\n';
+  }
+}
+
+void PrintDevices(std::ostream& out, const Topology& topo) {
+  if (topo.devices().empty()) {
+    out << "devices: none (no GPU, NIC or InfiniBand device found)\n";
+    return;
+  }
+  out << "devices:\n";
+  for (const PciDevice& d : topo.devices()) {
+    const char* vendor = VendorName(d.vendor);
+    out << "  " << std::left << std::setw(11) << DeviceKindName(d.kind) << std::setw(14) << d.bus_id
+        << HexId(d.vendor, 4).substr(2) << ':' << HexId(d.device, 4).substr(2) << "  "
+        << std::setw(10) << (vendor ? vendor : "") << std::right << "node "
+        << (d.node ? std::to_string(*d.node) : std::string("unknown")) << '\n';
+  }
+}
+
+void PrintProcess(std::ostream& out, const Topology& topo) {
+  const ProcessScope& p = topo.process();
+  out << "process:\n";
+  if (p.cgroup) out << "  cgroup: " << *p.cgroup << '\n';
+  out << "  allowed cpus: " << parse::FormatIdList(p.allowed_cpus) << " (nodes "
+      << parse::FormatIdList(topo.nodes_of_cpus(p.allowed_cpus)) << ")\n";
+  out << "  allowed memory nodes: " << parse::FormatIdList(p.allowed_mem_nodes) << '\n';
+  if (p.cgroup_cpus) out << "  cgroup cpuset cpus: " << parse::FormatIdList(*p.cgroup_cpus) << '\n';
+  if (p.cgroup_mems) out << "  cgroup cpuset mems: " << parse::FormatIdList(*p.cgroup_mems) << '\n';
+}
+
+void PrintWarnings(std::ostream& out, const Topology& topo) {
+  if (topo.warnings().empty()) return;
+  out << "warnings:\n";
+  for (const std::string& w : topo.warnings()) out << "  - " << w << '\n';
+}
+
+void PrintTopologyText(std::ostream& out, const Topology& topo) {
+  PrintHardware(out, topo);
+  PrintAccess(out, topo);
+  PrintDevices(out, topo);
+  PrintProcess(out, topo);
+  PrintWarnings(out, topo);
+}
+
+// ---- JSON -----------------------------------------------------------------------------
+
+void WriteNodesJson(JsonWriter& json, const Topology& topo) {
+  json.Key("nodes").BeginArray();
+  for (const NodeInfo& node : topo.nodes()) {
+    json.BeginObject();
+    json.Key("id").Int(node.id);
+    json.Key("cpus").IntArray(node.cpus);
+    json.Key("memory_only").Bool(node.memory_only());
+    json.Key("mem_total_bytes").Uint(node.mem_total_bytes);
+    json.Key("mem_free_bytes").Uint(node.mem_free_bytes);
+    json.Key("mem_used_bytes").Uint(node.mem_used_bytes);
+    json.Key("access");
+    if (node.access) {
+      const AccessAttributes& a = *node.access;
+      json.BeginObject();
+      json.Key("read_bandwidth_mbps").Uint(a.read_bandwidth_mbps);
+      json.Key("write_bandwidth_mbps").Uint(a.write_bandwidth_mbps);
+      json.Key("read_latency_ns").Uint(a.read_latency_ns);
+      json.Key("write_latency_ns").Uint(a.write_latency_ns);
+      json.Key("initiators").IntArray(a.initiators);
+      json.EndObject();
+    } else {
+      json.Null();
+    }
+    json.EndObject();
+  }
+  json.EndArray();
+  json.Key("distances").BeginArray();
+  for (int from : topo.node_ids()) {
+    json.BeginArray();
+    for (int to : topo.node_ids()) json.Int(topo.distance(from, to));
+    json.EndArray();
+  }
+  json.EndArray();
+}
+
+void WriteDevicesJson(JsonWriter& json, const Topology& topo) {
+  json.Key("devices").BeginArray();
+  for (const PciDevice& d : topo.devices()) {
+    json.BeginObject();
+    json.Key("bus_id").String(d.bus_id);
+    json.Key("kind").String(DeviceKindName(d.kind));
+    json.Key("vendor").String(HexId(d.vendor, 4));
+    json.Key("device").String(HexId(d.device, 4));
+    json.Key("class").String(HexId(d.class_code, 6));
+    json.Key("vendor_name");
+    if (const char* name = VendorName(d.vendor)) {
+      json.String(name);
+    } else {
+      json.Null();
+    }
+    json.Key("node");
+    if (d.node) {
+      json.Int(*d.node);
+    } else {
+      json.Null();
+    }
+    json.EndObject();
+  }
+  json.EndArray();
+}
+
+void WriteProcessJson(JsonWriter& json, const Topology& topo) {
+  const ProcessScope& p = topo.process();
+  json.Key("process").BeginObject();
+  json.Key("allowed_cpus").IntArray(p.allowed_cpus);
+  json.Key("allowed_mem_nodes").IntArray(p.allowed_mem_nodes);
+  json.Key("cgroup");
+  if (p.cgroup) {
+    json.String(*p.cgroup);
+  } else {
+    json.Null();
+  }
+  json.Key("cgroup_cpus");
+  if (p.cgroup_cpus) {
+    json.IntArray(*p.cgroup_cpus);
+  } else {
+    json.Null();
+  }
+  json.Key("cgroup_mems");
+  if (p.cgroup_mems) {
+    json.IntArray(*p.cgroup_mems);
+  } else {
+    json.Null();
+  }
+  json.EndObject();
+}
+
+// The members of the top-level object; a view that adds members writes them after these.
+void WriteTopologyJsonMembers(JsonWriter& json, const Topology& topo, const TopoOptions& options) {
+  json.Key("schema").String("numarena.topo/1");
+  json.Key("source").BeginObject();
+  json.Key("sysfs_root").String(options.sysfs_root);
+  json.Key("procfs_root").String(options.procfs_root);
+  json.EndObject();
+  WriteNodesJson(json, topo);
+  WriteDevicesJson(json, topo);
+  WriteProcessJson(json, topo);
+  json.Key("warnings").BeginArray();
+  for (const std::string& w : topo.warnings()) json.String(w);
+  json.EndArray();
+}
+
+int RunTopo(std::span<const std::string> args) {
+  auto options = ParseTopoArgs(args);
+  if (!options.ok()) return Fail("topo", std::string(options.status().message()));
+  if (options->help) {
+    std::cout << kUsage;
+    return 0;
+  }
+  std::unique_ptr<SystemReader> reader =
+      MakeRootedReader(options->sysfs_root, options->procfs_root);
+  auto topo = Topology::discover(*reader);
+  if (!topo.ok()) return Fail("topo", std::string(topo.status().message()));
+  if (options->json) {
+    JsonWriter json(std::cout);
+    json.BeginObject();
+    WriteTopologyJsonMembers(json, *topo, *options);
+    json.EndObject();
+    std::cout << '\n';
+  } else {
+    PrintTopologyText(std::cout, *topo);
+  }
+  std::cout.flush();
+  if (!std::cout) return Fail("topo", "could not write the output");
+  return 0;
+}
+
+}  // namespace
+}  // namespace numarena::cli
+
+NUMARENA_COMMAND(topo, "print NUMA nodes, distances, devices and what this process may use",
+                 numarena::cli::RunTopo);
