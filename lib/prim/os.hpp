@@ -94,4 +94,35 @@ struct CpuAndNode {
 };
 CpuAndNode CurrentCpuAndNode();
 
+// ---- allocation-free calls -----------------------------------------------------------
+// For code that must not allocate (jemalloc extent hooks, which may run with allocator locks
+// held; jemalloc issue #978): these never touch the heap or build a Status. They return 0
+// on success or an errno value.
+
+// A node mask with inline storage for the kernel's policy calls.
+struct KernelNodeMask {
+  static constexpr int kMaxNodes = 1024;
+  unsigned long words[kMaxNodes / (8 * sizeof(unsigned long))] = {};
+  unsigned long max_node = 0;  // the `maxnode` argument
+};
+// Fills `mask` with `nodes`; EINVAL when a node id is negative or >= kMaxNodes.
+int MakeKernelNodeMask(std::span<const int> nodes, KernelNodeMask* mask);
+// mbind(2) with a prebuilt mask (kDefault/kLocal ignore it).
+int BindRangeNoAlloc(void* addr, std::size_t bytes, PolicyMode mode, const KernelNodeMask& mask);
+// mprotect(PROT_READ|PROT_WRITE) of part of a reservation.
+int CommitRangeNoAlloc(void* addr, std::size_t bytes);
+// Replaces part of a reservation with hugetlbfs pages (MAP_FIXED|MAP_HUGETLB); the kernel
+// reserves the huge pages now, so ENOMEM means the pool is too small.
+int MapHugetlbFixedNoAlloc(void* addr, std::size_t bytes, std::size_t huge_page_bytes);
+// MADV_DONTNEED.
+int PurgeRangeNoAlloc(void* addr, std::size_t bytes);
+// MADV_HUGEPAGE (huge = true) or MADV_NOHUGEPAGE.
+int AdviseHugePagesNoAlloc(void* addr, std::size_t bytes, bool huge);
+// Reads at most capacity-1 bytes of a small file into `buffer` and NUL-terminates it.
+// Returns the length read, or -errno.
+long ReadFileNoAlloc(const char* path, char* buffer, std::size_t capacity);
+// The node of the CPU the calling thread runs on, through the vDSO getcpu (cheap); -1 if
+// the kernel does not say.
+int CurrentNodeFast();
+
 }  // namespace numarena::prim

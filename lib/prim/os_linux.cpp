@@ -360,4 +360,71 @@ CpuAndNode CurrentCpuAndNode() {
   return {static_cast<int>(cpu), static_cast<int>(node)};
 }
 
+// ---- allocation-free calls -------------------------------------------------------------
+
+int MakeKernelNodeMask(std::span<const int> nodes, KernelNodeMask* mask) {
+  *mask = KernelNodeMask();
+  for (int n : nodes) {
+    if (n < 0 || n >= KernelNodeMask::kMaxNodes) return EINVAL;
+    mask->words[n / kBitsPerWord] |= 1UL << (n % kBitsPerWord);
+  }
+  mask->max_node = sizeof(mask->words) * 8 + 1;  // see NodeMask: the kernel reads maxnode-1
+  return 0;
+}
+
+int BindRangeNoAlloc(void* addr, std::size_t bytes, PolicyMode mode, const KernelNodeMask& mask) {
+  bool without_nodes = mode == PolicyMode::kDefault || mode == PolicyMode::kLocal;
+  long rc = mbind(addr, bytes, ToKernelMode(mode), without_nodes ? nullptr : mask.words,
+                  without_nodes ? 0 : mask.max_node, 0);
+  return rc == 0 ? 0 : errno;
+}
+
+int CommitRangeNoAlloc(void* addr, std::size_t bytes) {
+  return ::mprotect(addr, bytes, PROT_READ | PROT_WRITE) == 0 ? 0 : errno;
+}
+
+int MapHugetlbFixedNoAlloc(void* addr, std::size_t bytes, std::size_t huge_page_bytes) {
+  int shift = 0;
+  while ((std::size_t{1} << shift) < huge_page_bytes) ++shift;
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_FIXED | (shift << MAP_HUGE_SHIFT);
+  void* p = ::mmap(addr, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
+  return p == MAP_FAILED ? errno : 0;
+}
+
+int PurgeRangeNoAlloc(void* addr, std::size_t bytes) {
+  return ::madvise(addr, bytes, MADV_DONTNEED) == 0 ? 0 : errno;
+}
+
+int AdviseHugePagesNoAlloc(void* addr, std::size_t bytes, bool huge) {
+  return ::madvise(addr, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0 ? 0 : errno;
+}
+
+long ReadFileNoAlloc(const char* path, char* buffer, std::size_t capacity) {
+  if (capacity == 0) return -EINVAL;
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  std::size_t length = 0;
+  while (length + 1 < capacity) {
+    ssize_t n = ::read(fd, buffer + length, capacity - 1 - length);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      return -err;
+    }
+    if (n == 0) break;
+    length += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  buffer[length] = '\0';
+  return static_cast<long>(length);
+}
+
+int CurrentNodeFast() {
+  unsigned cpu = 0, node = 0;
+  // glibc's getcpu uses the vDSO: no kernel entry on x86-64.
+  if (::getcpu(&cpu, &node) != 0) return -1;
+  return static_cast<int>(node);
+}
+
 }  // namespace numarena::prim
