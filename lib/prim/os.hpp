@@ -109,6 +109,8 @@ struct KernelNodeMask {
 int MakeKernelNodeMask(std::span<const int> nodes, KernelNodeMask* mask);
 // mbind(2) with a prebuilt mask (kDefault/kLocal ignore it).
 int BindRangeNoAlloc(void* addr, std::size_t bytes, PolicyMode mode, const KernelNodeMask& mask);
+// Reserves address space like ReserveAddressSpace; *out receives the aligned start.
+int ReserveAddressSpaceNoAlloc(std::size_t bytes, std::size_t alignment, void** out);
 // mprotect(PROT_READ|PROT_WRITE) of part of a reservation.
 int CommitRangeNoAlloc(void* addr, std::size_t bytes);
 // Replaces part of a reservation with hugetlbfs pages (MAP_FIXED|MAP_HUGETLB); the kernel

@@ -379,6 +379,22 @@ int BindRangeNoAlloc(void* addr, std::size_t bytes, PolicyMode mode, const Kerne
   return rc == 0 ? 0 : errno;
 }
 
+int ReserveAddressSpaceNoAlloc(std::size_t bytes, std::size_t alignment, void** out) {
+  if (alignment < PageSize()) alignment = PageSize();
+  std::size_t padded = bytes + alignment;
+  void* raw =
+      ::mmap(nullptr, padded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return errno;
+  auto base = reinterpret_cast<std::uintptr_t>(raw);
+  std::uintptr_t aligned = (base + alignment - 1) & ~(alignment - 1);
+  if (aligned > base) ::munmap(raw, aligned - base);
+  std::uintptr_t end = aligned + bytes;
+  std::uintptr_t raw_end = base + padded;
+  if (raw_end > end) ::munmap(reinterpret_cast<void*>(end), raw_end - end);
+  *out = reinterpret_cast<void*>(aligned);
+  return 0;
+}
+
 int CommitRangeNoAlloc(void* addr, std::size_t bytes) {
   return ::mprotect(addr, bytes, PROT_READ | PROT_WRITE) == 0 ? 0 : errno;
 }
