@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Fetches the NUMA lab's kernel: Debian's stock cloud kernel (linux-image-cloud-amd64), taken
+# apart with `dpkg -x` and never installed. It has CONFIG_NUMA, ACPI_NUMA, ACPI_HMAT and
+# MIGRATION built in, and everything the lab needs without modules (the lab boots from an
+# initramfs, so virtio_blk being a module does not matter).
+#
+# The kernel lands ONCE in the cache folder ${NUMARENA_LAB_CACHE:-$HOME/.cache/numarena-lab};
+# later calls only print its path. The metapackage's dependency names the real kernel package,
+# so no version is written down here: a Debian point release simply gives a newer kernel the
+# next time the cache is empty.
+#
+#   cmake/lab/fetch-kernel.sh          prints the path of vmlinuz (fetching it if needed)
+#   NUMARENA_LAB_KERNEL=/path/vmlinuz  skips all of this and uses that kernel
+set -euo pipefail
+
+die() { printf 'fetch-kernel: %s\n' "$*" >&2; exit 1; }
+
+if [[ -n "${NUMARENA_LAB_KERNEL:-}" ]]; then
+  [[ -r "$NUMARENA_LAB_KERNEL" ]] || die "NUMARENA_LAB_KERNEL=$NUMARENA_LAB_KERNEL is not a readable file"
+  printf '%s\n' "$NUMARENA_LAB_KERNEL"
+  exit 0
+fi
+
+CACHE="${NUMARENA_LAB_CACHE:-$HOME/.cache/numarena-lab}"
+KERNEL_LINK="$CACHE/vmlinuz"   # symlink to vmlinuz-<version> once fetched
+
+if [[ -r "$KERNEL_LINK" ]]; then
+  printf '%s\n' "$(readlink -f "$KERNEL_LINK")"
+  exit 0
+fi
+
+mkdir -p "$CACHE" || die "cannot create the cache folder $CACHE (set NUMARENA_LAB_CACHE)"
+# Parallel test runs may all find the cache empty: one fetches, the others wait for it.
+exec 9>"$CACHE/.fetch.lock"
+flock 9
+if [[ -r "$KERNEL_LINK" ]]; then
+  printf '%s\n' "$(readlink -f "$KERNEL_LINK")"
+  exit 0
+fi
+
+command -v apt-get >/dev/null && command -v dpkg >/dev/null ||
+  die "needs apt-get and dpkg (Debian/Ubuntu), or set NUMARENA_LAB_KERNEL to a vmlinuz with CONFIG_NUMA"
+
+META=linux-image-cloud-amd64
+if ! apt-cache show "$META" >/dev/null 2>&1; then
+  if [[ $(id -u) -eq 0 ]]; then
+    printf 'fetch-kernel: %s unknown to apt, running apt-get update\n' "$META" >&2
+    apt-get update -qq >&2 || die "apt-get update failed"
+  fi
+  apt-cache show "$META" >/dev/null 2>&1 ||
+    die "apt does not know $META: run 'apt-get update' (Debian 12 main), or set NUMARENA_LAB_KERNEL"
+fi
+
+WORK="$(mktemp -d "$CACHE/.fetch.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+chmod 755 "$WORK"  # lets apt's _apt user write there (no "unsandboxed" warning)
+cd "$WORK"
+
+# `apt-get download` fetches the .deb into the current folder without installing anything.
+apt-get download -qq "$META" >&2 || die "apt-get download $META failed"
+META_DEB="$(ls ./*.deb)"
+# "Depends: linux-image-6.1.0-57-cloud-amd64 (= ...)" names the real kernel package.
+IMAGE_PKG="$(dpkg-deb -f "$META_DEB" Depends | tr ',' '\n' | grep -o 'linux-image-[^ ]*' | head -n1)"
+[[ -n "$IMAGE_PKG" ]] || die "cannot find the kernel package in the Depends of $META_DEB"
+apt-get download -qq "$IMAGE_PKG" >&2 || die "apt-get download $IMAGE_PKG failed"
+IMAGE_DEB="$(ls ./"$IMAGE_PKG"_*.deb | head -n1)"
+mkdir unpacked
+dpkg -x "$IMAGE_DEB" unpacked
+VMLINUZ="$(ls unpacked/boot/vmlinuz-* 2>/dev/null | head -n1)"
+[[ -n "$VMLINUZ" ]] || die "$IMAGE_DEB holds no boot/vmlinuz-*"
+NAME="$(basename "$VMLINUZ")"
+cp "$VMLINUZ" "$CACHE/$NAME.tmp"
+# Keep the kernel's config next to it: it documents what the lab's kernel can do.
+cp unpacked/boot/config-* "$CACHE/" 2>/dev/null || true
+mv -f "$CACHE/$NAME.tmp" "$CACHE/$NAME"
+ln -sfn "$NAME" "$KERNEL_LINK"
+printf 'fetch-kernel: %s from %s cached in %s\n' "$NAME" "$IMAGE_PKG" "$CACHE" >&2
+printf '%s\n' "$CACHE/$NAME"

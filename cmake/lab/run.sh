@@ -1,0 +1,309 @@
+#!/usr/bin/env bash
+# Runs one program inside the NUMA lab: a QEMU virtual machine with a chosen NUMA topology,
+# booting Debian's stock cloud kernel (cmake/lab/fetch-kernel.sh) from a busybox initramfs
+# that holds the program and every shared library it needs. Returns the program's exit status.
+#
+#   cmake/lab/run.sh --topology 2s|snc4|cxl|tiny [options] -- BINARY [ARGS...]
+#
+#   --topology T      a file cmake/lab/topologies/T.sh (see README.md)
+#   --timeout S       kill the VM after S seconds and fail (default 300, env NUMARENA_LAB_TIMEOUT)
+#   --keep-log        keep the console log and work files even when the program passed
+#   --file PATH       also copy PATH (and the libraries it needs) into the VM at the same path;
+#                     repeatable, e.g. for a tool the test executes
+#   --env NAME=VALUE  set an environment variable for the program; repeatable
+#   --print-qemu      print the QEMU command line and exit (no VM is started)
+#
+# Inside the VM the program runs as a child of the init script (never as pid 1) in /tmp,
+# with /proc, /sys, /dev, /dev/shm, /tmp and cgroup2 mounted, as root, stdin from /dev/null,
+# stdout and stderr merged into one stream that run.sh prints. The init script writes
+# `NUMARENA_LAB_EXIT=<status>` after the program ends, then powers the VM off.
+#
+# The program learns what QEMU was given from:
+#   NUMARENA_LAB_TOPOLOGY=<name>              e.g. 2s
+#   NUMARENA_LAB_TOPOLOGY_FILE=/lab/topology.txt
+# (format in README.md; tests/lab/lab_support.hpp parses it). Sanitizer options
+# (ASAN_OPTIONS, UBSAN_OPTIONS, LSAN_OPTIONS, TSAN_OPTIONS) are passed through.
+#
+# Environment: NUMARENA_LAB_CACHE (kernel cache), NUMARENA_LAB_KERNEL (use this vmlinuz),
+# NUMARENA_LAB_LOG_DIR (where failed runs' logs go; default $TMPDIR/numarena-lab-logs),
+# NUMARENA_LAB_ACCEL (tcg | kvm | auto; default tcg: KVM here failed with "emulation failure"
+# under nested virtualisation and left the VM hung, so it is opt-in; auto = KVM when /dev/kvm
+# is usable, falling back to TCG only if KVM cannot start at all).
+set -euo pipefail
+
+LAB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+EXIT_MARKER="NUMARENA_LAB_EXIT="
+
+die() { printf 'lab: %s\n' "$*" >&2; exit 2; }
+usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+topology="" timeout="${NUMARENA_LAB_TIMEOUT:-300}" keep_log=0 print_qemu=0
+extra_files=() extra_env=()
+while (($#)); do
+  case "$1" in
+    --topology) topology="${2:?--topology needs a name}"; shift 2 ;;
+    --topology=*) topology="${1#*=}"; shift ;;
+    --timeout) timeout="${2:?--timeout needs seconds}"; shift 2 ;;
+    --timeout=*) timeout="${1#*=}"; shift ;;
+    --keep-log) keep_log=1; shift ;;
+    --file) extra_files+=("${2:?--file needs a path}"); shift 2 ;;
+    --env) extra_env+=("${2:?--env needs NAME=VALUE}"); shift 2 ;;
+    --print-qemu) print_qemu=1; shift ;;
+    -h|--help) usage ;;
+    --) shift; break ;;
+    *) die "unknown option '$1' (the program and its arguments go after --)" ;;
+  esac
+done
+(($# >= 1)) || usage
+[[ -n "$topology" ]] || die "--topology is required; one of: $(cd "$LAB_DIR/topologies" && ls *.sh | sed 's/\.sh$//' | tr '\n' ' ')"
+[[ "$timeout" =~ ^[0-9]+$ && "$timeout" -gt 0 ]] || die "--timeout must be a positive number of seconds, not '$timeout'"
+topology_file="$LAB_DIR/topologies/$topology.sh"
+[[ -f "$topology_file" ]] ||
+  die "no topology '$topology' (no $topology_file); one of: $(cd "$LAB_DIR/topologies" && ls *.sh | sed 's/\.sh$//' | tr '\n' ' ')"
+
+program="$1"; shift
+[[ "$program" == */* ]] || program="$(command -v "$program" || true)"
+[[ -f "$program" && -x "$program" ]] || die "'$program' is not an executable file"
+program="$(readlink -f "$program")"
+
+for tool in qemu-system-x86_64 cpio ldd busybox; do
+  command -v "$tool" >/dev/null || die "needs $tool (tools/dev.sh deps installs qemu-system-x86, cpio, busybox-static)"
+done
+BUSYBOX="$(command -v busybox)"
+# The initramfs has no libraries for busybox itself: it must be the static build.
+if ldd "$BUSYBOX" >/dev/null 2>&1; then die "$BUSYBOX is dynamically linked; install busybox-static"; fi
+
+# ---- the topology: one definition -> QEMU options + the tests' description ----------------
+LAB_SUMMARY="" LAB_SMP="" LAB_NODE_IDS=() LAB_NODE_CPUS=() LAB_NODE_MEM_MIB=() LAB_DISTANCES=()
+LAB_HMAT_INITIATOR=() LAB_HMAT_LB=()
+# shellcheck source=/dev/null
+source "$topology_file"
+node_count=${#LAB_NODE_IDS[@]}
+((node_count >= 1)) || die "$topology_file defines no LAB_NODE_IDS"
+((${#LAB_NODE_CPUS[@]} == node_count && ${#LAB_NODE_MEM_MIB[@]} == node_count &&
+  ${#LAB_DISTANCES[@]} == node_count)) ||
+  die "$topology_file: LAB_NODE_CPUS, LAB_NODE_MEM_MIB and LAB_DISTANCES need one entry per node"
+hmat=0
+if ((${#LAB_HMAT_LB[@]})); then
+  hmat=1
+  ((${#LAB_HMAT_INITIATOR[@]} == node_count)) ||
+    die "$topology_file: with LAB_HMAT_LB every node needs an entry in LAB_HMAT_INITIATOR"
+fi
+
+total_mib=0
+qemu_numa=() qemu_dist=()  # QEMU wants every node declared before the distances
+description="topology $topology
+summary $LAB_SUMMARY
+hmat $hmat
+nodes ${LAB_NODE_IDS[*]}
+"
+for ((i = 0; i < node_count; i++)); do
+  id=${LAB_NODE_IDS[i]}
+  mem=${LAB_NODE_MEM_MIB[i]}
+  total_mib=$((total_mib + mem))
+  qemu_numa+=(-object "memory-backend-ram,id=mem$id,size=${mem}M")
+  spec="node,nodeid=$id,memdev=mem$id"
+  for cpu in ${LAB_NODE_CPUS[i]}; do spec+=",cpus=$cpu"; done
+  if ((hmat)); then spec+=",initiator=${LAB_HMAT_INITIATOR[i]}"; fi
+  qemu_numa+=(-numa "$spec")
+  read -r -a row <<<"${LAB_DISTANCES[i]}"
+  ((${#row[@]} == node_count)) || die "$topology_file: distance row $i has ${#row[@]} entries, want $node_count"
+  for ((j = 0; j < node_count; j++)); do
+    if ((i != j)); then qemu_dist+=(-numa "dist,src=$id,dst=${LAB_NODE_IDS[j]},val=${row[j]}"); fi
+  done
+  description+="cpus $id ${LAB_NODE_CPUS[i]}
+mem_mib $id $mem
+distances $id ${LAB_DISTANCES[i]}
+"
+  if ((hmat)); then description+="hmat_initiator $id ${LAB_HMAT_INITIATOR[i]}
+"; fi
+done
+qemu_numa+=("${qemu_dist[@]}")
+for entry in "${LAB_HMAT_LB[@]}"; do
+  read -r initiator target latency bandwidth <<<"$entry"
+  [[ -n "$bandwidth" ]] || die "$topology_file: LAB_HMAT_LB entry '$entry' needs 'initiator target latency_ns bandwidth_MBps'"
+  qemu_numa+=(-numa "hmat-lb,initiator=$initiator,target=$target,hierarchy=memory,data-type=access-latency,latency=$latency"
+              -numa "hmat-lb,initiator=$initiator,target=$target,hierarchy=memory,data-type=access-bandwidth,bandwidth=${bandwidth}M")
+  description+="hmat_lb $initiator $target $latency $bandwidth
+"
+done
+
+machine="pc"
+((hmat)) && machine+=",hmat=on"
+
+accel="${NUMARENA_LAB_ACCEL:-tcg}"
+case "$accel" in
+  auto) if [[ -r /dev/kvm && -w /dev/kvm ]]; then accel_args=(-accel kvm -accel tcg); else accel_args=(-accel tcg); fi ;;
+  kvm) accel_args=(-accel kvm) ;;
+  tcg) accel_args=(-accel tcg) ;;
+  *) die "NUMARENA_LAB_ACCEL must be auto, kvm or tcg, not '$accel'" ;;
+esac
+
+# Kernel command line. numa_balancing=disable: the kernel must not migrate pages behind the
+# tests' backs (tests that want it can write /proc/sys/kernel/numa_balancing).
+# mitigations=off: page-table isolation makes every syscall a TLB flush under TCG.
+append="console=ttyS0 quiet panic=-1 oops=panic numa_balancing=disable mitigations=off"
+
+# ---- work dir, logs ---------------------------------------------------------------------
+work="$(mktemp -d "${TMPDIR:-/tmp}/numarena-lab.XXXXXX")"
+console_log="$work/console.log"
+output_log="$work/output.log"
+qemu_cmd=(qemu-system-x86_64 -machine "$machine" "${accel_args[@]}" -m "${total_mib}M"
+          -smp "$LAB_SMP" "${qemu_numa[@]}"
+          -kernel KERNEL -initrd "$work/initrd.cpio" -append "$append"
+          -nodefaults -no-user-config -display none -no-reboot
+          -serial "file:$console_log" -serial "file:$output_log")
+if ((print_qemu)); then
+  rm -rf "$work"
+  printf '%q ' "${qemu_cmd[@]}"; printf '\n'
+  exit 0
+fi
+
+kernel="$("$LAB_DIR/fetch-kernel.sh")" || die "no kernel (cmake/lab/fetch-kernel.sh failed)"
+qemu_cmd=("${qemu_cmd[@]/#KERNEL/$kernel}")
+
+keep_work() {
+  local dir="${NUMARENA_LAB_LOG_DIR:-${TMPDIR:-/tmp}/numarena-lab-logs}"
+  local dest
+  mkdir -p "$dir"
+  dest="$dir/$(basename "$program").$topology.$(date +%Y%m%d-%H%M%S).$$"
+  rm -f "$work/initrd.cpio"  # large and rebuilt by the next run
+  rm -rf "$work/root"
+  mv "$work" "$dest"
+  work=""  # nothing left for cleanup to remove
+  printf 'lab: console log: %s/console.log (program output: %s/output.log)\n' "$dest" "$dest" >&2
+}
+cleanup() { if [[ -n "${work:-}" && -d "$work" ]]; then rm -rf "$work"; fi; }
+trap cleanup EXIT
+
+# ---- the initramfs ------------------------------------------------------------------------
+root="$work/root"
+mkdir -p "$root"/{bin,sbin,dev,proc,sys,tmp,lab,etc,root}
+cp "$BUSYBOX" "$root/bin/busybox"
+
+lib_dirs=()
+# copy_with_libs PATH: PATH and every library ldd lists, each at its own absolute path.
+copy_with_libs() {
+  local file="$1" line lib
+  mkdir -p "$root$(dirname "$file")"
+  cp -L "$file" "$root$file"
+  local ldd_out
+  if ! ldd_out="$(ldd "$file" 2>&1)"; then
+    [[ "$ldd_out" == *"not a dynamic executable"* || "$ldd_out" == *"statically linked"* ]] && return 0
+    die "ldd $file failed: $ldd_out"
+  fi
+  while IFS= read -r line; do
+    lib=""
+    case "$line" in
+      *"not found"*) die "ldd $file: ${line# } (is LD_LIBRARY_PATH set for the build?)" ;;
+      *" => "/*) lib="${line#* => }"; lib="${lib% (0x*}" ;;
+      [[:space:]]/*) lib="${line#"${line%%[![:space:]]*}"}"; lib="${lib% (0x*}" ;;
+    esac
+    [[ -n "$lib" && ! -e "$root$lib" ]] || continue
+    mkdir -p "$root$(dirname "$lib")"
+    cp -L "$lib" "$root$lib"
+    case " ${lib_dirs[*]} " in *" $(dirname "$lib") "*) ;; *) lib_dirs+=("$(dirname "$lib")") ;; esac
+  done <<<"$ldd_out"
+}
+copy_with_libs "$program"
+for f in "${extra_files[@]}"; do
+  [[ -e "$f" ]] || die "--file $f does not exist"
+  copy_with_libs "$(readlink -f "$f")"
+done
+
+printf '%s' "$description" >"$root/lab/topology.txt"
+
+# Quotes a word for the VM's shell (busybox ash): single quotes, ' as '\''.
+shell_quote() { local s="${1//\'/\'\\\'\'}"; printf "'%s'" "$s"; }
+
+{
+  printf 'export PATH=/bin:/sbin HOME=/root TMPDIR=/tmp\n'
+  printf 'export NUMARENA_LAB_TOPOLOGY=%s\n' "$(shell_quote "$topology")"
+  printf 'export NUMARENA_LAB_TOPOLOGY_FILE=/lab/topology.txt\n'
+  if ((${#lib_dirs[@]})); then
+    printf 'export LD_LIBRARY_PATH=%s\n' "$(shell_quote "$(IFS=:; echo "${lib_dirs[*]}")")"
+  fi
+  for name in ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS TSAN_OPTIONS; do
+    if [[ -n "${!name:-}" ]]; then printf 'export %s=%s\n' "$name" "$(shell_quote "${!name}")"; fi
+  done
+  for kv in "${extra_env[@]}"; do
+    [[ "$kv" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || die "--env wants NAME=VALUE, not '$kv'"
+    printf 'export %s=%s\n' "${kv%%=*}" "$(shell_quote "${kv#*=}")"
+  done
+  printf 'exec %s' "$(shell_quote "$program")"
+  for arg in "$@"; do printf ' %s' "$(shell_quote "$arg")"; done
+  printf '\n'
+} >"$root/lab/command"
+
+cat >"$root/init" <<EOF
+#!/bin/busybox sh
+# NUMA lab init: mount the kernel's file systems, run /lab/command as a child, report its
+# exit status on the output port (ttyS1), power off.
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+mkdir -p /dev/shm && mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
+echo "lab: running \$(sed -n 's/^exec //p' /lab/command)" > /dev/console
+cd /tmp
+# A pipe, not the tty itself: programs see a non-terminal stdout (no colours, block buffering
+# like under ctest) and the tty's last close drains it before the exit marker is written.
+mkfifo /tmp/.lab-output
+cat /tmp/.lab-output > /dev/ttyS1 &
+copier=\$!
+sh /lab/command < /dev/null > /tmp/.lab-output 2>&1
+status=\$?
+wait \$copier
+# The kernel log is quiet during boot (speed); a failed run gets all of it in the console log.
+[ "\$status" = 0 ] || dmesg > /dev/console
+echo "${EXIT_MARKER}\$status" > /dev/ttyS1
+echo "${EXIT_MARKER}\$status" > /dev/console
+sync
+poweroff -f
+EOF
+chmod +x "$root/init"
+
+(cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0 >"$work/initrd.cpio")
+
+# ---- boot ---------------------------------------------------------------------------------
+: >"$console_log"
+: >"$output_log"
+started=$SECONDS
+set +e
+timeout --kill-after=10 "$timeout" "${qemu_cmd[@]}" </dev/null >"$work/qemu.log" 2>&1
+qemu_status=$?
+set -e
+elapsed=$((SECONDS - started))
+
+# The output port is a tty: strip the carriage returns of its \r\n line ends.
+tr -d '\r' <"$output_log" | grep -v "^${EXIT_MARKER}" || true
+status_line="$(tr -d '\r' <"$output_log" | grep "^${EXIT_MARKER}" | tail -n1 || true)"
+
+if ((qemu_status == 124 || qemu_status == 137)); then
+  printf 'lab: TIMEOUT: %s in topology %s did not finish within %s s (--timeout)\n' \
+    "$(basename "$program")" "$topology" "$timeout" >&2
+  keep_work
+  exit 124
+fi
+if [[ -z "$status_line" ]]; then
+  printf 'lab: the VM stopped (qemu status %s after %s s) without reporting an exit status' \
+    "$qemu_status" "$elapsed" >&2
+  printf ' (kernel panic, or the program killed init?)\n' >&2
+  if [[ -s "$work/qemu.log" ]]; then sed 's/^/lab: qemu: /' "$work/qemu.log" >&2; fi
+  tail -n 30 "$console_log" | tr -d '\r' | sed 's/^/lab: console: /' >&2
+  keep_work
+  exit 125
+fi
+status="${status_line#"$EXIT_MARKER"}"
+if ((status != 0)); then
+  printf 'lab: %s exited with status %s in topology %s (%s s)\n' \
+    "$(basename "$program")" "$status" "$topology" "$elapsed" >&2
+  keep_work
+elif ((keep_log)); then
+  keep_work
+else
+  printf 'lab: %s passed in topology %s (%s s)\n' "$(basename "$program")" "$topology" "$elapsed" >&2
+fi
+exit "$status"
