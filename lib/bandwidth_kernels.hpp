@@ -1,0 +1,86 @@
+// The measuring instruments behind bandwidth.hpp, shared with bench/bandwidth_bench.cpp.
+//
+// Streaming kernels are plain loops over whole cache lines (8 doubles or 8 words), which
+// GCC and Clang vectorise at -O2 without target flags. They live in their own translation
+// unit and the read kernel returns its sum, so no optimiser can prove a pass useless.
+// `NodeBuffer` is an anonymous mapping bound to one node before its first touch and then
+// populated, so the timed passes never fault. `PointerChase` turns a buffer into one random
+// cycle through all its cache lines: each load depends on the previous one, so the time per
+// step is the load-to-use latency of wherever the lines live.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "numarena/status.hpp"
+
+namespace numarena::bandwidth_internal {
+
+inline constexpr std::size_t kCacheLine = 64;
+inline constexpr std::size_t kDoublesPerLine = kCacheLine / sizeof(double);
+
+// `count` is a multiple of kDoublesPerLine (8) in all kernels.
+// Returns the sum of the words (so the loads cannot be removed).
+std::uint64_t ReadKernel(const std::uint64_t* a, std::size_t count);
+void WriteKernel(double* a, std::size_t count, double value);
+void CopyKernel(double* __restrict dst, const double* __restrict src, std::size_t count);
+void TriadKernel(double* __restrict a, const double* __restrict b, const double* __restrict c,
+                 double scalar, std::size_t count);
+
+// libc's own, for the machine limit: memset(a, value, bytes) and memcpy(dst, src, bytes),
+// called through a function pointer the compiler cannot see through.
+void LibcMemset(void* a, int value, std::size_t bytes);
+void LibcMemcpy(void* dst, const void* src, std::size_t bytes);
+
+// Size of the largest cache of CPU 0 in bytes (sysfs cache/index*/size), 0 when unknown.
+std::size_t LastLevelCacheBytes();
+
+// An anonymous mapping whose pages are all on `node` (MPOL_BIND before first touch, huge
+// pages advised, then populated). Movable, not copyable; unmapped on destruction.
+class NodeBuffer {
+ public:
+  // Maps `bytes` (rounded up to 2 MiB) bound to `node` and populates it.
+  [[nodiscard]] static StatusOr<NodeBuffer> Create(std::size_t bytes, int node);
+
+  NodeBuffer() = default;
+  NodeBuffer(NodeBuffer&& other) noexcept;
+  NodeBuffer& operator=(NodeBuffer&& other) noexcept;
+  NodeBuffer(const NodeBuffer&) = delete;
+  NodeBuffer& operator=(const NodeBuffer&) = delete;
+  ~NodeBuffer();
+
+  void* data() const { return data_; }
+  double* doubles() const { return static_cast<double*>(data_); }
+  std::size_t bytes() const { return bytes_; }  // usable bytes (as asked)
+  int node() const { return node_; }
+
+  // Fraction of the buffer's pages the kernel reports on node() (0 when it cannot say).
+  double FractionOnNode() const;
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+  std::size_t mapped_bytes_ = 0;
+  int node_ = -1;
+};
+
+// A dependent random walk through the cache lines of a buffer.
+class PointerChase {
+ public:
+  // Links the first `bytes` (whole cache lines, at least 2) of `buffer` into one cycle in
+  // random order (Sattolo's algorithm, fixed seed, so runs are comparable).
+  static PointerChase Build(void* buffer, std::size_t bytes);
+
+  // Follows `steps` links from the current position; returns where it stopped so the
+  // loads stay live. Each step is one dependent load.
+  const void* Walk(std::size_t steps);
+
+  std::size_t lines() const { return lines_; }
+
+ private:
+  PointerChase(const void* start, std::size_t lines) : position_(start), lines_(lines) {}
+  const void* position_;
+  std::size_t lines_;
+};
+
+}  // namespace numarena::bandwidth_internal
