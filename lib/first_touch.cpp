@@ -24,7 +24,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "numarena/page_nodes.hpp"
-#include "numarena/policy.hpp"
 #include "numarena/topology.hpp"
 #include "prim/os.hpp"
 
@@ -59,13 +58,24 @@ PageRange WidenToPages(void* ptr, std::size_t len) {
   return {reinterpret_cast<void*>(first), last - first, (last - first) / page};
 }
 
-// The node must be online and allowed for this process's memory. Reuses the policy check
-// so the wording (and the list of online nodes) is the same everywhere.
+// The node must be online and the process allowed to use its memory.
 Status CheckTargetNode(int node, const std::string& context, const Topology** topology_out) {
   auto topology = Topology::system();
   if (!topology.ok()) return Annotate(topology.status(), context);
-  if (Status s = Policy::Bind(node).Validate(**topology); !s.ok()) return Annotate(s, context);
-  if (topology_out != nullptr) *topology_out = *topology;
+  const Topology& topo = **topology;
+  if (!topo.has_node(node)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, ": node ", node, " is not an online NUMA node (online: ",
+                     absl::StrJoin(topo.node_ids(), ","), "); pass one of those"));
+  }
+  if (!topo.memory_allowed(node)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, ": node ", node,
+        " is outside this process's allowed memory nodes (Mems_allowed / cpuset.mems: ",
+        absl::StrJoin(topo.process().allowed_mem_nodes, ","),
+        "); widen the cpuset or pick an allowed node"));
+  }
+  if (topology_out != nullptr) *topology_out = &topo;
   return absl::OkStatus();
 }
 
