@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "numarena/stat.hpp"
 #include "numarena/status.hpp"
 
 namespace numarena::parse {
@@ -57,14 +58,7 @@ struct NumaMapsEntry {
 
 // /sys/devices/system/node/nodeN/numastat: "numa_hit 123\nnuma_miss 0\n...". All six counters
 // are required; unknown lines are skipped. Units are pages (allocation events).
-struct NodeNumastat {
-  std::uint64_t numa_hit = 0;        // allocated here, as intended
-  std::uint64_t numa_miss = 0;       // allocated here although another node was preferred
-  std::uint64_t numa_foreign = 0;    // intended for here, allocated elsewhere
-  std::uint64_t interleave_hit = 0;  // interleave policy pages that landed here as intended
-  std::uint64_t local_node = 0;      // allocated here by a task running on this node
-  std::uint64_t other_node = 0;      // allocated here by a task running on another node
-};
+using NodeNumastat = NodeNumaCounters;
 [[nodiscard]] StatusOr<NodeNumastat> ParseNodeNumastat(std::string_view text);
 
 // A sysctl file holding one integer ("0\n", "-1", "2097152").
