@@ -35,6 +35,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "numarena/capacity.hpp"
 #include "numarena/policy.hpp"
@@ -139,6 +140,7 @@ class Arena {
       int tcache = arena_internal::tcache_flags[primary_heap_];
       if (tcache != 0) {
         if (void* p = mallocx(size, fast_flags_ | tcache)) return p;
+        return AllocateAfterFastMiss(size);
       }
     }
     return AllocateSlow(size, alignment);
@@ -177,7 +179,12 @@ class Arena {
 
   static constexpr std::size_t kFastLimit = arena_internal::kLargeAlignThreshold - 1;
 
+  [[nodiscard]] Status Init();
   void* AllocateSlow(std::size_t size, std::size_t alignment) noexcept;
+  // The fast path's mallocx on the primary heap just failed (its hooks said why).
+  void* AllocateAfterFastMiss(std::size_t size) noexcept;
+  void* AllocateWithFallback(std::size_t size, std::size_t alignment, bool primary_tried,
+                             Status* error) noexcept;
   void* AllocateOnHeap(int heap, std::size_t size, std::size_t alignment, Status* error) noexcept;
   int HeapForNode(int node, Status* error) noexcept;
 
@@ -188,6 +195,8 @@ class Arena {
   // Preferred / Local: heap per node (-1 = not created yet), indexed by node id.
   std::atomic<int>* node_heaps_ = nullptr;
   int node_heap_count_ = 0;
+  // Preferred: the preferred node, then the others allowed to this process by distance.
+  std::vector<int> fallback_order_;
   std::atomic<std::uint64_t> fallbacks_{0};
 };
 
