@@ -61,7 +61,7 @@ struct MatrixOptions {
   std::size_t buffer_bytes = 0;
   // Timed budget of the whole run in seconds, split evenly between the figures (fault-in
   // and setup are extra). Each figure runs at least one full pass over its arrays.
-  double seconds = 6.0;
+  double seconds = 4.0;
   // Measure the idle latency of every cell (a single pinned thread chasing pointers).
   bool measure_latency = true;
   // Rows (CPU nodes) and columns (memory nodes) to measure; empty: all the process may use.
@@ -75,8 +75,8 @@ inline constexpr std::size_t kMinBandwidthBufferBytes = std::size_t{64} << 10;
 struct BandwidthCell {
   int memory_node = -1;
   int distance = -1;                   // SLIT distance CPU node -> memory node (10 = local)
-  PerKernel bytes_per_second{};        // aggregate over the row's threads
-  double latency_ns = 0;               // idle load-to-use latency; 0 when not measured
+  PerKernel bytes_per_second{};        // sum of the row's threads' best passes
+  double latency_ns = 0;               // idle load-to-use latency (median batch); 0 if not measured
   PerKernel relative_to_local{};       // this / the row's local cell; 0 when the row has none
   PerKernel fraction_of_best_local{};  // this / the machine's best local figure
   // this / the machine's libc limit: write / memset, read, copy and triad / memcpy.
