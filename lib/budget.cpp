@@ -127,7 +127,7 @@ thread_local EventQueue t_events;
 std::uint64_t NonNegative(std::int64_t v) { return v > 0 ? static_cast<std::uint64_t>(v) : 0; }
 
 std::int64_t FractionOf(std::int64_t capacity, double fraction) {
-  return static_cast<std::int64_t>(std::floor(static_cast<double>(capacity) * fraction));
+  return std::llround(static_cast<double>(capacity) * fraction);
 }
 
 Status CheckFraction(const char* name, double value, bool zero_ok) {
@@ -418,6 +418,8 @@ Status Budget::Charge(int node, std::size_t bytes, Priority priority) {
       return absl::OkStatus();
     }
     if (result != ChargeResult::kOverClass) Settle(*n, /*refused=*/true);
+  } else {
+    n->reclaim_skipped.fetch_add(1, std::memory_order_relaxed);  // a hook is allocating
   }
   const char* why = result == ChargeResult::kOverClass ? "class" : "limit";
   return Refuse(*n, bytes, priority, why, freed);
@@ -480,7 +482,12 @@ void Budget::Settle(Node& n, bool refused) {
   // when other threads change usage meanwhile (they settle it again after their change).
   for (int round = 0; round < 8; ++round) {
     const std::int64_t u = n.usage.load(std::memory_order_acquire);
-    const NodeState target = refused ? NodeState::kTripped : n.Target(s, u);
+    // A refused charge trips the node when usage is already within the trip band (at or
+    // above trip - hysteresis, where Tripped would hold anyway); one oversized request on a
+    // roomy node is refused without changing the state.
+    const bool trips = refused && u >= n.enter[3].load(std::memory_order_relaxed) -
+                                           n.margin.load(std::memory_order_relaxed);
+    const NodeState target = trips ? NodeState::kTripped : n.Target(s, u);
     if (target == s) return;
     if (n.state.compare_exchange_strong(s, target, std::memory_order_acq_rel)) {
       // A refusal reclaims with the size of the refused request in mind (Charge does it).

@@ -24,10 +24,10 @@
 //   kAdmissionClosed  at or above 1 - headroom (85 %): `Admit` answers kLater to new work of
 //                     normal and low priority; high priority may still use the headroom;
 //                     `Charge` of work already admitted proceeds.
-//   kTripped          at or above trip (90 %), or a charge would pass it: `Charge` of
-//                     normal and low priority is refused (ResourceExhausted) after the
-//                     reclaim hooks had a synchronous chance to free memory; high priority
-//                     may go up to the capacity.
+//   kTripped          at or above trip (90 %), or at or above trip - hysteresis when a
+//                     charge would pass trip: `Charge` of normal and low priority is
+//                     refused (ResourceExhausted) after the reclaim hooks had a synchronous
+//                     chance to free memory; high priority may go up to the capacity.
 //
 // A state is left only after usage falls `hysteresis` (5 points) below its threshold, so a
 // node hovering at a threshold does not flap. Normal and low priority can never push usage
