@@ -1,0 +1,389 @@
+// The KV-cache tensor pool: attention K/V blocks placed by head group, hot/cold tiered.
+//
+// An inference server keeps the attention keys and values of every live sequence. Where those
+// bytes sit decides decode latency, so the pool places them deliberately:
+//
+//   * Head-first placement. KV heads are grouped and every block of a head group, for all
+//     layers, lives on that group's home node (K and V of one head side by side), so the
+//     threads that run attention for a head group read only local memory.
+//   * Blocks. A block holds K and V of one (layer range, head group, span of
+//     `tokens_per_block` tokens), contiguous and 64-byte aligned. A *span* is the row of
+//     blocks (all layer ranges x all head groups) for one run of tokens of a sequence; spans
+//     are what sequences own, share and look up by prefix hash.
+//   * Hot and cold tiers. Block memory comes from slabs on the home node (hot) or on a cold
+//     tier: a named node (e.g. a CXL memory-only node), the farthest node, or interleaved over
+//     a set. A hotness policy (LRU, CLOCK, 2Q) chooses which blocks to demote; demotion copies
+//     a block to the cold tier and repoints its handle. Touching (pinning) a cold block
+//     promotes it when the hot tier has room, otherwise it is served from the cold tier.
+//   * Budget-driven. Hot memory is limited by a per-node block capacity, by the storage
+//     (a budget refusing memory), and by `Reclaim`, which a budget's reclaim hook calls at
+//     the warn and trip lines: the pool demotes instead of failing.
+//   * Prefix reuse. A full span is indexed by the hash of (parent hash, its token ids); a new
+//     request whose prompt starts with the same tokens shares those spans (reference
+//     counted) instead of recomputing them. Spans of finished sequences stay cached until
+//     their memory is needed (lazy eviction).
+//
+// Handles (`KvBlockId`, `KvSequenceId`) are stable; a block's data pointer is valid only
+// while it is pinned (`KvBlockPin`), and migration never moves a pinned block.
+//
+// Thread-safety: every member function may be called from any thread. Operations on one
+// sequence are serialised by that sequence's own lock; pinning a hot block, and allocating or
+// freeing a span from the free lists, take no pool-wide lock.
+//
+//   numarena::KvPoolOptions options;
+//   options.geometry = {.layers = 32, .kv_heads = 8, .head_dim = 128,
+//                       .dtype = numarena::KvDType::kBf16};
+//   options.cold_tier = numarena::KvColdTier::Farthest();
+//   auto pool = numarena::KvPool::Create(std::move(options));
+//   if (!pool.ok()) { std::cerr << pool.status() << "\n"; return 1; }
+//   std::size_t reused = 0;
+//   auto seq = (*pool)->CreateSequence(prompt_tokens, &reused);  // shares cached prefix spans
+//   // ... compute K/V for prompt_tokens[reused..] and write them:
+//   auto pin = (*pool)->PinToken(*seq, /*layer=*/0, /*group=*/0, /*token=*/reused);
+//   std::memcpy(pin->key(/*layer_in_block=*/0, /*head_in_group=*/0, pin->token_in_block()),
+//               k_row, pin->row_bytes());
+//   // attention for (layer 3, head group 1):
+//   (*pool)->ForEachBlock(*seq, 3, 1, [&](const numarena::KvBlockPin& block) { ... });
+//   (*pool)->FreeSequence(*seq);
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "numarena/capacity.hpp"
+#include "numarena/policy.hpp"
+#include "numarena/status.hpp"
+
+namespace numarena {
+
+class Topology;
+class Budget;
+
+// ---- geometry ------------------------------------------------------------------------
+
+// Element type of the K/V tensors. The pool never interprets the values; only the size.
+enum class KvDType : unsigned char { kFp32, kFp16, kBf16, kFp8 };
+std::size_t KvDTypeBytes(KvDType dtype);  // 4, 2, 2, 1
+const char* KvDTypeName(KvDType dtype);   // "fp32", "fp16", "bf16", "fp8"
+
+// The model's KV shape and how it is cut into blocks.
+struct KvGeometry {
+  int layers = 0;    // transformer layers with a KV cache
+  int kv_heads = 0;  // KV heads per layer (after GQA/MQA grouping)
+  int head_dim = 0;  // elements per head vector
+  KvDType dtype = KvDType::kFp16;
+  int tokens_per_block = 16;
+  int layers_per_block = 1;  // layers in one block's layer range; must divide `layers`
+  // KV heads in one head group; must divide `kv_heads`. 0: kv_heads / home node count when
+  // that divides, else 1 (one head per group, groups round-robin over the home nodes).
+  int heads_per_group = 0;
+};
+
+// ---- tiers and storage ---------------------------------------------------------------
+
+// Where demoted blocks go.
+struct KvColdTier {
+  enum class Kind : unsigned char {
+    kNone,        // no cold tier: a full hot tier refuses
+    kNode,        // one named node, e.g. a CXL memory-only node
+    kFarthest,    // the allowed node farthest from the home nodes (SLIT; ties: memory-only,
+                  // then the lowest HMAT read bandwidth, then the lowest id)
+    kInterleave,  // slabs round-robin over a node set
+  };
+  Kind kind = Kind::kNone;
+  std::vector<int> nodes;
+
+  static KvColdTier None() { return {}; }
+  static KvColdTier Node(int node) { return {Kind::kNode, {node}}; }
+  static KvColdTier Farthest() { return {Kind::kFarthest, {}}; }
+  static KvColdTier Interleave(std::vector<int> nodes) {
+    return {Kind::kInterleave, std::move(nodes)};
+  }
+};
+
+// Which hot blocks are demoted first.
+enum class KvHotnessPolicy : unsigned char {
+  kLru,       // least recently pinned first
+  kClock,     // second chance: a hand sweeps the hot blocks, clearing reference bits
+  kTwoQueue,  // 2Q: blocks pinned once since they became hot (FIFO) go before blocks
+              // pinned again (LRU); a ghost list remembers recent demotions so a block that
+              // comes back soon is treated as frequently used
+};
+const char* KvHotnessPolicyName(KvHotnessPolicy policy);
+
+// Where block memory comes from: page-aligned slabs whose pages land on a node. The pool
+// carves slabs into blocks, so storage is called rarely (growth, demotion, release).
+// Implementations must be thread-safe. They may call back into the pool's `Reclaim` from
+// `AllocateSlab` (a budget's reclaim hook): the pool never holds a lock while calling them.
+class KvStorage {
+ public:
+  virtual ~KvStorage() = default;
+  // `bytes` (a multiple of the page size) whose pages will be on `node`.
+  // ResourceExhausted when a budget or the node refuses.
+  [[nodiscard]] virtual StatusOr<void*> AllocateSlab(int node, std::size_t bytes) = 0;
+  // Returns a slab from AllocateSlab; its pages are released.
+  virtual void FreeSlab(int node, void* slab, std::size_t bytes) = 0;
+  // True when growing on `node` now would add to memory pressure (for example a budget past
+  // its warn line). Promotion into the hot tier is skipped then. Default: never.
+  virtual bool UnderPressure(int /*node*/) const { return false; }
+  // Bytes the storage could ever give on `node` (a budget's limit); used to reject
+  // configurations whose blocks cannot fit. Default: unlimited.
+  virtual std::size_t CapacityBytes(int /*node*/) const { return SIZE_MAX; }
+};
+
+// Slabs from anonymous mappings bound to their node with mbind before first touch (`mode`
+// kStrict: MPOL_BIND, kAdvisory: MPOL_PREFERRED). When `gate` is given, every slab is
+// charged to it with `priority` before it is mapped and released after it is unmapped; a
+// refused charge is the slab's ResourceExhausted.
+std::shared_ptr<KvStorage> MakeBoundMmapStorage(CapacityGate* gate = nullptr,
+                                                BindMode mode = BindMode::kStrict,
+                                                Priority priority = Priority::kNormal);
+
+// ---- options -------------------------------------------------------------------------
+
+struct KvPoolOptions {
+  KvGeometry geometry;
+
+  // Home nodes the head groups are spread over, group g on home_nodes[g % size]. Empty: the
+  // process's allowed nodes that have CPUs, minus the cold tier's nodes; when `near_cpus` is
+  // given, the nodes of those CPUs; when `near_device` (a PCI bus id) is given, the device's
+  // node and the nodes of its socket (SLIT distance below 20).
+  std::vector<int> home_nodes;
+  std::vector<int> near_cpus;
+  std::string near_device;
+
+  KvColdTier cold_tier;
+  KvHotnessPolicy hotness = KvHotnessPolicy::kLru;
+
+  // Blocks the hot tier may hold on each home node; 0: limited only by the storage.
+  std::size_t hot_blocks_per_node = 0;
+  // Blocks the cold tier may hold in total; 0: limited only by the storage.
+  std::size_t cold_blocks = 0;
+  // Rate limit of background demotion (`Demote` with kBackground) in MB/s; 0: unlimited.
+  // Urgent demotion (making room for an allocation, reclaim at the trip line) ignores it.
+  double demotion_mbps = 0;
+  // Size of the slabs blocks are carved from (rounded up to whole blocks and pages).
+  std::size_t slab_bytes = std::size_t{2} << 20;
+  // Empty slabs kept per (tier, node) so demote/promote cycles do not remap and re-fault
+  // memory. `Reclaim` releases them first.
+  std::size_t retained_empty_slabs = 1;
+  // Pinning a cold block promotes it when the hot tier has room.
+  bool promote_on_touch = true;
+
+  // Block memory. Default: MakeBoundMmapStorage(budget).
+  std::shared_ptr<KvStorage> storage;
+  // The budget that drives tiering (may be null). The pool registers a reclaim hook on it
+  // (class Priority::kLow, so cold KV is asked before other memory): in kWarn it demotes
+  // toward the warn line at the background rate, from kAdmissionClosed on it demotes at
+  // once. Promotion skips nodes at or past kWarn, and a block larger than a node's capacity
+  // is a configuration error. The budget must outlive the pool.
+  Budget* budget = nullptr;
+  // Topology used to resolve and validate nodes. Default: Topology::system(). Only needed
+  // when home nodes or the cold tier are not all given explicitly, or to validate them.
+  const Topology* topology = nullptr;
+};
+
+// ---- handles and pins ----------------------------------------------------------------
+
+using KvBlockId = std::uint32_t;
+using KvSequenceId = std::uint64_t;
+enum class KvTier : unsigned char { kNone = 0, kHot = 1, kCold = 2 };
+
+class KvPool;
+
+// A pinned block: its data pointer is valid, and the block will not move, until the pin is
+// destroyed. Layout of the data: for each layer of the block's range, for each head of its
+// group, `tokens_per_block` key rows of `head_dim` elements, then as many value rows. Key
+// and value areas start 64-byte aligned.
+class KvBlockPin {
+ public:
+  KvBlockPin() = default;
+  KvBlockPin(KvBlockPin&& other) noexcept { *this = std::move(other); }
+  KvBlockPin& operator=(KvBlockPin&& other) noexcept;
+  KvBlockPin(const KvBlockPin&) = delete;
+  KvBlockPin& operator=(const KvBlockPin&) = delete;
+  ~KvBlockPin() { Reset(); }
+
+  // Unpins now (the destructor does it otherwise).
+  void Reset();
+
+  bool valid() const { return pool_ != nullptr; }
+  KvBlockId id() const { return id_; }
+  std::byte* data() const { return data_; }
+  KvTier tier() const { return tier_; }
+  int node() const { return node_; }
+
+  int first_layer() const { return first_layer_; }  // layer range of the block
+  int first_head() const { return first_head_; }    // first KV head of its group
+  int group() const { return group_; }
+  // Tokens of the sequence before this block, and valid tokens in it (set by ForEachBlock
+  // and PinToken; 0 for a bare Pin).
+  std::size_t first_token() const { return first_token_; }
+  int tokens() const { return tokens_; }
+  // For PinToken: the requested token's index inside the block.
+  int token_in_block() const { return token_in_block_; }
+
+  // Bytes of one K or V row (head_dim elements).
+  std::size_t row_bytes() const;
+  // Start of the key rows / value rows of (layer_in_block, head_in_group), or of one row.
+  std::byte* key(int layer_in_block, int head_in_group, int token = 0) const;
+  std::byte* value(int layer_in_block, int head_in_group, int token = 0) const;
+
+ private:
+  friend class KvPool;
+  KvPool* pool_ = nullptr;
+  KvBlockId id_ = 0;
+  std::byte* data_ = nullptr;
+  KvTier tier_ = KvTier::kNone;
+  int node_ = -1;
+  int first_layer_ = 0;
+  int first_head_ = 0;
+  int group_ = 0;
+  std::size_t first_token_ = 0;
+  int tokens_ = 0;
+  int token_in_block_ = 0;
+};
+
+// ---- statistics ----------------------------------------------------------------------
+
+struct KvNodeStats {
+  int node = -1;
+  std::size_t hot_blocks = 0;       // blocks whose data is in this node's hot tier
+  std::size_t cold_blocks = 0;      // blocks whose data is in the cold tier on this node
+  std::size_t hot_slab_bytes = 0;   // memory the hot tier holds on this node
+  std::size_t cold_slab_bytes = 0;  // memory the cold tier holds on this node
+};
+
+struct KvPoolStats {
+  std::size_t block_bytes = 0;      // bytes of one block (with alignment padding)
+  std::size_t blocks_per_span = 0;  // layer ranges x head groups
+  std::vector<KvNodeStats> nodes;   // every node the pool uses, ascending
+  std::size_t hot_blocks = 0;
+  std::size_t cold_blocks = 0;
+  std::size_t pinned_blocks = 0;
+
+  std::size_t sequences = 0;
+  std::size_t spans_in_use = 0;  // owned by at least one sequence
+  std::size_t spans_cached = 0;  // owned by none, kept for prefix reuse
+  std::size_t spans_free = 0;    // backed by memory, ready for allocation
+
+  std::uint64_t hot_pins = 0;   // pins served from the hot tier
+  std::uint64_t cold_pins = 0;  // pins served from the cold tier (no room to promote)
+  double hot_hit_rate = 0;      // hot_pins / (hot_pins + cold_pins); 0 when no pins
+  double cold_hit_rate = 0;
+
+  std::uint64_t demotions = 0;  // blocks
+  std::uint64_t promotions = 0;
+  std::uint64_t bytes_demoted = 0;
+  std::uint64_t bytes_promoted = 0;
+  double demotion_mbps = 0;   // bytes_demoted / time spent demoting
+  double promotion_mbps = 0;  // bytes_promoted / time spent promoting
+
+  std::uint64_t prefix_lookups = 0;    // full spans looked up for reuse
+  std::uint64_t prefix_hits = 0;       // of which found and shared
+  std::uint64_t cached_evictions = 0;  // cached spans dropped to make room
+  std::uint64_t refusals = 0;          // allocations refused (ResourceExhausted)
+  std::uint64_t copy_on_writes = 0;
+};
+
+// ---- the pool ------------------------------------------------------------------------
+
+// How urgently `Demote` must free hot memory.
+enum class KvUrgency : unsigned char {
+  kBackground,  // rate-limited by KvPoolOptions::demotion_mbps
+  kUrgent,      // now, regardless of the rate limit
+};
+
+class KvPool {
+ public:
+  // Validates the options and builds the pool. InvalidArgument names what is wrong: zero
+  // layers/heads/head_dim/tokens, a group or layer range that does not divide, an unknown or
+  // not-allowed home or cold node, a cold node that is also a home node, a block larger
+  // than the storage's capacity on a node. FailedPrecondition when defaults cannot be
+  // resolved (no topology, no node left for the cold tier).
+  [[nodiscard]] static StatusOr<std::unique_ptr<KvPool>> Create(KvPoolOptions options);
+  ~KvPool();
+  KvPool(const KvPool&) = delete;
+  KvPool& operator=(const KvPool&) = delete;
+
+  // ---- layout
+  const KvGeometry& geometry() const;
+  int head_groups() const;
+  int layer_ranges() const;
+  std::size_t block_bytes() const;
+  // Home node of a head group.
+  int group_node(int group) const;
+  const std::vector<int>& home_nodes() const;
+  // Nodes of the cold tier (empty without one).
+  const std::vector<int>& cold_nodes() const;
+
+  // ---- sequences
+  // A new sequence holding `prompt`. Full spans whose prefix is cached are shared, and
+  // `reused_tokens` (optional) receives how many leading tokens already have K/V; the caller
+  // computes and writes the rest. ResourceExhausted when no memory is left (nothing is
+  // held then).
+  [[nodiscard]] StatusOr<KvSequenceId> CreateSequence(std::span<const std::int32_t> prompt = {},
+                                                      std::size_t* reused_tokens = nullptr);
+  // Appends token ids, allocating spans as they fill. A shared partial last span is copied
+  // first (copy-on-write). When a span becomes full it is entered in the prefix index.
+  // The caller writes the tokens' K/V afterwards (PinToken). On ResourceExhausted the
+  // sequence is unchanged.
+  [[nodiscard]] Status Append(KvSequenceId sequence, std::span<const std::int32_t> tokens);
+  // Drops tokens from the end so `tokens` remain (speculative decoding rollback).
+  [[nodiscard]] Status Truncate(KvSequenceId sequence, std::size_t tokens);
+  // A new sequence sharing all of `parent`'s spans (reference counted).
+  [[nodiscard]] StatusOr<KvSequenceId> Fork(KvSequenceId parent);
+  // Releases the sequence; spans no one else holds become cached (full) or free.
+  [[nodiscard]] Status FreeSequence(KvSequenceId sequence);
+  [[nodiscard]] StatusOr<std::size_t> Length(KvSequenceId sequence) const;
+  // How many leading tokens of `tokens` are covered by cached full spans (no side effects).
+  std::size_t CachedPrefixTokens(std::span<const std::int32_t> tokens);
+
+  // ---- blocks
+  // Block ids of a sequence for (layer, group), in token order.
+  [[nodiscard]] StatusOr<std::vector<KvBlockId>> Blocks(KvSequenceId sequence, int layer,
+                                                        int group) const;
+  // Pins a block (promoting it first when it is cold, promote_on_touch is set and the hot
+  // tier has room). FailedPrecondition when the block belongs to no sequence or cache.
+  [[nodiscard]] StatusOr<KvBlockPin> Pin(KvBlockId block);
+  // Pins the block holding `token` of the sequence for (layer, group), for writing its K/V.
+  [[nodiscard]] StatusOr<KvBlockPin> PinToken(KvSequenceId sequence, int layer, int group,
+                                              std::size_t token);
+  // Calls `visit` with each block of the sequence for (layer, group), pinned, in token order
+  // (the attention kernel's loop). The sequence is locked meanwhile: `visit` must not call
+  // sequence operations on the same sequence.
+  [[nodiscard]] Status ForEachBlock(KvSequenceId sequence, int layer, int group,
+                                    const std::function<void(const KvBlockPin&)>& visit);
+
+  // ---- tiering
+  // Frees up to `bytes` of hot memory on `node`: releases retained empty slabs, drops free
+  // spans' memory, then demotes blocks by the hotness policy. Returns the bytes of hot
+  // slabs given back to the storage. This is what a budget's reclaim hook calls.
+  std::size_t Reclaim(int node, std::size_t bytes, KvUrgency urgency = KvUrgency::kUrgent);
+  // Demotes up to `max_blocks` hot blocks of `node` chosen by the hotness policy. Returns the
+  // number demoted (0 without a cold tier, when every block is pinned, or when the rate
+  // limit has no budget left for kBackground).
+  std::size_t Demote(int node, std::size_t max_blocks, KvUrgency urgency = KvUrgency::kUrgent);
+  // Moves one block now. FailedPrecondition when it is pinned, unused, already in that tier,
+  // or there is no cold tier; ResourceExhausted when the target tier has no room.
+  [[nodiscard]] Status DemoteBlock(KvBlockId block);
+  [[nodiscard]] Status PromoteBlock(KvBlockId block);
+
+  KvPoolStats Stats() const;
+
+  struct Impl;
+
+ private:
+  friend class KvBlockPin;
+  explicit KvPool(std::unique_ptr<Impl> impl);
+  void Unpin(KvBlockId block);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace numarena

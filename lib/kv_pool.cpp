@@ -1,0 +1,1247 @@
+// The KV-cache tensor pool: spans of blocks, sequences, pins and the tiering engine
+// (see include/numarena/kv_pool.hpp for the model).
+//
+// Concurrency design. Spans and blocks live in chunked tables that only grow, so a handle is
+// resolved with two loads and no lock. A block's `state` word holds its pin count and a
+// MIGRATING bit: pinning is a CAS that fails while the bit is set, and a migration starts
+// with a CAS from 0 (no pins) to MIGRATING, so a pinned block is never moved and a block
+// being moved is never handed out. Block fields (data, tier, node, slab) change only while
+// MIGRATING is held (or before the block's span is published), and the release store that
+// ends a migration publishes them to the next pinner. Free spans sit in per-thread-sharded
+// free lists (a spinlock each): allocate and free of a span never take a pool-wide lock.
+// Per node, a list lock guards the hot list and the hotness policy; the prefix index has
+// its own sharded locks; every sequence has its own lock. Storage is always called with no
+// lock held (see kv_slab.hpp), because a budget's reclaim hook may re-enter `Reclaim`.
+#include "numarena/kv_pool.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "kv_hotness.hpp"
+#include "kv_layout.hpp"
+#include "kv_placement.hpp"
+#include "kv_prefix_index.hpp"
+#include "kv_slab.hpp"
+#include "numarena/budget.hpp"
+#include "numarena/topology.hpp"
+
+namespace numarena {
+
+using kv::kNil;
+
+namespace {
+
+constexpr std::uint32_t kMigrating = 1u << 31;
+constexpr std::uint32_t kSpansPerChunk = 256;
+constexpr std::uint32_t kMaxChunks = 1u << 16;
+constexpr std::size_t kFreeShards = 8;
+constexpr std::size_t kStatStripes = 16;
+
+enum SpanState : std::uint8_t { kUnbacked = 0, kFree = 1, kInUse = 2, kCached = 3 };
+
+class SpinLock {
+ public:
+  void lock() {
+    while (flag_.exchange(true, std::memory_order_acquire)) {
+      while (flag_.load(std::memory_order_relaxed)) std::this_thread::yield();
+    }
+  }
+  void unlock() { flag_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> flag_{false};
+};
+
+struct BlockMeta {
+  std::atomic<std::uint32_t> state{0};  // pin count | kMigrating
+  std::atomic<std::byte*> data{nullptr};
+  std::atomic<std::uint8_t> tier{0};  // KvTier
+  std::atomic<std::int32_t> node{-1};
+  std::atomic<std::int32_t> slab{-1};
+  kv::HotMeta hot;
+};
+
+struct SpanMeta {
+  std::atomic<std::uint32_t> refs{0};
+  std::atomic<std::uint8_t> state{kUnbacked};
+  std::atomic<bool> indexed{false};  // in the prefix index (changes under its shard lock)
+  // Written by the span's exclusive owner (refs == 1 and not indexed), read by owners.
+  std::int32_t tokens = 0;
+  bool hashed = false;  // full, `hash` valid
+  std::uint64_t hash = 0;
+  std::uint64_t parent_hash = 0;
+};
+
+struct Chunk {
+  Chunk(std::size_t blocks_per_span, std::size_t tokens_per_block)
+      : blocks(new BlockMeta[kSpansPerChunk * blocks_per_span]),
+        tokens(new std::int32_t[kSpansPerChunk * tokens_per_block]()) {}
+  SpanMeta spans[kSpansPerChunk];
+  std::unique_ptr<BlockMeta[]> blocks;
+  std::unique_ptr<std::int32_t[]> tokens;
+};
+
+struct Sequence {
+  std::mutex mu;
+  std::atomic<std::uint32_t> generation{1};
+  bool live = false;
+  std::vector<std::uint32_t> spans;
+  std::size_t tokens = 0;
+};
+
+struct SequenceChunk {
+  Sequence sequences[kSpansPerChunk];
+};
+
+struct alignas(64) FreeShard {
+  SpinLock mu;
+  std::vector<std::uint32_t> spans;
+};
+
+struct alignas(64) StatStripe {
+  std::atomic<std::uint64_t> hot_pins{0};
+  std::atomic<std::uint64_t> cold_pins{0};
+};
+
+std::size_t ThreadSlot() {
+  static std::atomic<std::size_t> next{0};
+  thread_local const std::size_t slot = next.fetch_add(1, std::memory_order_relaxed);
+  return slot;
+}
+
+struct HomeNode {
+  HomeNode(int id, kv::MetaAccessor meta, std::unique_ptr<kv::HotnessPolicy> p)
+      : node(id), list(std::move(meta)), policy(std::move(p)) {}
+  int node;
+  std::unique_ptr<kv::SlabAllocator> hot;
+  std::mutex list_mu;
+  kv::HotList list;
+  std::unique_ptr<kv::HotnessPolicy> policy;
+};
+
+}  // namespace
+
+struct KvPool::Impl {
+  KvPoolOptions options;
+  kv::Layout layout;
+  kv::Placement placement;
+  std::shared_ptr<KvStorage> storage;
+  std::vector<int> group_node;
+  std::size_t bps = 0;  // blocks per span
+  std::size_t tpb = 0;  // tokens per block
+
+  std::vector<std::unique_ptr<HomeNode>> homes;          // by home index
+  std::vector<std::unique_ptr<kv::SlabAllocator>> cold;  // by cold index
+  std::vector<int> home_index;                           // node id -> home index or -1
+  std::vector<int> cold_index;                           // node id -> cold index or -1
+  std::atomic<std::size_t> cold_cursor{0};
+
+  std::unique_ptr<std::atomic<Chunk*>[]> chunks { new std::atomic<Chunk*>[ kMaxChunks ]() };
+  std::atomic<std::uint32_t> spans_created{0};
+  std::mutex grow_mu;
+  std::vector<std::uint32_t> unbacked;
+
+  FreeShard free_shards[kFreeShards];
+  kv::PrefixIndex prefix;
+
+  std::unique_ptr<std::atomic<SequenceChunk*>[]> seq_chunks {
+    new std::atomic<SequenceChunk*>[ kMaxChunks ]()
+  };
+  std::mutex seq_mu;
+  std::uint32_t seq_created = 0;
+  std::vector<std::uint32_t> seq_free;
+  std::atomic<std::size_t> live_sequences{0};
+
+  std::atomic<std::uint64_t> clock{1};
+  StatStripe stripes[kStatStripes];
+  std::atomic<std::uint64_t> demotions{0}, promotions{0}, bytes_demoted{0}, bytes_promoted{0};
+  std::atomic<std::uint64_t> demotion_ns{0}, promotion_ns{0};
+  std::atomic<std::uint64_t> prefix_lookups{0}, prefix_hits{0}, cached_evictions{0};
+  std::atomic<std::uint64_t> refusals{0}, copy_on_writes{0};
+
+  std::uint64_t budget_hook = 0;  // id of the reclaim hook on options.budget, 0 when none
+
+  std::mutex rate_mu;
+  double rate_allowance = 0;  // bytes background demotion may still move
+  std::chrono::steady_clock::time_point rate_last = std::chrono::steady_clock::now();
+
+  ~Impl() {
+    for (std::uint32_t c = 0; c < kMaxChunks; ++c) {
+      delete chunks[c].load(std::memory_order_relaxed);
+      delete seq_chunks[c].load(std::memory_order_relaxed);
+    }
+  }
+
+  // ---- tables
+  Chunk& chunk_of_span(std::uint32_t span) const {
+    return *chunks[span / kSpansPerChunk].load(std::memory_order_acquire);
+  }
+  SpanMeta& span(std::uint32_t s) const { return chunk_of_span(s).spans[s % kSpansPerChunk]; }
+  BlockMeta& block(KvBlockId id) const {
+    const std::uint32_t s = static_cast<std::uint32_t>(id / bps);
+    return chunk_of_span(s).blocks[(s % kSpansPerChunk) * bps + id % bps];
+  }
+  std::int32_t* span_tokens(std::uint32_t s) const {
+    return chunk_of_span(s).tokens.get() + (s % kSpansPerChunk) * tpb;
+  }
+  KvBlockId block_id(std::uint32_t s, int index) const {
+    return static_cast<KvBlockId>(s * bps + static_cast<std::size_t>(index));
+  }
+  bool valid_block(KvBlockId id) const {
+    return id / bps < spans_created.load(std::memory_order_acquire);
+  }
+  std::uint64_t Tick() { return clock.fetch_add(1, std::memory_order_relaxed); }
+  StatStripe& stripe() { return stripes[ThreadSlot() % kStatStripes]; }
+
+  HomeNode* home_of(int node) const {
+    if (node < 0 || node >= static_cast<int>(home_index.size()) || home_index[node] < 0)
+      return nullptr;
+    return homes[home_index[node]].get();
+  }
+  kv::SlabAllocator* cold_of(int node) const {
+    if (node < 0 || node >= static_cast<int>(cold_index.size()) || cold_index[node] < 0)
+      return nullptr;
+    return cold[cold_index[node]].get();
+  }
+
+  // ---- sequences
+  Sequence* sequence(KvSequenceId id) const {
+    const auto index = static_cast<std::uint32_t>(id & 0xffffffffu);
+    const auto generation = static_cast<std::uint32_t>(id >> 32);
+    if (index / kSpansPerChunk >= kMaxChunks) return nullptr;
+    SequenceChunk* c = seq_chunks[index / kSpansPerChunk].load(std::memory_order_acquire);
+    if (c == nullptr) return nullptr;
+    Sequence* s = &c->sequences[index % kSpansPerChunk];
+    if (s->generation.load(std::memory_order_acquire) != generation) return nullptr;
+    return s;
+  }
+
+  Status NoSequence(KvSequenceId id) const {
+    return absl::NotFoundError(
+        absl::StrCat("KV pool: sequence ", id, " does not exist (never created or already freed)"));
+  }
+
+  StatusOr<KvSequenceId> NewSequence() {
+    std::lock_guard lock(seq_mu);
+    std::uint32_t index;
+    if (!seq_free.empty()) {
+      index = seq_free.back();
+      seq_free.pop_back();
+    } else {
+      index = seq_created;
+      if (index / kSpansPerChunk >= kMaxChunks) {
+        return absl::ResourceExhaustedError("KV pool: too many live sequences");
+      }
+      if (index % kSpansPerChunk == 0)
+        seq_chunks[index / kSpansPerChunk].store(new SequenceChunk, std::memory_order_release);
+      ++seq_created;
+    }
+    Sequence* s = &seq_chunks[index / kSpansPerChunk].load()->sequences[index % kSpansPerChunk];
+    std::lock_guard seq_lock(s->mu);
+    s->live = true;
+    s->spans.clear();
+    s->tokens = 0;
+    live_sequences.fetch_add(1, std::memory_order_relaxed);
+    return (static_cast<KvSequenceId>(s->generation.load()) << 32) | index;
+  }
+
+  void RetireSequence(KvSequenceId id, Sequence* s) {  // s->mu held
+    s->live = false;
+    s->spans.clear();
+    s->tokens = 0;
+    s->generation.fetch_add(1, std::memory_order_release);
+    live_sequences.fetch_sub(1, std::memory_order_relaxed);
+    std::lock_guard lock(seq_mu);
+    seq_free.push_back(static_cast<std::uint32_t>(id & 0xffffffffu));
+  }
+
+  // ---- pins
+  // Pins `id`; promotes it first when it is cold, `promote` is set and there is room.
+  void PinRaw(KvBlockId id, bool promote) {
+    BlockMeta& b = block(id);
+    for (;;) {
+      std::uint32_t st = b.state.load(std::memory_order_acquire);
+      if (st & kMigrating) {
+        std::this_thread::yield();
+        continue;
+      }
+      if (st == 0 && promote && options.promote_on_touch &&
+          b.tier.load(std::memory_order_relaxed) == static_cast<std::uint8_t>(KvTier::kCold)) {
+        if (b.state.compare_exchange_weak(st, kMigrating, std::memory_order_acquire)) {
+          TryPromoteLocked(id, b);
+          b.state.store(1, std::memory_order_release);
+          break;
+        }
+        continue;
+      }
+      if (b.state.compare_exchange_weak(st, st + 1, std::memory_order_acquire)) break;
+    }
+    kv::Touch(b.hot, Tick());
+    StatStripe& s = stripe();
+    if (b.tier.load(std::memory_order_relaxed) == static_cast<std::uint8_t>(KvTier::kHot)) {
+      s.hot_pins.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      s.cold_pins.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  void UnpinRaw(KvBlockId id) { block(id).state.fetch_sub(1, std::memory_order_release); }
+
+  // ---- tier moves (caller holds MIGRATING on `b`)
+  std::uint32_t HomeNodeOfBlock(KvBlockId id) const {
+    return static_cast<std::uint32_t>(group_node[layout.GroupOf(static_cast<int>(id % bps))]);
+  }
+
+  // Moves a cold block home when the hot tier has room. Returns whether it moved.
+  bool TryPromoteLocked(KvBlockId id, BlockMeta& b) {
+    HomeNode* home = home_of(static_cast<int>(HomeNodeOfBlock(id)));
+    if (!home->hot->HasRoom()) return false;
+    if (options.budget != nullptr && options.budget->state(home->node) >= NodeState::kWarn)
+      return false;  // promoting would only push the node back into reclaim
+    kv::Slot slot = home->hot->Allocate(/*may_grow=*/true);
+    if (!slot) return false;
+    const auto start = std::chrono::steady_clock::now();
+    std::memcpy(slot.data, b.data.load(std::memory_order_relaxed), layout.block_bytes);
+    kv::Slot old{b.data.load(std::memory_order_relaxed), b.slab.load(std::memory_order_relaxed)};
+    kv::SlabAllocator* from = cold_of(b.node.load(std::memory_order_relaxed));
+    SetPlacement(b, slot, KvTier::kHot, home->node);
+    {
+      std::lock_guard lock(home->list_mu);
+      kv::ResetHotness(b.hot, Tick());
+      home->list.PushBack(id);
+      home->policy->OnInsert(home->list, id);
+    }
+    from->Free(old);
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+    promotions.fetch_add(1, std::memory_order_relaxed);
+    bytes_promoted.fetch_add(layout.block_bytes, std::memory_order_relaxed);
+    promotion_ns.fetch_add(static_cast<std::uint64_t>(ns), std::memory_order_relaxed);
+    return true;
+  }
+
+  static void SetPlacement(BlockMeta& b, kv::Slot slot, KvTier tier, int node) {
+    b.data.store(slot.data, std::memory_order_relaxed);
+    b.slab.store(slot.slab, std::memory_order_relaxed);
+    b.tier.store(static_cast<std::uint8_t>(tier), std::memory_order_relaxed);
+    b.node.store(node, std::memory_order_relaxed);
+  }
+
+  kv::Slot AllocateCold(int* node, Status* why) {
+    const std::size_t n = cold.size();
+    const std::size_t start = cold_cursor.fetch_add(1, std::memory_order_relaxed);
+    for (std::size_t k = 0; k < n; ++k) {
+      kv::SlabAllocator* a = cold[(start + k) % n].get();
+      kv::Slot slot = a->Allocate(/*may_grow=*/true, why);
+      if (slot) {
+        *node = a->node();
+        return slot;
+      }
+    }
+    return {};
+  }
+
+  bool EligibleVictim(KvBlockId id) const {
+    if (block(id).state.load(std::memory_order_relaxed) != 0) return false;
+    const std::uint8_t st =
+        span(static_cast<std::uint32_t>(id / bps)).state.load(std::memory_order_relaxed);
+    return st == kInUse || st == kCached;
+  }
+
+  std::size_t RateLimitedBlocks(std::size_t wanted) {
+    if (options.demotion_mbps <= 0) return wanted;
+    std::lock_guard lock(rate_mu);
+    const auto now = std::chrono::steady_clock::now();
+    const double bytes_per_s = options.demotion_mbps * 1e6;
+    rate_allowance = std::min(
+        bytes_per_s,  // at most one second of burst
+        rate_allowance + bytes_per_s * std::chrono::duration<double>(now - rate_last).count());
+    rate_last = now;
+    const auto allowed = static_cast<std::size_t>(rate_allowance / layout.block_bytes);
+    const std::size_t n = std::min(wanted, allowed);
+    rate_allowance -= static_cast<double>(n * layout.block_bytes);
+    return n;
+  }
+
+  std::size_t DemoteFrom(HomeNode& home, std::size_t count, KvUrgency urgency) {
+    if (cold.empty() || count == 0) return 0;
+    if (urgency == KvUrgency::kBackground) count = RateLimitedBlocks(count);
+    if (count == 0) return 0;
+    std::vector<std::uint32_t> victims, claimed;
+    {
+      std::lock_guard lock(home.list_mu);
+      home.policy->SelectVictims(
+          home.list, count, [this](std::uint32_t id) { return EligibleVictim(id); }, victims);
+      for (std::uint32_t id : victims) {
+        std::uint32_t expected = 0;
+        if (!block(id).state.compare_exchange_strong(expected, kMigrating,
+                                                     std::memory_order_acquire))
+          continue;  // pinned since it was chosen
+        home.policy->OnRemove(home.list, id, /*demoted=*/true);
+        home.list.Remove(id);
+        claimed.push_back(id);
+      }
+    }
+    std::size_t moved = 0;
+    const auto start = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < claimed.size(); ++i) {
+      BlockMeta& b = block(claimed[i]);
+      int cold_node = -1;
+      kv::Slot slot = AllocateCold(&cold_node, nullptr);
+      if (!slot) {  // cold tier full: put the rest back
+        std::lock_guard lock(home.list_mu);
+        for (std::size_t j = i; j < claimed.size(); ++j) {
+          home.list.PushBack(claimed[j]);
+          home.policy->OnInsert(home.list, claimed[j]);
+          block(claimed[j]).state.store(0, std::memory_order_release);
+        }
+        break;
+      }
+      std::memcpy(slot.data, b.data.load(std::memory_order_relaxed), layout.block_bytes);
+      kv::Slot old{b.data.load(std::memory_order_relaxed), b.slab.load(std::memory_order_relaxed)};
+      SetPlacement(b, slot, KvTier::kCold, cold_node);
+      b.state.store(0, std::memory_order_release);
+      home.hot->Free(old);
+      ++moved;
+    }
+    if (moved > 0) {
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+      demotions.fetch_add(moved, std::memory_order_relaxed);
+      bytes_demoted.fetch_add(moved * layout.block_bytes, std::memory_order_relaxed);
+      demotion_ns.fetch_add(static_cast<std::uint64_t>(ns), std::memory_order_relaxed);
+    }
+    return moved;
+  }
+
+  // ---- spans
+  void ActivateSpan(std::uint32_t s) {
+    SpanMeta& m = span(s);
+    m.refs.store(1, std::memory_order_relaxed);
+    m.tokens = 0;
+    m.hashed = false;
+    m.indexed.store(false, std::memory_order_relaxed);
+    m.state.store(kInUse, std::memory_order_release);
+  }
+
+  // Gives a span's block memory back (span holds no data any more).
+  void UnbackSpan(std::uint32_t s) {
+    for (std::size_t i = 0; i < bps; ++i) {
+      const KvBlockId id = block_id(s, static_cast<int>(i));
+      BlockMeta& b = block(id);
+      if (b.tier.load(std::memory_order_relaxed) == static_cast<std::uint8_t>(KvTier::kNone))
+        continue;
+      const kv::Slot slot{b.data.load(std::memory_order_relaxed),
+                          b.slab.load(std::memory_order_relaxed)};
+      const int node = b.node.load(std::memory_order_relaxed);
+      if (b.tier.load(std::memory_order_relaxed) == static_cast<std::uint8_t>(KvTier::kHot)) {
+        HomeNode* home = home_of(node);
+        {
+          std::lock_guard lock(home->list_mu);
+          home->policy->OnRemove(home->list, id, /*demoted=*/false);
+          home->list.Remove(id);
+        }
+        home->hot->Free(slot);
+      } else {
+        cold_of(node)->Free(slot);
+      }
+      SetPlacement(b, {}, KvTier::kNone, -1);
+    }
+    span(s).state.store(kUnbacked, std::memory_order_relaxed);
+  }
+
+  // A span id whose blocks have no memory: a recycled one or a new one.
+  StatusOr<std::uint32_t> NewUnbackedSpan() {
+    std::lock_guard lock(grow_mu);
+    if (!unbacked.empty()) {
+      const std::uint32_t s = unbacked.back();
+      unbacked.pop_back();
+      return s;
+    }
+    const std::uint32_t s = spans_created.load(std::memory_order_relaxed);
+    if (s / kSpansPerChunk >= kMaxChunks ||
+        static_cast<std::uint64_t>(s + 1) * bps > 0xffffffffull) {
+      return absl::ResourceExhaustedError("KV pool: block id space exhausted");
+    }
+    if (s % kSpansPerChunk == 0) {
+      chunks[s / kSpansPerChunk].store(new Chunk(bps, tpb), std::memory_order_release);
+    }
+    spans_created.store(s + 1, std::memory_order_release);
+    return s;
+  }
+
+  // Backs one block: hot on its home node, else after demoting a victim, else cold.
+  bool BackBlock(std::uint32_t s, int index, Status* why) {
+    const KvBlockId id = block_id(s, index);
+    BlockMeta& b = block(id);
+    HomeNode* home = home_of(group_node[layout.GroupOf(index)]);
+    kv::Slot slot = home->hot->Allocate(/*may_grow=*/true, why);
+    if (!slot && !cold.empty() && DemoteFrom(*home, 8, KvUrgency::kUrgent) > 0) {
+      slot = home->hot->Allocate(/*may_grow=*/true, why);
+    }
+    if (slot) {
+      SetPlacement(b, slot, KvTier::kHot, home->node);
+      std::lock_guard lock(home->list_mu);
+      kv::ResetHotness(b.hot, Tick());
+      home->list.PushBack(id);
+      home->policy->OnInsert(home->list, id);
+      return true;
+    }
+    int cold_node = -1;
+    Status cold_why;
+    if (!cold.empty()) slot = AllocateCold(&cold_node, &cold_why);
+    if (!slot) {
+      if (!cold.empty() && why != nullptr) {
+        *why = absl::ResourceExhaustedError(
+            absl::StrCat(why->message(), "; cold tier: ", cold_why.message()));
+      }
+      return false;
+    }
+    SetPlacement(b, slot, KvTier::kCold, cold_node);
+    kv::ResetHotness(b.hot, Tick());
+    return true;
+  }
+
+  std::uint32_t TakeFreeSpan() {
+    const std::size_t mine = ThreadSlot() % kFreeShards;
+    for (std::size_t k = 0; k < kFreeShards; ++k) {
+      FreeShard& shard = free_shards[(mine + k) % kFreeShards];
+      std::lock_guard lock(shard.mu);
+      if (!shard.spans.empty()) {
+        const std::uint32_t s = shard.spans.back();
+        shard.spans.pop_back();
+        return s;
+      }
+    }
+    return kNil;
+  }
+
+  StatusOr<std::uint32_t> AllocateSpan() {
+    std::uint32_t s = TakeFreeSpan();
+    if (s != kNil) {
+      ActivateSpan(s);
+      return s;
+    }
+    auto fresh = NewUnbackedSpan();
+    if (!fresh.ok()) return fresh.status();
+    s = *fresh;
+    Status why;
+    for (std::size_t i = 0; i < bps; ++i) {
+      if (BackBlock(s, static_cast<int>(i), &why)) continue;
+      // No memory in either tier: give back what this span got, reuse a cached span.
+      UnbackSpan(s);
+      {
+        std::lock_guard lock(grow_mu);
+        unbacked.push_back(s);
+      }
+      const std::uint32_t evicted = prefix.EvictOne(
+          [this](std::uint32_t e) { span(e).indexed.store(false, std::memory_order_relaxed); });
+      if (evicted != kv::PrefixIndex::kNone) {
+        cached_evictions.fetch_add(1, std::memory_order_relaxed);
+        ActivateSpan(evicted);
+        return evicted;
+      }
+      refusals.fetch_add(1, std::memory_order_relaxed);
+      return absl::ResourceExhaustedError(
+          absl::StrCat("KV pool: no memory for a block: ", why.message(),
+                       cold.empty() ? " (no cold tier is configured)" : ""));
+    }
+    ActivateSpan(s);
+    return s;
+  }
+
+  void ReleaseSpan(std::uint32_t s) {
+    SpanMeta& m = span(s);
+    if (m.indexed.load(std::memory_order_relaxed)) {
+      std::lock_guard lock(prefix.mutex_for(m.hash));
+      if (m.refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        m.state.store(kCached, std::memory_order_relaxed);
+        prefix.CacheLocked(m.hash, s);
+      }
+      return;
+    }
+    if (m.refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    m.state.store(kFree, std::memory_order_relaxed);
+    FreeShard& shard = free_shards[ThreadSlot() % kFreeShards];
+    std::lock_guard lock(shard.mu);
+    shard.spans.push_back(s);
+  }
+
+  // Looks a full span up by its prefix; shares it when found.
+  std::uint32_t AcquireCached(std::uint64_t parent, std::span<const std::int32_t> tokens,
+                              std::uint64_t hash) {
+    std::lock_guard lock(prefix.mutex_for(hash));
+    const std::uint32_t s = prefix.FindLocked(hash);
+    if (s == kv::PrefixIndex::kNone) return kNil;
+    SpanMeta& m = span(s);
+    if (m.parent_hash != parent || !std::equal(tokens.begin(), tokens.end(), span_tokens(s))) {
+      return kNil;  // a hash collision: never share another prompt's K/V
+    }
+    if (m.refs.fetch_add(1, std::memory_order_acq_rel) == 0) {
+      prefix.UncacheLocked(hash, s);
+      m.state.store(kInUse, std::memory_order_relaxed);
+    }
+    return s;
+  }
+
+  // Copies a span's data and token ids into a new exclusive span (copy-on-write).
+  void CopySpan(std::uint32_t from, std::uint32_t to, int tokens) {
+    for (std::size_t i = 0; i < bps; ++i) {
+      const KvBlockId src = block_id(from, static_cast<int>(i));
+      const KvBlockId dst = block_id(to, static_cast<int>(i));
+      PinRaw(src, /*promote=*/false);
+      PinRaw(dst, /*promote=*/true);
+      std::memcpy(block(dst).data.load(std::memory_order_relaxed),
+                  block(src).data.load(std::memory_order_relaxed), layout.block_bytes);
+      UnpinRaw(dst);
+      UnpinRaw(src);
+    }
+    std::copy_n(span_tokens(from), tokens, span_tokens(to));
+    span(to).tokens = tokens;
+    copy_on_writes.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // Appends with `s->mu` held. Either everything or nothing happens.
+  Status AppendLocked(Sequence* s, std::span<const std::int32_t> tokens) {
+    if (tokens.empty()) return absl::OkStatus();
+    const std::size_t pos = s->tokens;
+    const std::size_t spans_before = (pos + tpb - 1) / tpb;
+    const std::size_t spans_after = (pos + tokens.size() + tpb - 1) / tpb;
+    const std::size_t offset = pos % tpb;
+    bool cow = false;
+    if (offset != 0) {
+      SpanMeta& last = span(s->spans.back());
+      // Shared, or in the prefix index (after a truncation): never write into it.
+      cow = last.refs.load(std::memory_order_acquire) > 1 ||
+            last.indexed.load(std::memory_order_relaxed);
+    }
+    // Get every span first so a refusal leaves the sequence as it was.
+    std::vector<std::uint32_t> fresh;
+    const std::size_t needed = spans_after - spans_before + (cow ? 1 : 0);
+    for (std::size_t i = 0; i < needed; ++i) {
+      auto got = AllocateSpan();
+      if (!got.ok()) {
+        for (std::uint32_t f : fresh) ReleaseSpan(f);
+        return got.status();
+      }
+      fresh.push_back(*got);
+    }
+    std::size_t next_fresh = 0;
+    if (cow) {
+      const std::uint32_t old = s->spans.back();
+      const std::uint32_t copy = fresh[next_fresh++];
+      CopySpan(old, copy, static_cast<int>(offset));
+      span(copy).parent_hash = span(old).parent_hash;
+      s->spans.back() = copy;
+      ReleaseSpan(old);
+    }
+    std::size_t done = 0;
+    std::size_t at = pos;
+    while (done < tokens.size()) {
+      const std::size_t off = at % tpb;
+      if (off == 0) {
+        const std::uint32_t ns = fresh[next_fresh++];
+        span(ns).parent_hash = s->spans.empty() ? kv::kRootPrefixHash : span(s->spans.back()).hash;
+        s->spans.push_back(ns);
+      }
+      const std::uint32_t cur = s->spans.back();
+      SpanMeta& m = span(cur);
+      const std::size_t n = std::min(tpb - off, tokens.size() - done);
+      std::copy_n(tokens.data() + done, n, span_tokens(cur) + off);
+      m.tokens = static_cast<std::int32_t>(off + n);
+      if (off + n == tpb) {
+        m.hash = kv::HashSpan(m.parent_hash, std::span<const std::int32_t>(span_tokens(cur), tpb));
+        m.hashed = true;
+        std::lock_guard lock(prefix.mutex_for(m.hash));
+        if (prefix.InsertLocked(m.hash, cur)) m.indexed.store(true, std::memory_order_relaxed);
+      }
+      done += n;
+      at += n;
+    }
+    s->tokens = at;
+    return absl::OkStatus();
+  }
+
+  void FillPin(KvBlockPin& pin, KvBlockId id) const;
+};
+
+// ---- KvBlockPin ----------------------------------------------------------------------
+
+KvBlockPin& KvBlockPin::operator=(KvBlockPin&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    pool_ = other.pool_;
+    id_ = other.id_;
+    data_ = other.data_;
+    tier_ = other.tier_;
+    node_ = other.node_;
+    first_layer_ = other.first_layer_;
+    first_head_ = other.first_head_;
+    group_ = other.group_;
+    first_token_ = other.first_token_;
+    tokens_ = other.tokens_;
+    token_in_block_ = other.token_in_block_;
+    other.pool_ = nullptr;
+  }
+  return *this;
+}
+
+void KvBlockPin::Reset() {
+  if (pool_ != nullptr) {
+    pool_->Unpin(id_);
+    pool_ = nullptr;
+  }
+}
+
+std::size_t KvBlockPin::row_bytes() const { return pool_->impl_->layout.row_bytes; }
+
+std::byte* KvBlockPin::key(int layer_in_block, int head_in_group, int token) const {
+  return data_ + pool_->impl_->layout.KeyOffset(layer_in_block, head_in_group, token);
+}
+
+std::byte* KvBlockPin::value(int layer_in_block, int head_in_group, int token) const {
+  return data_ + pool_->impl_->layout.ValueOffset(layer_in_block, head_in_group, token);
+}
+
+void KvPool::Impl::FillPin(KvBlockPin& pin, KvBlockId id) const {
+  const BlockMeta& b = block(id);
+  const int index = static_cast<int>(id % bps);
+  pin.id_ = id;
+  pin.data_ = b.data.load(std::memory_order_relaxed);
+  pin.tier_ = static_cast<KvTier>(b.tier.load(std::memory_order_relaxed));
+  pin.node_ = b.node.load(std::memory_order_relaxed);
+  pin.group_ = layout.GroupOf(index);
+  pin.first_layer_ = layout.LayerRangeOf(index) * layout.geometry.layers_per_block;
+  pin.first_head_ = pin.group_ * layout.geometry.heads_per_group;
+}
+
+// ---- KvPool --------------------------------------------------------------------------
+
+StatusOr<std::unique_ptr<KvPool>> KvPool::Create(KvPoolOptions options) {
+  const bool custom_storage = options.storage != nullptr;
+  if (!custom_storage) options.storage = MakeBoundMmapStorage(options.budget);
+
+  // Nodes: validated against the given topology, or the system's when memory really goes
+  // to node ids (default storage). A custom storage defines its own node ids.
+  const Topology* topology = options.topology;
+  const bool needs_topology =
+      options.home_nodes.empty() || options.cold_tier.kind == KvColdTier::Kind::kFarthest;
+  if (topology == nullptr && (needs_topology || !custom_storage)) {
+    auto system = Topology::system();
+    if (!system.ok()) {
+      if (needs_topology) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "KV pool: cannot discover the topology to choose nodes: ", system.status().message()));
+      }
+    } else {
+      topology = *system;
+    }
+  }
+  std::optional<kv::TopologyView> view;
+  if (topology != nullptr) view = kv::ViewOf(*topology);
+  auto placement = kv::ResolvePlacement(options, view ? &*view : nullptr);
+  if (!placement.ok()) return placement.status();
+
+  auto layout = kv::MakeLayout(options.geometry, static_cast<int>(placement->home_nodes.size()));
+  if (!layout.ok()) return layout.status();
+
+  auto impl = std::make_unique<Impl>();
+  impl->layout = *layout;
+  impl->placement = *std::move(placement);
+  impl->storage = options.storage;
+  impl->bps = static_cast<std::size_t>(layout->blocks_per_span);
+  impl->tpb = static_cast<std::size_t>(layout->geometry.tokens_per_block);
+  const std::size_t block_bytes = layout->block_bytes;
+
+  for (int n : impl->placement.home_nodes) {
+    std::size_t capacity = options.storage->CapacityBytes(n);
+    if (options.budget != nullptr) {
+      const std::uint64_t limit = options.budget->capacity(n);
+      if (limit == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("KV pool: home node ", n, " is not covered by the budget"));
+      }
+      capacity = std::min<std::size_t>(
+          capacity, static_cast<std::size_t>(static_cast<double>(limit) *
+                                             options.budget->options().thresholds.trip));
+    }
+    if (block_bytes > capacity) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "KV pool: one block is ", block_bytes, " bytes but node ", n, " may hold only ", capacity,
+          " bytes; use fewer tokens_per_block, layers_per_block or heads_per_group"));
+    }
+  }
+  const std::size_t blocks_per_slab = std::max<std::size_t>(1, options.slab_bytes / block_bytes);
+
+  int max_node = 0;
+  for (int n : impl->placement.home_nodes) max_node = std::max(max_node, n);
+  for (int n : impl->placement.cold_nodes) max_node = std::max(max_node, n);
+  impl->home_index.assign(static_cast<std::size_t>(max_node) + 1, -1);
+  impl->cold_index.assign(static_cast<std::size_t>(max_node) + 1, -1);
+  Impl* raw = impl.get();
+  for (int n : impl->placement.home_nodes) {
+    auto home = std::make_unique<HomeNode>(
+        n, [raw](std::uint32_t id) -> kv::HotMeta& { return raw->block(id).hot; },
+        kv::MakeHotnessPolicy(options.hotness));
+    home->hot = std::make_unique<kv::SlabAllocator>(options.storage.get(), n, block_bytes,
+                                                    blocks_per_slab, options.hot_blocks_per_node,
+                                                    options.retained_empty_slabs);
+    impl->home_index[n] = static_cast<int>(impl->homes.size());
+    impl->homes.push_back(std::move(home));
+  }
+  const std::size_t cold_count = impl->placement.cold_nodes.size();
+  for (int n : impl->placement.cold_nodes) {
+    std::size_t cap = 0;
+    if (options.cold_blocks != 0) {  // split the total over the interleave set
+      cap = options.cold_blocks / cold_count +
+            (impl->cold.size() < options.cold_blocks % cold_count ? 1 : 0);
+      if (cap == 0) cap = 1;
+    }
+    impl->cold_index[n] = static_cast<int>(impl->cold.size());
+    impl->cold.push_back(std::make_unique<kv::SlabAllocator>(
+        options.storage.get(), n, block_bytes, blocks_per_slab, cap, options.retained_empty_slabs));
+  }
+  for (int g = 0; g < layout->head_groups; ++g) {
+    impl->group_node.push_back(impl->placement.home_nodes[static_cast<std::size_t>(g) %
+                                                          impl->placement.home_nodes.size()]);
+  }
+  impl->options = std::move(options);
+  impl->options.geometry = layout->geometry;
+  auto pool = std::unique_ptr<KvPool>(new KvPool(std::move(impl)));
+  if (Budget* budget = pool->impl_->options.budget) {
+    KvPool* self = pool.get();
+    pool->impl_->budget_hook = budget->AddReclaimHook(
+        Priority::kLow, "kv-pool demotion",
+        [self, budget](int node, std::size_t bytes) -> StatusOr<std::size_t> {
+          const KvUrgency urgency = budget->state(node) >= NodeState::kAdmissionClosed
+                                        ? KvUrgency::kUrgent
+                                        : KvUrgency::kBackground;
+          return self->Reclaim(node, bytes, urgency);
+        });
+  }
+  return pool;
+}
+
+KvPool::KvPool(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+KvPool::~KvPool() {
+  if (impl_->budget_hook != 0) impl_->options.budget->RemoveReclaimHook(impl_->budget_hook);
+  // Slab allocators free their slabs; block metadata goes with the chunks.
+  impl_->homes.clear();
+  impl_->cold.clear();
+}
+
+const KvGeometry& KvPool::geometry() const { return impl_->layout.geometry; }
+int KvPool::head_groups() const { return impl_->layout.head_groups; }
+int KvPool::layer_ranges() const { return impl_->layout.layer_ranges; }
+std::size_t KvPool::block_bytes() const { return impl_->layout.block_bytes; }
+int KvPool::group_node(int group) const {
+  if (group < 0 || group >= impl_->layout.head_groups) return -1;
+  return impl_->group_node[group];
+}
+const std::vector<int>& KvPool::home_nodes() const { return impl_->placement.home_nodes; }
+const std::vector<int>& KvPool::cold_nodes() const { return impl_->placement.cold_nodes; }
+
+StatusOr<KvSequenceId> KvPool::CreateSequence(std::span<const std::int32_t> prompt,
+                                              std::size_t* reused_tokens) {
+  Impl& p = *impl_;
+  auto id = p.NewSequence();
+  if (!id.ok()) return id.status();
+  Sequence* s = p.sequence(*id);
+  std::lock_guard lock(s->mu);
+  std::uint64_t parent = kv::kRootPrefixHash;
+  std::size_t reused = 0;
+  while (reused + p.tpb <= prompt.size()) {
+    const auto chunk = prompt.subspan(reused, p.tpb);
+    const std::uint64_t hash = kv::HashSpan(parent, chunk);
+    p.prefix_lookups.fetch_add(1, std::memory_order_relaxed);
+    const std::uint32_t found = p.AcquireCached(parent, chunk, hash);
+    if (found == kNil) break;
+    p.prefix_hits.fetch_add(1, std::memory_order_relaxed);
+    s->spans.push_back(found);
+    parent = hash;
+    reused += p.tpb;
+  }
+  s->tokens = reused;
+  if (Status st = p.AppendLocked(s, prompt.subspan(reused)); !st.ok()) {
+    for (std::uint32_t sp : s->spans) p.ReleaseSpan(sp);
+    p.RetireSequence(*id, s);
+    return st;
+  }
+  if (reused_tokens != nullptr) *reused_tokens = reused;
+  return *id;
+}
+
+Status KvPool::Append(KvSequenceId sequence, std::span<const std::int32_t> tokens) {
+  Sequence* s = impl_->sequence(sequence);
+  if (s == nullptr) return impl_->NoSequence(sequence);
+  std::lock_guard lock(s->mu);
+  if (!s->live || impl_->sequence(sequence) != s) return impl_->NoSequence(sequence);
+  return impl_->AppendLocked(s, tokens);
+}
+
+Status KvPool::Truncate(KvSequenceId sequence, std::size_t tokens) {
+  Impl& p = *impl_;
+  Sequence* s = p.sequence(sequence);
+  if (s == nullptr) return p.NoSequence(sequence);
+  std::lock_guard lock(s->mu);
+  if (!s->live || p.sequence(sequence) != s) return p.NoSequence(sequence);
+  if (tokens > s->tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("KV pool: cannot truncate sequence ", sequence,
+                                                   " of ", s->tokens, " tokens to ", tokens,
+                                                   "; truncation only shortens"));
+  }
+  const std::size_t keep = (tokens + p.tpb - 1) / p.tpb;
+  while (s->spans.size() > keep) {
+    p.ReleaseSpan(s->spans.back());
+    s->spans.pop_back();
+  }
+  s->tokens = tokens;
+  return absl::OkStatus();
+}
+
+StatusOr<KvSequenceId> KvPool::Fork(KvSequenceId parent) {
+  Impl& p = *impl_;
+  Sequence* s = p.sequence(parent);
+  if (s == nullptr) return p.NoSequence(parent);
+  std::lock_guard lock(s->mu);
+  if (!s->live || p.sequence(parent) != s) return p.NoSequence(parent);
+  auto child_id = p.NewSequence();
+  if (!child_id.ok()) return child_id.status();
+  Sequence* child = p.sequence(*child_id);
+  std::lock_guard child_lock(child->mu);
+  for (std::uint32_t sp : s->spans) p.span(sp).refs.fetch_add(1, std::memory_order_relaxed);
+  child->spans = s->spans;
+  child->tokens = s->tokens;
+  return *child_id;
+}
+
+Status KvPool::FreeSequence(KvSequenceId sequence) {
+  Impl& p = *impl_;
+  Sequence* s = p.sequence(sequence);
+  if (s == nullptr) return p.NoSequence(sequence);
+  std::lock_guard lock(s->mu);
+  if (!s->live || p.sequence(sequence) != s) return p.NoSequence(sequence);
+  for (std::uint32_t sp : s->spans) p.ReleaseSpan(sp);
+  p.RetireSequence(sequence, s);
+  return absl::OkStatus();
+}
+
+StatusOr<std::size_t> KvPool::Length(KvSequenceId sequence) const {
+  Sequence* s = impl_->sequence(sequence);
+  if (s == nullptr) return impl_->NoSequence(sequence);
+  std::lock_guard lock(s->mu);
+  if (!s->live || impl_->sequence(sequence) != s) return impl_->NoSequence(sequence);
+  return s->tokens;
+}
+
+std::size_t KvPool::CachedPrefixTokens(std::span<const std::int32_t> tokens) {
+  Impl& p = *impl_;
+  std::uint64_t parent = kv::kRootPrefixHash;
+  std::size_t covered = 0;
+  while (covered + p.tpb <= tokens.size()) {
+    const auto chunk = tokens.subspan(covered, p.tpb);
+    const std::uint64_t hash = kv::HashSpan(parent, chunk);
+    std::lock_guard lock(p.prefix.mutex_for(hash));
+    const std::uint32_t s = p.prefix.FindLocked(hash);
+    if (s == kv::PrefixIndex::kNone || p.span(s).parent_hash != parent ||
+        !std::equal(chunk.begin(), chunk.end(), p.span_tokens(s)))
+      break;
+    parent = hash;
+    covered += p.tpb;
+  }
+  return covered;
+}
+
+namespace {
+Status CheckLayerGroup(const kv::Layout& layout, int layer, int group) {
+  if (layer < 0 || layer >= layout.geometry.layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV pool: layer ", layer, " is out of range [0, ", layout.geometry.layers, ")"));
+  }
+  if (group < 0 || group >= layout.head_groups) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV pool: head group ", group, " is out of range [0, ", layout.head_groups, ")"));
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
+StatusOr<std::vector<KvBlockId>> KvPool::Blocks(KvSequenceId sequence, int layer, int group) const {
+  Impl& p = *impl_;
+  if (Status st = CheckLayerGroup(p.layout, layer, group); !st.ok()) return st;
+  Sequence* s = p.sequence(sequence);
+  if (s == nullptr) return p.NoSequence(sequence);
+  std::lock_guard lock(s->mu);
+  if (!s->live || p.sequence(sequence) != s) return p.NoSequence(sequence);
+  const int index = p.layout.BlockIndex(layer / p.layout.geometry.layers_per_block, group);
+  std::vector<KvBlockId> ids;
+  ids.reserve(s->spans.size());
+  for (std::uint32_t sp : s->spans) ids.push_back(p.block_id(sp, index));
+  return ids;
+}
+
+StatusOr<KvBlockPin> KvPool::Pin(KvBlockId block) {
+  Impl& p = *impl_;
+  if (!p.valid_block(block)) {
+    return absl::InvalidArgumentError(absl::StrCat("KV pool: block ", block, " does not exist"));
+  }
+  const std::uint8_t st =
+      p.span(static_cast<std::uint32_t>(block / p.bps)).state.load(std::memory_order_acquire);
+  if (st != kInUse && st != kCached) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("KV pool: block ", block,
+                     " belongs to no sequence or cache; pin blocks of live "
+                     "sequences only"));
+  }
+  p.PinRaw(block, /*promote=*/true);
+  KvBlockPin pin;
+  pin.pool_ = this;
+  p.FillPin(pin, block);
+  return pin;
+}
+
+StatusOr<KvBlockPin> KvPool::PinToken(KvSequenceId sequence, int layer, int group,
+                                      std::size_t token) {
+  Impl& p = *impl_;
+  if (Status st = CheckLayerGroup(p.layout, layer, group); !st.ok()) return st;
+  Sequence* s = p.sequence(sequence);
+  if (s == nullptr) return p.NoSequence(sequence);
+  std::lock_guard lock(s->mu);
+  if (!s->live || p.sequence(sequence) != s) return p.NoSequence(sequence);
+  if (token >= s->tokens) {
+    return absl::OutOfRangeError(absl::StrCat("KV pool: token ", token, " is beyond sequence ",
+                                              sequence, " of ", s->tokens, " tokens"));
+  }
+  const std::size_t span_index = token / p.tpb;
+  const KvBlockId id = p.block_id(
+      s->spans[span_index], p.layout.BlockIndex(layer / p.layout.geometry.layers_per_block, group));
+  p.PinRaw(id, /*promote=*/true);
+  KvBlockPin pin;
+  pin.pool_ = this;
+  p.FillPin(pin, id);
+  pin.first_token_ = span_index * p.tpb;
+  pin.tokens_ = static_cast<int>(std::min(p.tpb, s->tokens - span_index * p.tpb));
+  pin.token_in_block_ = static_cast<int>(token % p.tpb);
+  return pin;
+}
+
+Status KvPool::ForEachBlock(KvSequenceId sequence, int layer, int group,
+                            const std::function<void(const KvBlockPin&)>& visit) {
+  Impl& p = *impl_;
+  if (Status st = CheckLayerGroup(p.layout, layer, group); !st.ok()) return st;
+  Sequence* s = p.sequence(sequence);
+  if (s == nullptr) return p.NoSequence(sequence);
+  std::lock_guard lock(s->mu);
+  if (!s->live || p.sequence(sequence) != s) return p.NoSequence(sequence);
+  const int index = p.layout.BlockIndex(layer / p.layout.geometry.layers_per_block, group);
+  for (std::size_t i = 0; i < s->spans.size(); ++i) {
+    const KvBlockId id = p.block_id(s->spans[i], index);
+    p.PinRaw(id, /*promote=*/true);
+    KvBlockPin pin;
+    pin.pool_ = this;
+    p.FillPin(pin, id);
+    pin.first_token_ = i * p.tpb;
+    pin.tokens_ = static_cast<int>(std::min(p.tpb, s->tokens - i * p.tpb));
+    visit(pin);
+  }
+  return absl::OkStatus();
+}
+
+void KvPool::Unpin(KvBlockId block) { impl_->UnpinRaw(block); }
+
+std::size_t KvPool::Reclaim(int node, std::size_t bytes, KvUrgency urgency) {
+  Impl& p = *impl_;
+  HomeNode* home = p.home_of(node);
+  std::size_t released = 0;
+  if (home == nullptr) {  // a cold-tier node: only empty slabs can go
+    if (kv::SlabAllocator* c = p.cold_of(node)) released += c->ReleaseEmpty(0);
+    return released;
+  }
+  released += home->hot->ReleaseEmpty(0);
+  // Free spans hold memory but no data: drop theirs before demoting anything.
+  while (released < bytes) {
+    const std::uint32_t s = p.TakeFreeSpan();
+    if (s == kNil) break;
+    p.UnbackSpan(s);
+    {
+      std::lock_guard lock(p.grow_mu);
+      p.unbacked.push_back(s);
+    }
+    released += home->hot->ReleaseEmpty(0);
+  }
+  while (released < bytes) {
+    const std::size_t want = std::max<std::size_t>(
+        1, (bytes - released + p.layout.block_bytes - 1) / p.layout.block_bytes);
+    if (p.DemoteFrom(*home, std::min<std::size_t>(want, 64), urgency) == 0) break;
+    released += home->hot->ReleaseEmpty(0);
+  }
+  return released;
+}
+
+std::size_t KvPool::Demote(int node, std::size_t max_blocks, KvUrgency urgency) {
+  HomeNode* home = impl_->home_of(node);
+  if (home == nullptr) return 0;
+  return impl_->DemoteFrom(*home, max_blocks, urgency);
+}
+
+Status KvPool::DemoteBlock(KvBlockId id) {
+  Impl& p = *impl_;
+  if (!p.valid_block(id)) {
+    return absl::InvalidArgumentError(absl::StrCat("KV pool: block ", id, " does not exist"));
+  }
+  if (p.cold.empty()) {
+    return absl::FailedPreconditionError("KV pool: no cold tier is configured");
+  }
+  BlockMeta& b = p.block(id);
+  HomeNode* home = p.home_of(static_cast<int>(p.HomeNodeOfBlock(id)));
+  {
+    std::lock_guard lock(home->list_mu);
+    if (b.tier.load(std::memory_order_relaxed) != static_cast<std::uint8_t>(KvTier::kHot)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("KV pool: block ", id, " is not in the hot tier"));
+    }
+    if (!p.EligibleVictim(id)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("KV pool: block ", id, " is pinned or holds no data"));
+    }
+    std::uint32_t expected = 0;
+    if (!b.state.compare_exchange_strong(expected, kMigrating, std::memory_order_acquire)) {
+      return absl::FailedPreconditionError(absl::StrCat("KV pool: block ", id, " is pinned"));
+    }
+    home->policy->OnRemove(home->list, id, /*demoted=*/true);
+    home->list.Remove(id);
+  }
+  int cold_node = -1;
+  Status why;
+  kv::Slot slot = p.AllocateCold(&cold_node, &why);
+  if (!slot) {
+    std::lock_guard lock(home->list_mu);
+    home->list.PushBack(id);
+    home->policy->OnInsert(home->list, id);
+    b.state.store(0, std::memory_order_release);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV pool: no room in the cold tier: ", why.message()));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::memcpy(slot.data, b.data.load(std::memory_order_relaxed), p.layout.block_bytes);
+  kv::Slot old{b.data.load(std::memory_order_relaxed), b.slab.load(std::memory_order_relaxed)};
+  Impl::SetPlacement(b, slot, KvTier::kCold, cold_node);
+  b.state.store(0, std::memory_order_release);
+  home->hot->Free(old);
+  p.demotions.fetch_add(1, std::memory_order_relaxed);
+  p.bytes_demoted.fetch_add(p.layout.block_bytes, std::memory_order_relaxed);
+  p.demotion_ns.fetch_add(
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now() - start)
+                                     .count()),
+      std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+Status KvPool::PromoteBlock(KvBlockId id) {
+  Impl& p = *impl_;
+  if (!p.valid_block(id)) {
+    return absl::InvalidArgumentError(absl::StrCat("KV pool: block ", id, " does not exist"));
+  }
+  BlockMeta& b = p.block(id);
+  std::uint32_t expected = 0;
+  if (!b.state.compare_exchange_strong(expected, kMigrating, std::memory_order_acquire)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("KV pool: block ", id, " is pinned or being moved"));
+  }
+  Status result;
+  if (b.tier.load(std::memory_order_relaxed) != static_cast<std::uint8_t>(KvTier::kCold)) {
+    result = absl::FailedPreconditionError(
+        absl::StrCat("KV pool: block ", id, " is not in the cold tier"));
+  } else if (!p.TryPromoteLocked(id, b)) {
+    result = absl::ResourceExhaustedError(absl::StrCat("KV pool: no room in the hot tier of node ",
+                                                       p.HomeNodeOfBlock(id), " for block ", id));
+  }
+  b.state.store(0, std::memory_order_release);
+  return result;
+}
+
+KvPoolStats KvPool::Stats() const {
+  const Impl& p = *impl_;
+  KvPoolStats st;
+  st.block_bytes = p.layout.block_bytes;
+  st.blocks_per_span = p.bps;
+  std::vector<int> nodes = p.placement.home_nodes;
+  nodes.insert(nodes.end(), p.placement.cold_nodes.begin(), p.placement.cold_nodes.end());
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  for (int n : nodes) {
+    KvNodeStats ns;
+    ns.node = n;
+    if (HomeNode* h = p.home_of(n)) ns.hot_slab_bytes = h->hot->mapped_bytes();
+    if (kv::SlabAllocator* c = p.cold_of(n)) ns.cold_slab_bytes = c->mapped_bytes();
+    st.nodes.push_back(ns);
+  }
+  auto node_stats = [&st](int node) -> KvNodeStats* {
+    for (KvNodeStats& ns : st.nodes)
+      if (ns.node == node) return &ns;
+    return nullptr;
+  };
+  const std::uint32_t spans = p.spans_created.load(std::memory_order_acquire);
+  for (std::uint32_t s = 0; s < spans; ++s) {
+    switch (p.span(s).state.load(std::memory_order_relaxed)) {
+      case kInUse:
+        ++st.spans_in_use;
+        break;
+      case kCached:
+        ++st.spans_cached;
+        break;
+      case kFree:
+        ++st.spans_free;
+        break;
+      default:
+        break;
+    }
+    for (std::size_t i = 0; i < p.bps; ++i) {
+      const BlockMeta& b = p.block(p.block_id(s, static_cast<int>(i)));
+      const auto tier = static_cast<KvTier>(b.tier.load(std::memory_order_relaxed));
+      KvNodeStats* ns = node_stats(b.node.load(std::memory_order_relaxed));
+      if ((b.state.load(std::memory_order_relaxed) & ~kMigrating) != 0) ++st.pinned_blocks;
+      if (tier == KvTier::kHot) {
+        ++st.hot_blocks;
+        if (ns) ++ns->hot_blocks;
+      } else if (tier == KvTier::kCold) {
+        ++st.cold_blocks;
+        if (ns) ++ns->cold_blocks;
+      }
+    }
+  }
+  st.sequences = p.live_sequences.load(std::memory_order_relaxed);
+  for (const StatStripe& s : p.stripes) {
+    st.hot_pins += s.hot_pins.load(std::memory_order_relaxed);
+    st.cold_pins += s.cold_pins.load(std::memory_order_relaxed);
+  }
+  const double pins = static_cast<double>(st.hot_pins + st.cold_pins);
+  if (pins > 0) {
+    st.hot_hit_rate = static_cast<double>(st.hot_pins) / pins;
+    st.cold_hit_rate = static_cast<double>(st.cold_pins) / pins;
+  }
+  st.demotions = p.demotions.load();
+  st.promotions = p.promotions.load();
+  st.bytes_demoted = p.bytes_demoted.load();
+  st.bytes_promoted = p.bytes_promoted.load();
+  if (p.demotion_ns.load() > 0)
+    st.demotion_mbps = static_cast<double>(st.bytes_demoted) * 1e3 / p.demotion_ns.load();
+  if (p.promotion_ns.load() > 0)
+    st.promotion_mbps = static_cast<double>(st.bytes_promoted) * 1e3 / p.promotion_ns.load();
+  st.prefix_lookups = p.prefix_lookups.load();
+  st.prefix_hits = p.prefix_hits.load();
+  st.cached_evictions = p.cached_evictions.load();
+  st.refusals = p.refusals.load();
+  st.copy_on_writes = p.copy_on_writes.load();
+  return st;
+}
+
+}  // namespace numarena

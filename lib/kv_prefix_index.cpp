@@ -1,0 +1,78 @@
+// KV prefix index: sharded hash -> span map with a cache of unowned spans
+// (see kv_prefix_index.hpp).
+#include "kv_prefix_index.hpp"
+
+namespace numarena::kv {
+
+namespace {
+inline std::uint64_t Mix(std::uint64_t h, std::uint64_t v) {
+  // A multiply-xorshift round (splitmix64 finaliser over the running state).
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  return h;
+}
+}  // namespace
+
+std::uint64_t HashSpan(std::uint64_t parent, std::span<const std::int32_t> tokens) {
+  std::uint64_t h = Mix(parent, tokens.size());
+  std::size_t i = 0;
+  for (; i + 1 < tokens.size(); i += 2) {
+    h = Mix(h, (static_cast<std::uint64_t>(static_cast<std::uint32_t>(tokens[i])) << 32) |
+                   static_cast<std::uint32_t>(tokens[i + 1]));
+  }
+  if (i < tokens.size()) h = Mix(h, static_cast<std::uint32_t>(tokens[i]));
+  return h;
+}
+
+std::uint32_t PrefixIndex::FindLocked(std::uint64_t hash) const {
+  const Shard& s = shard(hash);
+  auto it = s.by_hash.find(hash);
+  return it == s.by_hash.end() ? kNone : it->second;
+}
+
+bool PrefixIndex::InsertLocked(std::uint64_t hash, std::uint32_t span) {
+  const bool inserted = shard(hash).by_hash.emplace(hash, span).second;
+  if (inserted) indexed_.fetch_add(1, std::memory_order_relaxed);
+  return inserted;
+}
+
+void PrefixIndex::CacheLocked(std::uint64_t hash, std::uint32_t span) {
+  Shard& s = shard(hash);
+  s.lru.emplace_back(hash, span);
+  s.lru_position[span] = std::prev(s.lru.end());
+  cached_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void PrefixIndex::UncacheLocked(std::uint64_t hash, std::uint32_t span) {
+  Shard& s = shard(hash);
+  auto it = s.lru_position.find(span);
+  if (it == s.lru_position.end()) return;
+  s.lru.erase(it->second);
+  s.lru_position.erase(it);
+  cached_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+std::uint32_t PrefixIndex::EvictOne(const std::function<void(std::uint32_t)>& claim) {
+  if (cached() == 0) return kNone;
+  const std::size_t start = evict_cursor_.fetch_add(1, std::memory_order_relaxed);
+  for (std::size_t k = 0; k < kShards; ++k) {
+    Shard& s = shards_[(start + k) % kShards];
+    std::lock_guard lock(s.mu);
+    if (s.lru.empty()) continue;
+    auto [hash, span] = s.lru.front();
+    s.lru.pop_front();
+    s.lru_position.erase(span);
+    s.by_hash.erase(hash);
+    cached_.fetch_sub(1, std::memory_order_relaxed);
+    indexed_.fetch_sub(1, std::memory_order_relaxed);
+    claim(span);
+    return span;
+  }
+  return kNone;
+}
+
+}  // namespace numarena::kv

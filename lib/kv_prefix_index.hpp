@@ -1,0 +1,71 @@
+// KV prefix index: full spans found by the hash of their prefix, and the cache of unowned ones.
+//
+// A full span is identified by hash(parent span's hash, its token ids), so equal hashes mean
+// equal prompts up to and including that span (the index's user verifies tokens and parent
+// hash, so a hash collision can never hand out the wrong K/V). A span no sequence owns any
+// more stays in the index as *cached*, on a least-recently-released list, until its memory is
+// needed (lazy eviction, as vLLM's free queue does). The index is sharded by hash; each
+// shard's mutex also guards the reference count transitions of its spans that touch the
+// cached list (0 -> 1 on reuse, 1 -> 0 on release), so reuse and eviction cannot race.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <span>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace numarena::kv {
+
+inline constexpr std::uint64_t kRootPrefixHash = 0x6b76'706f'6f6c'0001ull;  // "kvpool"
+
+// Hash of a full span: parent hash and token ids (deterministic across processes).
+std::uint64_t HashSpan(std::uint64_t parent, std::span<const std::int32_t> tokens);
+
+class PrefixIndex {
+ public:
+  static constexpr std::size_t kShards = 16;
+  static constexpr std::uint32_t kNone = 0xffffffffu;
+
+  std::mutex& mutex_for(std::uint64_t hash) { return shard(hash).mu; }
+
+  // All *Locked functions need mutex_for(hash) held.
+  std::uint32_t FindLocked(std::uint64_t hash) const;
+  // False when the hash is already present (the existing span stays).
+  bool InsertLocked(std::uint64_t hash, std::uint32_t span);
+  // Puts an unowned indexed span at the most-recent end of the cached list.
+  void CacheLocked(std::uint64_t hash, std::uint32_t span);
+  // Takes a cached span off the cached list (it is owned again).
+  void UncacheLocked(std::uint64_t hash, std::uint32_t span);
+
+  // Removes the least recently cached span of some shard (round robin over shards) from the
+  // index and the cached list, calling `claim(span)` under the shard's lock. kNone when
+  // nothing is cached.
+  std::uint32_t EvictOne(const std::function<void(std::uint32_t)>& claim);
+
+  std::size_t cached() const { return cached_.load(std::memory_order_relaxed); }
+  std::size_t indexed() const { return indexed_.load(std::memory_order_relaxed); }
+
+ private:
+  struct alignas(64) Shard {
+    mutable std::mutex mu;
+    absl::flat_hash_map<std::uint64_t, std::uint32_t> by_hash;
+    std::list<std::pair<std::uint64_t, std::uint32_t>> lru;  // (hash, span), oldest first
+    absl::flat_hash_map<std::uint32_t, std::list<std::pair<std::uint64_t, std::uint32_t>>::iterator>
+        lru_position;
+  };
+  Shard& shard(std::uint64_t hash) { return shards_[(hash >> 59) % kShards]; }
+  const Shard& shard(std::uint64_t hash) const { return shards_[(hash >> 59) % kShards]; }
+
+  Shard shards_[kShards];
+  std::atomic<std::size_t> cached_{0};
+  std::atomic<std::size_t> indexed_{0};
+  std::atomic<std::size_t> evict_cursor_{0};
+};
+
+}  // namespace numarena::kv

@@ -1,0 +1,62 @@
+// KV storage: node-bound anonymous slabs for the KV pool's tiers.
+//
+// The default `KvStorage` maps a slab, binds it to its node with mbind before any page is
+// touched (so the first write faults every page in on that node), and optionally charges a
+// capacity gate first so a budget sees the pool's memory and can refuse it. Unmapping gives
+// the pages back at once, which is what demotion needs for the budget to go down.
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "numarena/kv_pool.hpp"
+#include "prim/os.hpp"
+
+namespace numarena {
+namespace {
+
+class BoundMmapStorage final : public KvStorage {
+ public:
+  BoundMmapStorage(CapacityGate* gate, BindMode mode, Priority priority)
+      : gate_(gate), mode_(mode), priority_(priority) {}
+
+  StatusOr<void*> AllocateSlab(int node, std::size_t bytes) override {
+    const Priority priority = priority_;
+    if (gate_ != nullptr) {
+      if (Status s = gate_->Charge(node, bytes, priority); !s.ok()) return s;
+    }
+    auto mapped = prim::MapAnonymous(bytes, prim::PageSize());
+    if (!mapped.ok()) {
+      if (gate_ != nullptr) gate_->Release(node, bytes, priority);
+      return mapped.status();
+    }
+    const int nodes[] = {node};
+    Status bound = prim::BindRange(
+        *mapped, bytes,
+        mode_ == BindMode::kStrict ? prim::PolicyMode::kBind : prim::PolicyMode::kPreferred, nodes);
+    if (!bound.ok()) {
+      prim::Unmap(*mapped, bytes);
+      if (gate_ != nullptr) gate_->Release(node, bytes, priority);
+      return Status(bound.code(), absl::StrCat("KV storage: binding a slab to node ", node, ": ",
+                                               bound.message()));
+    }
+    return *mapped;
+  }
+
+  void FreeSlab(int node, void* slab, std::size_t bytes) override {
+    prim::Unmap(slab, bytes);
+    if (gate_ != nullptr) gate_->Release(node, bytes, priority_);
+  }
+
+ private:
+  CapacityGate* gate_;
+  BindMode mode_;
+  Priority priority_;  // charge and release with the same priority, whatever the thread
+};
+
+}  // namespace
+
+std::shared_ptr<KvStorage> MakeBoundMmapStorage(CapacityGate* gate, BindMode mode,
+                                                Priority priority) {
+  return std::make_shared<BoundMmapStorage>(gate, mode, priority);
+}
+
+}  // namespace numarena
