@@ -1,0 +1,26 @@
+// Fuzz target: nodeN/meminfo (lib/topology_parse.hpp).
+//
+// Any input must parse or fail with InvalidArgument. A parsed result names a node id in
+// range, has MemFree <= MemTotal, and byte counts that are whole kB (the kernel's unit).
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "topology_parse.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  namespace parse = numarena::parse;
+  std::string_view text(reinterpret_cast<const char*>(data), size);
+  auto info = parse::ParseNodeMeminfo(text);
+  if (!info.ok()) {
+    if (info.status().code() != absl::StatusCode::kInvalidArgument) std::abort();
+    return 0;
+  }
+  if (info->node < 0 || info->node > parse::kMaxListId) std::abort();
+  if (info->free_bytes > info->total_bytes) std::abort();
+  if (info->total_bytes % 1024 != 0 || info->free_bytes % 1024 != 0 ||
+      info->used_bytes % 1024 != 0) {
+    std::abort();
+  }
+  return 0;
+}

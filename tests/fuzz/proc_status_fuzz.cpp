@@ -1,0 +1,33 @@
+// Fuzz target: the cpuset lines of /proc/self/status (lib/topology_parse.hpp).
+//
+// Any input must parse or fail with InvalidArgument; lists found are ascending and unique.
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "topology_parse.hpp"
+
+namespace {
+
+void CheckList(const std::optional<std::vector<int>>& list) {
+  if (!list) return;
+  if (std::adjacent_find(list->begin(), list->end(), [](int a, int b) { return a >= b; }) !=
+      list->end()) {
+    std::abort();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  std::string_view text(reinterpret_cast<const char*>(data), size);
+  auto limits = numarena::parse::ParseProcStatus(text);
+  if (!limits.ok()) {
+    if (limits.status().code() != absl::StatusCode::kInvalidArgument) std::abort();
+    return 0;
+  }
+  CheckList(limits->cpus_allowed);
+  CheckList(limits->mems_allowed);
+  return 0;
+}
