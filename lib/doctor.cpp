@@ -319,7 +319,8 @@ class Audit {
         !std::binary_search(stat->allowed_mem_nodes.begin(), stat->allowed_mem_nodes.end(),
                             gpu_node)) {
       Add({"process_mems_exclude", Severity::kCritical, subject,
-           absl::StrCat("cpuset allows memory on nodes ",
+           absl::StrCat("cpuset allows memory on node",
+                        stat->allowed_mem_nodes.size() == 1 ? " " : "s ",
                         parse::FormatIdList(stat->allowed_mem_nodes)),
            absl::StrCat("node ", gpu_node, " allowed, next to GPU ", gpu),
            "The process's cpuset forbids memory on its GPU's node, so every host buffer it "

@@ -123,7 +123,7 @@ TEST_CASE("doctor: NIC IRQs on the wrong node and a server on the GPU's far node
             "nic_irq_remote/warning/0000:21:00.0/2 of 4 IRQs (120,121) may run on CPUs 8-15 "
             "outside node 0",
             "process_cpus_remote/critical/pid 4242 (llm-server)/may run on CPUs 8-15 (node 1)",
-            "process_mems_exclude/critical/pid 4242 (llm-server)/cpuset allows memory on nodes 1",
+            "process_mems_exclude/critical/pid 4242 (llm-server)/cpuset allows memory on node 1",
             "process_memory_remote/warning/pid 4242 (llm-server)/0.0% of 1.0 GiB private memory "
             "on node 0 (node 1: 1.0 GiB)"});
   CHECK(Find(report, "nic_irq_remote")

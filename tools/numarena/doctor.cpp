@@ -1,0 +1,147 @@
+// `numarena doctor`: the NUMA health audit (numarena/doctor.hpp) as a command.
+//
+//   numarena doctor [--check] [--json] [--gpu BUS_ID] [--pid PID]
+//                   [--sysfs-root DIR] [--procfs-root DIR]
+//
+// Read-only. Without --check it prints every finding with its explanation and fix and exits
+// 0. With --check it is a start-up health check: exit 0 when there is no problem (notes do
+// not count), else 1 with one line per problem on stdout:
+//   "<severity> <id>: <subject>: <observed> (expected <expected>); fix: <fix>"
+// Exit 2 with one line on stderr for bad options or unreadable input.
+//
+// --json prints one object (compact):
+//   {"schema": "numarena.doctor/1", "healthy": bool, "problems": int,
+//    "findings": [{"id", "severity": "info"|"warning"|"critical", "subject", "observed",
+//                  "expected", "explanation", "fix"}],
+//    "passed": [str], "skipped": [str]}
+#include <iostream>
+#include <sstream>
+
+#include "absl/strings/str_join.h"
+#include "command.hpp"
+#include "json.hpp"
+#include "numarena/doctor.hpp"
+#include "ops_args.hpp"
+
+namespace numarena::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: numarena doctor [--check] [--json] [--gpu BUS_ID] [--pid PID]\n"
+    "                       [--sysfs-root DIR] [--procfs-root DIR]\n"
+    "  Audits the NUMA settings of this machine, read-only: kernel.numa_balancing,\n"
+    "  vm.zone_reclaim_mode, transparent hugepages, vm.min_free_kbytes,\n"
+    "  vm.watermark_scale_factor, devices of unknown node, NIC IRQ affinity, and with\n"
+    "  --gpu whether the process runs and allocates on the GPU's node.\n"
+    "  --check            health check: exit 0 if all is well, 1 and one line per problem\n"
+    "  --json             one JSON object (schema: tools/numarena/doctor.cpp)\n"
+    "  --gpu BUS_ID       the GPU the process serves (0000:41:00.0 or 41:00.0)\n"
+    "  --pid PID          the process to judge against --gpu (default: this one)\n"
+    "  --sysfs-root DIR   read a recorded sys tree instead of /sys\n"
+    "  --procfs-root DIR  read a recorded proc tree (default with --sysfs-root: DIR/../proc)\n";
+
+std::string Headline(const Finding& f) {
+  return absl::StrCat(f.subject, ": ", f.observed, " (expected ", f.expected, ")");
+}
+
+void PrintJson(const DoctorReport& report) {
+  JsonWriter json(std::cout);
+  json.BeginObject();
+  json.Key("schema").String("numarena.doctor/1");
+  json.Key("healthy").Bool(report.healthy());
+  json.Key("problems").Uint(report.problem_count());
+  json.Key("findings").BeginArray();
+  for (const Finding& f : report.findings) {
+    json.BeginObject();
+    json.Key("id").String(f.id);
+    json.Key("severity").String(SeverityName(f.severity));
+    json.Key("subject").String(f.subject);
+    json.Key("observed").String(f.observed);
+    json.Key("expected").String(f.expected);
+    json.Key("explanation").String(f.explanation);
+    json.Key("fix").String(f.fix);
+    json.EndObject();
+  }
+  json.EndArray();
+  json.Key("passed").BeginArray();
+  for (const auto& id : report.passed) json.String(id);
+  json.EndArray();
+  json.Key("skipped").BeginArray();
+  for (const auto& note : report.skipped) json.String(note);
+  json.EndArray();
+  json.EndObject();
+  std::cout << "\n";
+}
+
+}  // namespace
+
+// The text report, shared with `numarena report`.
+std::string FormatDoctorReport(const DoctorReport& report) {
+  std::string out;
+  std::size_t notes = report.findings.size() - report.problem_count();
+  out += absl::StrCat(report.problem_count(), " problem", report.problem_count() == 1 ? "" : "s",
+                      ", ", notes, " note", notes == 1 ? "" : "s", ", ", report.passed.size(),
+                      " check", report.passed.size() == 1 ? "" : "s", " passed\n");
+  for (const Finding& f : report.findings) {
+    out += absl::StrCat("\n[", SeverityName(f.severity), "] ", f.id, ": ", Headline(f), "\n");
+    AppendWrapped(out, f.explanation, "    ");
+    if (!f.fix.empty()) out += absl::StrCat("    fix: ", f.fix, "\n");
+  }
+  if (!report.passed.empty()) {
+    out += "\n";
+    AppendWrapped(out, absl::StrCat("passed: ", absl::StrJoin(report.passed, ", ")), "");
+  }
+  for (const auto& note : report.skipped) out += absl::StrCat("skipped: ", note, "\n");
+  return out;
+}
+
+int RunDoctorCommand(std::span<const std::string> argv) {
+  OpsArgs args({"--check", "--json"}, {"--gpu", "--pid"});
+  if (Status s = args.Parse("doctor", argv); !s.ok()) {
+    return Fail("doctor", std::string(s.message()));
+  }
+  if (args.has("--help")) {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (!args.positional().empty()) {
+    return Fail("doctor", absl::StrCat("unexpected argument '", args.positional()[0],
+                                       "' (numarena doctor --help lists the options)"));
+  }
+  auto reader = args.reader();
+  auto topology = Topology::discover(*reader);
+  if (!topology.ok()) return Fail("doctor", std::string(topology.status().message()));
+  DoctorOptions options;
+  options.gpu_bus_id = args.value("--gpu");
+  options.pid = args.value("--pid").value_or("self");
+  if (args.value("--pid") && !options.gpu_bus_id) {
+    return Fail("doctor", "--pid needs --gpu (the process is judged against a GPU's node)");
+  }
+  auto report = RunDoctor(*reader, *topology, options);
+  if (!report.ok()) return Fail("doctor", std::string(report.status().message()));
+
+  if (args.has("--json")) {
+    PrintJson(*report);
+    return args.has("--check") && !report->healthy() ? 1 : 0;
+  }
+  if (args.has("--check")) {
+    if (report->healthy()) {
+      std::cout << "numarena doctor: ok (" << report->passed.size() << " checks passed)\n";
+      return 0;
+    }
+    for (const Finding& f : report->findings) {
+      if (f.severity == Severity::kInfo) continue;
+      std::cout << SeverityName(f.severity) << " " << f.id << ": " << Headline(f);
+      if (!f.fix.empty()) std::cout << "; fix: " << f.fix;
+      std::cout << "\n";
+    }
+    return 1;
+  }
+  std::cout << "numarena doctor: " << FormatDoctorReport(*report);
+  return 0;
+}
+
+NUMARENA_COMMAND(doctor, "audit NUMA kernel settings, device nodes, IRQs (--check: health check)",
+                 RunDoctorCommand);
+
+}  // namespace numarena::cli
