@@ -1,0 +1,168 @@
+// Placement policy values: construction, printing, equality/hashing, validation errors against
+// fixture machines (two sockets, and the EPYC 9654 in SNC4 mode), and weighted chunk order.
+#include "numarena/policy.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
+#include "numarena/topology.hpp"
+
+namespace {
+
+using numarena::BindMode;
+using numarena::NodeWeight;
+using numarena::Policy;
+using numarena::PolicyKind;
+
+const numarena::Topology& Fixture(const std::string& name) {
+  static std::map<std::string, numarena::Topology> cache;
+  auto it = cache.find(name);
+  if (it == cache.end()) {
+    std::string root = std::string(NUMARENA_FIXTURES) + "/" + name;
+    auto reader = numarena::MakeRootedReader(root + "/sys", root + "/proc");
+    auto topology = numarena::Topology::discover(*reader);
+    REQUIRE(topology.ok());
+    it = cache.emplace(name, *std::move(topology)).first;
+  }
+  return it->second;
+}
+
+std::string Message(const numarena::Status& s) { return std::string(s.message()); }
+
+}  // namespace
+
+TEST_CASE("policies print in their documented form") {
+  CHECK(Policy::Bind(1).ToString() == "bind(1)");
+  CHECK(Policy::Bind({1, 0, 1}).ToString() == "bind(0,1)");
+  CHECK(Policy::Bind(0, BindMode::kAdvisory).ToString() == "bind(0)/advisory");
+  CHECK(Policy::Preferred(2).ToString() == "preferred(2)");
+  CHECK(Policy::Preferred(2, BindMode::kStrict).ToString() == "preferred(2)/strict");
+  CHECK(Policy::Interleave({3, 1}).ToString() == "interleave(1,3)");
+  CHECK(Policy::WeightedInterleave({{0, 3}, {1, 1}}).ToString() == "weighted(0:3,1:1)");
+  CHECK(Policy::Local().ToString() == "local");
+  CHECK(Policy::Local(BindMode::kStrict).ToString() == "local/strict");
+}
+
+TEST_CASE("policy accessors") {
+  Policy bind = Policy::Bind({2, 0});
+  CHECK(bind.kind() == PolicyKind::kBind);
+  CHECK(bind.mode() == BindMode::kStrict);
+  CHECK(bind.nodes() == std::vector<int>{0, 2});
+  CHECK(bind.single_node() == -1);
+  CHECK(Policy::Bind(3).single_node() == 3);
+  CHECK(Policy::Preferred(1).single_node() == 1);
+  CHECK(Policy::Preferred(1).mode() == BindMode::kAdvisory);
+  CHECK(Policy::Interleave({0, 1}).single_node() == -1);
+  Policy weighted = Policy::WeightedInterleave({{1, 1}, {0, 3}});
+  CHECK(weighted.nodes() == std::vector<int>{1, 0});  // in the order given
+  CHECK(weighted.chunk_bytes() == Policy::kDefaultWeightedChunk);
+  CHECK(Policy::Local().nodes().empty());
+}
+
+TEST_CASE("policies compare and hash by value") {
+  CHECK(Policy::Bind(1) == Policy::Bind(std::vector<int>{1}));
+  CHECK_FALSE(Policy::Bind(1) == Policy::Bind(1, BindMode::kAdvisory));
+  CHECK_FALSE(Policy::Bind(1) == Policy::Preferred(1, BindMode::kStrict));
+  CHECK_FALSE(Policy::WeightedInterleave({{0, 3}, {1, 1}}) ==
+              Policy::WeightedInterleave({{0, 1}, {1, 3}}));
+  absl::flat_hash_set<Policy> set = {Policy::Bind(0), Policy::Bind(0), Policy::Interleave({0, 1}),
+                                     Policy::WeightedInterleave({{0, 3}, {1, 1}}),
+                                     Policy::WeightedInterleave({{0, 3}, {1, 1}})};
+  CHECK(set.size() == 3);
+}
+
+TEST_CASE("valid policies pass validation on the SNC4 machine") {
+  const auto& topo = Fixture("epyc9654-snc4");
+  CHECK(Policy::Bind(0).Validate(topo).ok());
+  CHECK(Policy::Bind({0, 1}).Validate(topo).ok());
+  CHECK(Policy::Preferred(1).Validate(topo).ok());
+  CHECK(Policy::Interleave({0, 1}).Validate(topo).ok());
+  CHECK(Policy::WeightedInterleave({{0, 3}, {1, 1}}).Validate(topo).ok());
+  CHECK(Policy::Local().Validate(topo).ok());
+}
+
+TEST_CASE("validation names a node outside the process's cpuset") {
+  // This machine's container cgroup allows memory on node 0 only.
+  const auto& topo = Fixture("xeon-2s");
+  CHECK(Policy::Bind(0).Validate(topo).ok());
+  auto s = Policy::Interleave({0, 1}).Validate(topo);
+  REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(Message(s), Catch::Contains("node 1 is outside"));
+  CHECK_THAT(Message(s), Catch::Contains("cpuset"));
+}
+
+TEST_CASE("validation names an unknown node and lists the online ones") {
+  const auto& topo = Fixture("epyc9654-snc4");
+  auto s = Policy::Bind(7).Validate(topo);
+  REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(Message(s), Catch::Contains("node 7"));
+  CHECK_THAT(Message(s), Catch::Contains("online: 0,1,2,3"));
+  CHECK(Policy::Interleave({0, 5}).Validate(topo).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Policy::Preferred(-1).Validate(topo).code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(Message(Policy::WeightedInterleave({{0, 1}, {9, 1}}).Validate(topo)),
+             Catch::Contains("node 9"));
+}
+
+TEST_CASE("validation rejects an empty node set") {
+  const auto& topo = Fixture("epyc9654-snc4");
+  for (const Policy& p :
+       {Policy::Bind(std::vector<int>{}), Policy::Interleave({}), Policy::WeightedInterleave({})}) {
+    auto s = p.Validate(topo);
+    REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(Message(s), Catch::Contains("empty"));
+  }
+}
+
+TEST_CASE("validation rejects zero weights and a node weighted twice") {
+  const auto& topo = Fixture("epyc9654-snc4");
+  auto zero = Policy::WeightedInterleave({{0, 3}, {1, 0}}).Validate(topo);
+  REQUIRE(zero.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(Message(zero), Catch::Contains("node 1 has weight 0"));
+  auto all_zero = Policy::WeightedInterleave({{0, 0}, {1, 0}}).Validate(topo);
+  CHECK(all_zero.code() == absl::StatusCode::kInvalidArgument);
+  auto twice = Policy::WeightedInterleave({{0, 3}, {1, 1}, {0, 2}}).Validate(topo);
+  REQUIRE(twice.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(Message(twice), Catch::Contains("node 0 is weighted twice"));
+}
+
+TEST_CASE("validation rejects a weighted chunk that is not whole pages") {
+  const auto& topo = Fixture("epyc9654-snc4");
+  auto odd = Policy::WeightedInterleave({{0, 1}, {1, 1}}, BindMode::kStrict, 1000).Validate(topo);
+  REQUIRE(odd.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(Message(odd), Catch::Contains("1000 bytes"));
+  CHECK(Policy::WeightedInterleave({{0, 1}, {1, 1}}, BindMode::kStrict, 0).Validate(topo).code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(Policy::WeightedInterleave({{0, 1}, {1, 1}}, BindMode::kStrict, 64 << 10)
+            .Validate(topo)
+            .ok());
+}
+
+TEST_CASE("validation on the SNC4 machine accepts all four nodes") {
+  const auto& topo = Fixture("epyc9654-snc4");
+  CHECK(Policy::Interleave({0, 1, 2, 3}).Validate(topo).ok());
+  CHECK(Policy::WeightedInterleave({{3, 2}, {0, 1}}).Validate(topo).ok());
+  CHECK(Policy::Bind(4).Validate(topo).code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("weighted chunks go to nodes in runs: 3:1") {
+  std::vector<NodeWeight> weights = {{0, 3}, {1, 1}};
+  std::vector<int> expected = {0, 0, 0, 1, 0, 0, 0, 1};
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    CHECK(numarena::WeightedChunkNode(weights, i) == expected[i]);
+  }
+  std::map<int, int> counts;
+  for (std::size_t i = 0; i < 400; ++i) ++counts[numarena::WeightedChunkNode(weights, i)];
+  CHECK(counts[0] == 300);
+  CHECK(counts[1] == 100);
+  CHECK(numarena::WeightedChunkNode({{2, 1}, {5, 2}}, 2) == 5);
+  CHECK(numarena::WeightedChunkNode({}, 0) == -1);
+  CHECK(numarena::WeightedChunkNode({{0, 0}}, 0) == -1);
+}
+
+TEST_CASE("policy kind names") {
+  CHECK(std::string(numarena::PolicyKindName(PolicyKind::kBind)) == "bind");
+  CHECK(std::string(numarena::PolicyKindName(PolicyKind::kWeightedInterleave)) == "weighted");
+}
