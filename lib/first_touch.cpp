@@ -143,6 +143,38 @@ Status MoveBatch(std::vector<void*> pages, int node, PlacementReport& report) {
   return absl::OkStatus();
 }
 
+// Linux 6.1 reports an untouched page of a mapped range as -EFAULT, like an unmapped one.
+// Rewrites those that are mapped to -ENOENT (not resident), asking mincore once for the
+// window and page by page only when part of the window is unmapped.
+Status NormalizeNotResident(char* window, std::vector<int>& nodes) {
+  if (std::find(nodes.begin(), nodes.end(), -EFAULT) == nodes.end()) return absl::OkStatus();
+  const std::size_t page = prim::PageSize();
+  auto whole = prim::RangeIsMapped(window, nodes.size() * page);
+  if (!whole.ok()) return whole.status();
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i] != -EFAULT) continue;
+    bool mapped = *whole;
+    if (!mapped) {
+      auto one = prim::RangeIsMapped(window + i * page, page);
+      if (!one.ok()) return one.status();
+      mapped = *one;
+    }
+    if (mapped) nodes[i] = -ENOENT;
+  }
+  return absl::OkStatus();
+}
+
+// The end (page index from `base`) of the window starting at page `first`: at least
+// `batch` pages, extended to the next huge-page boundary, so a transparent huge page (which
+// migrates as a whole) never straddles two windows and is counted once, as moved.
+std::size_t WindowEnd(const char* base, std::size_t first, std::size_t batch, std::size_t total) {
+  const std::size_t page = prim::PageSize();
+  std::size_t end = std::min(total, first + batch);
+  auto address = reinterpret_cast<std::uintptr_t>(base) + end * page;
+  auto aligned = (address + kHugePage - 1) & ~(kHugePage - 1);
+  return std::min(total, end + (aligned - address) / page);
+}
+
 StatusOr<PlacementReport> CorrectRange(const PageRange& range, int node,
                                        const CorrectOptions& options) {
   PlacementReport report;
@@ -150,11 +182,13 @@ StatusOr<PlacementReport> CorrectRange(const PageRange& range, int node,
   report.pages_checked = range.pages;
   const std::size_t page = prim::PageSize();
   auto* base = static_cast<char*>(range.begin);
-  for (std::size_t first = 0; first < range.pages; first += options.batch_pages) {
-    std::size_t count = std::min(options.batch_pages, range.pages - first);
+  for (std::size_t first = 0, end = 0; first < range.pages; first = end) {
+    end = WindowEnd(base, first, options.batch_pages, range.pages);
+    const std::size_t count = end - first;
     char* window = base + first * page;
     auto nodes = page_node_list(window, count * page);
     if (!nodes.ok()) return nodes.status();
+    if (Status s = NormalizeNotResident(window, *nodes); !s.ok()) return s;
     std::vector<void*> misplaced;
     for (std::size_t i = 0; i < count; ++i) {
       int where = (*nodes)[i];

@@ -8,8 +8,9 @@
 // Kernel facts ExpectedNode relies on (Linux 6.1, mm/mempolicy.c and mm/mmap.c): a private
 // anonymous mapping's page offset is its virtual page number (vm_pgoff = addr >> PAGE_SHIFT),
 // and MPOL_INTERLEAVE on a VMA puts the page of offset `off` on the (off mod n)-th node of
-// the policy's node mask, counted in ascending node order. A transparent huge page uses the
-// huge page's offset instead, which is why prediction needs huge pages forbidden.
+// the policy's node mask, counted in ascending node order, where `off` is first truncated
+// to 32 bits. A transparent huge page uses the huge page's offset instead, which is why
+// prediction needs huge pages forbidden.
 #include "numarena/interleave.hpp"
 
 #include <algorithm>
@@ -116,7 +117,10 @@ int InterleavedBuffer::ExpectedNode(std::size_t offset) const {
   const std::size_t page_number =
       (reinterpret_cast<std::uintptr_t>(data_) + offset) / prim::PageSize();
   const std::vector<int>& nodes = policy_.nodes();
-  return nodes[page_number % nodes.size()];
+  // The kernel reduces the offset to 32 bits before taking it modulo the node count
+  // (offset_il_node: `(unsigned int)n % nnodes`); it matters when the count is not a power
+  // of two (the lab's 3-node cxl topology showed it).
+  return nodes[static_cast<std::uint32_t>(page_number) % nodes.size()];
 }
 
 StatusOr<InterleavedBuffer> AllocateInterleaved(std::size_t bytes, const Policy& policy,

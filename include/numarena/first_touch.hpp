@@ -62,8 +62,9 @@ struct PlacementReport {
 std::string PlacementFailureName(int negative_errno);
 
 struct CorrectOptions {
-  // Pages queried (and then migrated) per move_pages(2) call. Bounds the kernel's copy of
-  // the page arrays and this call's own memory for very large ranges. Must be > 0.
+  // Pages queried (and then migrated) per batch. Bounds this call's memory for very large
+  // ranges. A batch is extended to the next 2 MiB boundary so that a transparent huge page,
+  // which migrates as a whole, is never split between two batches. Must be > 0.
   std::size_t batch_pages = 1024;
   // Also bind the range to the node (MPOL_BIND), so pages that fault in later (after a
   // purge, or pages not resident yet) land there too. prefault always binds.

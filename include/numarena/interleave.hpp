@@ -87,7 +87,8 @@ class InterleavedBuffer {
   // fallback happened (stats().applied != kAsRequested), or page interleave with huge pages
   // advised (the kernel's unit is then a huge page or a base page, depending on whether it
   // found a free huge page). For Interleave this is the kernel's rule for anonymous memory
-  // (page index in the address space, modulo the node count, picks the node in the set).
+  // (the page's index in the address space, truncated to 32 bits, modulo the node count
+  // picks the node in the set).
   int ExpectedNode(std::size_t offset) const;
 
  private:

@@ -54,6 +54,11 @@ void Unmap(void* addr, std::size_t bytes);
 // Forbids transparent huge pages for the range (MADV_NOHUGEPAGE), e.g. so MPOL_INTERLEAVE
 // spreads base pages even when THP is "always"; advisory, errors are returned.
 [[nodiscard]] Status AdviseNoHugePages(void* addr, std::size_t bytes);
+// True when every page of [addr, addr+bytes) is mapped, false when some page is not
+// (mincore(2) ENOMEM). `addr` is rounded down to a page. Linux 6.1's move_pages reports an
+// untouched page of an anonymous mapping as -EFAULT, the same as an unmapped one (newer
+// kernels say -ENOENT); this tells the two apart without faulting anything in.
+[[nodiscard]] StatusOr<bool> RangeIsMapped(const void* addr, std::size_t bytes);
 // Touches (populates) every page of the range for writing (MADV_POPULATE_WRITE when the
 // kernel has it, else a write of one byte per page).
 [[nodiscard]] Status PopulateWrite(void* addr, std::size_t bytes);

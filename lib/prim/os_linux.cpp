@@ -227,6 +227,17 @@ Status AdviseNoHugePages(void* addr, std::size_t bytes) {
   return absl::OkStatus();
 }
 
+StatusOr<bool> RangeIsMapped(const void* addr, std::size_t bytes) {
+  const std::size_t page = PageSize();
+  auto begin = reinterpret_cast<std::uintptr_t>(addr) & ~(page - 1);
+  auto end = (reinterpret_cast<std::uintptr_t>(addr) + bytes + page - 1) & ~(page - 1);
+  if (end == begin) return true;
+  std::vector<unsigned char> residency((end - begin) / page);
+  if (::mincore(reinterpret_cast<void*>(begin), end - begin, residency.data()) == 0) return true;
+  if (errno == ENOMEM) return false;
+  return ErrnoToStatus(errno, absl::StrCat("mincore(", Hex(addr), ", ", bytes, ")"));
+}
+
 Status PopulateWrite(void* addr, std::size_t bytes) {
   if (::madvise(addr, bytes, MADV_POPULATE_WRITE) == 0) return absl::OkStatus();
   if (errno != EINVAL) {
