@@ -136,7 +136,8 @@ class Arena {
   // last_allocation_error(). size 0 gives a unique minimal allocation. Allocations of
   // 2 MiB and more are 2 MiB aligned. Thread-safe; never throws.
   void* allocate(std::size_t size, std::size_t alignment = alignof(std::max_align_t)) noexcept {
-    if (fast_flags_ != 0 && alignment <= alignof(std::max_align_t) && size - 1 < kFastLimit) {
+    if (fast_flags_ != 0 && alignment <= alignof(std::max_align_t) &&
+        (alignment & (alignment - 1)) == 0 && size - 1 < kFastLimit) {
       int tcache = arena_internal::tcache_flags[primary_heap_];
       if (tcache != 0) {
         if (void* p = mallocx(size, fast_flags_ | tcache)) return p;

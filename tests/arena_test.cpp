@@ -1,0 +1,349 @@
+// Arenas on the host (one node): creation and lookup, every size class from 8 B to 64 MiB,
+// alignment, bad input, pointer queries (node_of, usable_size, owns), frees from other
+// threads, per-(thread, arena) caches that never hand one arena's objects to another,
+// thread-cache cleanup at thread exit, the capacity gate (refusal, priorities, release on
+// purge), Preferred's error when no node has room, Local, and statistics.
+#include "numarena/arena.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "numarena/page_nodes.hpp"
+
+namespace {
+
+using numarena::Arena;
+using numarena::Policy;
+using numarena::Priority;
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+Arena* Get(const Policy& policy) {
+  auto arena = Arena::ForPolicy(policy);
+  INFO(arena.status().ToString());
+  REQUIRE(arena.ok());
+  return *arena;
+}
+
+class LimitGate : public numarena::CapacityGate {
+ public:
+  explicit LimitGate(std::size_t limit) : limit_(limit) {}
+  numarena::Status Charge(int node, std::size_t bytes, Priority priority) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (used_ + bytes > limit_) {
+      return absl::ResourceExhaustedError(absl::StrCat("limit gate: node ", node, " is full"));
+    }
+    used_ += bytes;
+    by_priority_[priority] += static_cast<long long>(bytes);
+    return absl::OkStatus();
+  }
+  void Release(int, std::size_t bytes, Priority priority) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    used_ -= bytes;
+    by_priority_[priority] -= static_cast<long long>(bytes);
+  }
+  std::size_t used() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return used_;
+  }
+  long long by(Priority priority) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return by_priority_[priority];
+  }
+
+ private:
+  std::mutex mutex_;
+  std::size_t limit_;
+  std::size_t used_ = 0;
+  std::map<Priority, long long> by_priority_;
+};
+
+struct GateScope {
+  explicit GateScope(numarena::CapacityGate* gate) { numarena::SetCapacityGate(gate); }
+  ~GateScope() { numarena::SetCapacityGate(nullptr); }
+};
+
+}  // namespace
+
+TEST_CASE("ForNode gives one arena per node, created once") {
+  auto a = Arena::ForNode(0);
+  REQUIRE(a.ok());
+  auto b = Arena::ForNode(0);
+  REQUIRE(b.ok());
+  CHECK(*a == *b);
+  CHECK((*a)->policy() == Policy::Bind(0));
+  CHECK(*Arena::ForPolicy(Policy::Bind(0)) == *a);
+  CHECK(*Arena::ForPolicy(Policy::Bind(0, numarena::BindMode::kAdvisory)) != *a);
+}
+
+TEST_CASE("bad arena requests name the problem") {
+  auto unknown = Arena::ForNode(77);
+  REQUIRE(unknown.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(unknown.status().message()), Catch::Contains("node 77"));
+  CHECK(Arena::ForPolicy(Policy::Interleave({})).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  numarena::ArenaOptions odd;
+  odd.hugetlb_page_bytes = 12345;
+  auto bad = Arena::ForPolicy(Policy::Bind(0), odd);
+  REQUIRE(bad.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("hugetlb_page_bytes"));
+}
+
+TEST_CASE("every size from 8 B to 64 MiB is writable, owned and resident on the node") {
+  Arena* arena = Get(Policy::Bind(0));
+  for (std::size_t size : {std::size_t{8}, std::size_t{64}, std::size_t{4096},
+                           std::size_t{64} << 10, 2 * kMiB, 64 * kMiB}) {
+    INFO("size " << size);
+    void* p = arena->allocate(size);
+    REQUIRE(p != nullptr);
+    std::memset(p, 0x5a, size);
+    CHECK(numarena::owns(p));
+    CHECK(numarena::node_of(p) == 0);
+    CHECK(numarena::usable_size(p) >= size);
+    if (size >= 2 * kMiB) CHECK(reinterpret_cast<std::uintptr_t>(p) % (2 * kMiB) == 0);
+    auto counts = numarena::page_nodes(p, size);
+    REQUIRE(counts.ok());
+    CHECK(counts->on(0) == counts->total_pages);
+    numarena::deallocate(p);
+  }
+}
+
+TEST_CASE("alignment is honoured and bad alignment is InvalidArgument") {
+  Arena* arena = Get(Policy::Bind(0));
+  for (std::size_t alignment : {std::size_t{32}, std::size_t{4096}, std::size_t{1} << 16}) {
+    void* p = arena->allocate(100, alignment);
+    REQUIRE(p != nullptr);
+    CHECK(reinterpret_cast<std::uintptr_t>(p) % alignment == 0);
+    arena->deallocate(p, 100, alignment);
+  }
+  CHECK(arena->allocate(64, 48) == nullptr);
+  auto error = numarena::last_allocation_error();
+  CHECK(error.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(error.message()), Catch::Contains("alignment 48"));
+  auto result = arena->try_allocate(64, 3);
+  CHECK(result.status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("size 0 and sized frees") {
+  Arena* arena = Get(Policy::Bind(0));
+  void* a = arena->allocate(0);
+  void* b = arena->allocate(0);
+  REQUIRE(a != nullptr);
+  REQUIRE(b != nullptr);
+  CHECK(a != b);
+  numarena::deallocate(a, 0);
+  numarena::deallocate(b);
+  for (std::size_t size : {std::size_t{24}, std::size_t{5000}, 3 * kMiB}) {
+    void* p = arena->allocate(size);
+    REQUIRE(p != nullptr);
+    numarena::deallocate(p, size);
+  }
+  numarena::deallocate(nullptr);
+  numarena::deallocate(nullptr, 16);
+}
+
+TEST_CASE("pointer queries on foreign pointers") {
+  void* foreign = std::malloc(64);
+  CHECK_FALSE(numarena::owns(foreign));
+  CHECK(numarena::node_of(foreign) == numarena::kNodeNone);
+  CHECK(numarena::usable_size(foreign) == 0);
+  CHECK(numarena::node_of(nullptr) == numarena::kNodeNone);
+  std::free(foreign);
+}
+
+TEST_CASE("interleaved and multi-node arenas report kNodeMixed") {
+  Arena* interleave = Get(Policy::Interleave({0}));
+  void* p = interleave->allocate(4096);
+  REQUIRE(p != nullptr);
+  CHECK(numarena::node_of(p) == numarena::kNodeMixed);
+  numarena::deallocate(p);
+  Arena* weighted = Get(Policy::WeightedInterleave({{0, 1}}));
+  void* q = weighted->allocate(3 * kMiB);
+  REQUIRE(q != nullptr);
+  std::memset(q, 1, 3 * kMiB);
+  CHECK(numarena::node_of(q) == numarena::kNodeMixed);
+  numarena::deallocate(q);
+}
+
+TEST_CASE("objects freed into one arena are never handed out by another") {
+  Arena* a = Get(Policy::Bind(0));
+  Arena* b = Get(Policy::Bind(0, numarena::BindMode::kAdvisory));
+  for (std::size_t size :
+       {std::size_t{8}, std::size_t{64}, std::size_t{512}, std::size_t{4096}, std::size_t{20000}}) {
+    std::vector<void*> from_a;
+    for (int i = 0; i < 200; ++i) from_a.push_back(a->allocate(size));
+    int heap_a = numarena::arena_internal::HeapOf(from_a[0]);
+    std::set<void*> freed(from_a.begin(), from_a.end());
+    for (void* p : from_a) numarena::deallocate(p);
+    for (int i = 0; i < 200; ++i) {
+      void* p = b->allocate(size);
+      REQUIRE(p != nullptr);
+      CHECK(freed.count(p) == 0);
+      CHECK(numarena::arena_internal::HeapOf(p) != heap_a);
+      numarena::deallocate(p);
+    }
+  }
+}
+
+TEST_CASE("frees from other threads, two threads across arenas") {
+  Arena* arenas[] = {Get(Policy::Bind(0)), Get(Policy::Interleave({0})), Get(Policy::Local())};
+  std::mutex mutex;
+  std::deque<std::pair<void*, std::size_t>> handoff;
+  std::atomic<bool> done{false};
+  std::atomic<int> failures{0};  // Catch assertions are not thread-safe: count, check after
+  auto producer = [&](int seed) {
+    for (int i = 0; i < 20000; ++i) {
+      std::size_t size = 8u << ((i + seed) % 12);  // 8 B .. 16 KiB
+      Arena* arena = arenas[(i + seed) % 3];
+      auto* p = static_cast<unsigned char*>(arena->allocate(size));
+      if (p == nullptr) {
+        ++failures;
+        continue;
+      }
+      p[0] = static_cast<unsigned char>(i);
+      p[size - 1] = static_cast<unsigned char>(i);
+      if (i % 2 == 0) {
+        numarena::deallocate(p, size);  // own free
+      } else {
+        std::lock_guard<std::mutex> lock(mutex);
+        handoff.emplace_back(p, size);
+      }
+    }
+  };
+  auto consumer = [&] {
+    for (;;) {
+      std::pair<void*, std::size_t> item{nullptr, 0};
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!handoff.empty()) {
+          item = handoff.front();
+          handoff.pop_front();
+        }
+      }
+      if (item.first == nullptr) {
+        if (done.load()) {
+          std::lock_guard<std::mutex> lock(mutex);
+          if (handoff.empty()) return;
+          continue;
+        }
+        std::this_thread::yield();
+        continue;
+      }
+      auto* p = static_cast<unsigned char*>(item.first);
+      if (p[0] != p[item.second - 1]) ++failures;
+      numarena::deallocate(p);
+    }
+  };
+  std::thread t1(producer, 0), t2(producer, 1), c(consumer);
+  t1.join();
+  t2.join();
+  done.store(true);
+  c.join();
+  CHECK(handoff.empty());
+  CHECK(failures.load() == 0);
+}
+
+TEST_CASE("thread caches are destroyed when threads exit") {
+  // jemalloc has about 4k explicit thread caches; 2,500 threads x 2 arenas would exhaust
+  // them if exiting threads leaked theirs.
+  Arena* a = Get(Policy::Bind(0));
+  Arena* b = Get(Policy::Interleave({0}));
+  int heap_a = numarena::arena_internal::HeapOf(a->allocate(8));
+  std::atomic<int> uncached{0};
+  for (int t = 0; t < 2500; ++t) {
+    std::thread thread([&] {
+      void* p = a->allocate(32);
+      void* q = b->allocate(32);
+      if (numarena::arena_internal::tcache_flags[heap_a] == MALLOCX_TCACHE_NONE) ++uncached;
+      numarena::deallocate(p);
+      numarena::deallocate(q);
+    });
+    thread.join();
+  }
+  CHECK(uncached.load() == 0);
+}
+
+TEST_CASE("the capacity gate refuses, is charged by priority and released on purge") {
+  Arena* arena = Get(Policy::Bind({0}, numarena::BindMode::kAdvisory));  // fresh heap? shared ok
+  Arena* fresh = Get(Policy::WeightedInterleave({{0, 2}}));
+  (void)arena;
+  LimitGate gate(96 * kMiB);
+  GateScope scope(&gate);
+  std::vector<void*> blocks;
+  {
+    numarena::PriorityScope high(Priority::kHigh);
+    for (int i = 0; i < 10; ++i) {
+      void* p = fresh->allocate(16 * kMiB);
+      if (p == nullptr) break;
+      blocks.push_back(p);
+    }
+  }
+  CHECK(blocks.size() >= 4);
+  CHECK(blocks.size() < 10);
+  auto error = numarena::last_allocation_error();
+  CHECK(error.code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(error.message()), Catch::Contains("capacity gate refused"));
+  CHECK_THAT(std::string(error.message()), Catch::Contains("limit gate"));
+  CHECK(gate.by(Priority::kHigh) >= static_cast<long long>(blocks.size() * 16 * kMiB));
+  auto stats = fresh->stats();
+  CHECK(stats.refusals >= 1);
+  CHECK(stats.committed >= blocks.size() * 16 * kMiB);
+  // try_allocate reports the same reason.
+  auto more = fresh->try_allocate(64 * kMiB);
+  CHECK(more.status().code() == absl::StatusCode::kResourceExhausted);
+  // Freed and purged from another thread: the high-priority charges come back.
+  std::thread other([&] {
+    for (void* p : blocks) numarena::deallocate(p);
+  });
+  other.join();
+  fresh->purge();
+  CHECK(gate.by(Priority::kHigh) < static_cast<long long>(4 * kMiB));
+  CHECK(fresh->stats().committed < 4 * kMiB);
+}
+
+TEST_CASE("Preferred with no node left says so") {
+  Arena* preferred = Get(Policy::Preferred(0));
+  void* small = preferred->allocate(128);
+  REQUIRE(small != nullptr);
+  CHECK(numarena::node_of(small) == 0);
+  numarena::deallocate(small);
+  LimitGate gate(0);
+  GateScope scope(&gate);
+  CHECK(preferred->allocate(256 * kMiB) == nullptr);
+  auto error = numarena::last_allocation_error();
+  CHECK(error.code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(error.message()), Catch::Contains("no other node had room"));
+}
+
+TEST_CASE("Local places on the calling thread's node") {
+  Arena* local = Get(Policy::Local());
+  void* p = local->allocate(1000);
+  REQUIRE(p != nullptr);
+  CHECK(numarena::node_of(p) == 0);
+  numarena::deallocate(p);
+}
+
+TEST_CASE("stats count live bytes") {
+  Arena* arena = Get(Policy::Interleave({0}, numarena::BindMode::kAdvisory));
+  auto before = arena->stats();
+  std::vector<void*> blocks;
+  for (int i = 0; i < 16; ++i) blocks.push_back(arena->allocate(64 << 10));
+  auto during = arena->stats();
+  CHECK(during.allocated >= before.allocated + 16 * (64 << 10));
+  CHECK(during.active >= during.allocated);
+  CHECK(during.mapped >= during.active);
+  CHECK(during.committed >= 16 * (64 << 10));
+  CHECK(during.jemalloc_arenas == 1);
+  for (void* p : blocks) numarena::deallocate(p);
+  auto after = arena->stats();
+  CHECK(after.allocated <= before.allocated);
+}
