@@ -1007,6 +1007,19 @@ StatusOr<KvBlockPin> KvPool::Pin(KvBlockId block) {
   return pin;
 }
 
+StatusOr<KvPool::BlockLocation> KvPool::Locate(KvBlockId block) const {
+  const Impl& p = *impl_;
+  if (!p.valid_block(block)) {
+    return absl::InvalidArgumentError(absl::StrCat("KV pool: block ", block, " does not exist"));
+  }
+  const BlockMeta& b = p.block(block);
+  BlockLocation where;
+  where.tier = static_cast<KvTier>(b.tier.load(std::memory_order_relaxed));
+  where.node = b.node.load(std::memory_order_relaxed);
+  where.pins = static_cast<int>(b.state.load(std::memory_order_relaxed) & ~kMigrating);
+  return where;
+}
+
 StatusOr<KvBlockPin> KvPool::PinToken(KvSequenceId sequence, int layer, int group,
                                       std::size_t token) {
   Impl& p = *impl_;

@@ -42,7 +42,7 @@ bool PrefixIndex::InsertLocked(std::uint64_t hash, std::uint32_t span) {
 
 void PrefixIndex::CacheLocked(std::uint64_t hash, std::uint32_t span) {
   Shard& s = shard(hash);
-  s.lru.emplace_back(hash, span);
+  s.lru.push_back({hash, span, tick_.fetch_add(1, std::memory_order_relaxed)});
   s.lru_position[span] = std::prev(s.lru.end());
   cached_.fetch_add(1, std::memory_order_relaxed);
 }
@@ -57,20 +57,30 @@ void PrefixIndex::UncacheLocked(std::uint64_t hash, std::uint32_t span) {
 }
 
 std::uint32_t PrefixIndex::EvictOne(const std::function<void(std::uint32_t)>& claim) {
-  if (cached() == 0) return kNone;
-  const std::size_t start = evict_cursor_.fetch_add(1, std::memory_order_relaxed);
-  for (std::size_t k = 0; k < kShards; ++k) {
-    Shard& s = shards_[(start + k) % kShards];
+  while (cached() != 0) {
+    // Find the shard whose oldest entry is oldest overall, then take it if it is still there.
+    std::size_t best = kShards;
+    std::uint64_t best_tick = 0;
+    for (std::size_t k = 0; k < kShards; ++k) {
+      std::lock_guard lock(shards_[k].mu);
+      if (shards_[k].lru.empty()) continue;
+      if (best == kShards || shards_[k].lru.front().tick < best_tick) {
+        best = k;
+        best_tick = shards_[k].lru.front().tick;
+      }
+    }
+    if (best == kShards) return kNone;
+    Shard& s = shards_[best];
     std::lock_guard lock(s.mu);
-    if (s.lru.empty()) continue;
-    auto [hash, span] = s.lru.front();
+    if (s.lru.empty()) continue;  // reused meanwhile: look again
+    const Shard::Cached victim = s.lru.front();
     s.lru.pop_front();
-    s.lru_position.erase(span);
-    s.by_hash.erase(hash);
+    s.lru_position.erase(victim.span);
+    s.by_hash.erase(victim.hash);
     cached_.fetch_sub(1, std::memory_order_relaxed);
     indexed_.fetch_sub(1, std::memory_order_relaxed);
-    claim(span);
-    return span;
+    claim(victim.span);
+    return victim.span;
   }
   return kNone;
 }

@@ -43,9 +43,9 @@ class PrefixIndex {
   // Takes a cached span off the cached list (it is owned again).
   void UncacheLocked(std::uint64_t hash, std::uint32_t span);
 
-  // Removes the least recently cached span of some shard (round robin over shards) from the
-  // index and the cached list, calling `claim(span)` under the shard's lock. kNone when
-  // nothing is cached.
+  // Removes the least recently cached span (oldest head over all shards) from the index and
+  // the cached list, calling `claim(span)` under the shard's lock. kNone when nothing is
+  // cached.
   std::uint32_t EvictOne(const std::function<void(std::uint32_t)>& claim);
 
   std::size_t cached() const { return cached_.load(std::memory_order_relaxed); }
@@ -55,9 +55,13 @@ class PrefixIndex {
   struct alignas(64) Shard {
     mutable std::mutex mu;
     absl::flat_hash_map<std::uint64_t, std::uint32_t> by_hash;
-    std::list<std::pair<std::uint64_t, std::uint32_t>> lru;  // (hash, span), oldest first
-    absl::flat_hash_map<std::uint32_t, std::list<std::pair<std::uint64_t, std::uint32_t>>::iterator>
-        lru_position;
+    struct Cached {
+      std::uint64_t hash;
+      std::uint32_t span;
+      std::uint64_t tick;  // when it was cached: orders eviction across shards
+    };
+    std::list<Cached> lru;  // oldest first
+    absl::flat_hash_map<std::uint32_t, std::list<Cached>::iterator> lru_position;
   };
   Shard& shard(std::uint64_t hash) { return shards_[(hash >> 59) % kShards]; }
   const Shard& shard(std::uint64_t hash) const { return shards_[(hash >> 59) % kShards]; }
@@ -65,7 +69,7 @@ class PrefixIndex {
   Shard shards_[kShards];
   std::atomic<std::size_t> cached_{0};
   std::atomic<std::size_t> indexed_{0};
-  std::atomic<std::size_t> evict_cursor_{0};
+  std::atomic<std::uint64_t> tick_{0};
 };
 
 }  // namespace numarena::kv

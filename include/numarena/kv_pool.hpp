@@ -352,6 +352,13 @@ class KvPool {
   // Pins a block (promoting it first when it is cold, promote_on_touch is set and the hot
   // tier has room). FailedPrecondition when the block belongs to no sequence or cache.
   [[nodiscard]] StatusOr<KvBlockPin> Pin(KvBlockId block);
+  // Where a block is now, without pinning it or counting an access (stats, tests).
+  struct BlockLocation {
+    KvTier tier = KvTier::kNone;
+    int node = -1;
+    int pins = 0;
+  };
+  [[nodiscard]] StatusOr<BlockLocation> Locate(KvBlockId block) const;
   // Pins the block holding `token` of the sequence for (layer, group), for writing its K/V.
   [[nodiscard]] StatusOr<KvBlockPin> PinToken(KvSequenceId sequence, int layer, int group,
                                               std::size_t token);

@@ -1,0 +1,563 @@
+// KV-cache pool: geometry and configuration errors, block accounting, reference counts and
+// copy-on-write, prefix reuse, eviction order of every hotness policy, tier moves, data
+// integrity across 100,000 random demote/promote cycles, and budget-driven demotion.
+#include "numarena/kv_pool.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <numeric>
+#include <random>
+
+#include "kv_layout.hpp"
+#include "kv_placement.hpp"
+#include "kv_test_support.hpp"
+#include "numarena/budget.hpp"
+
+using numarena::KvBlockId;
+using numarena::KvColdTier;
+using numarena::KvHotnessPolicy;
+using numarena::KvPool;
+using numarena::KvPoolOptions;
+using numarena::KvTier;
+
+namespace {
+
+// 2 layers, 4 heads in 2 groups, head_dim 8 fp32, 4 tokens per block: 4 blocks per span.
+KvPoolOptions SmallOptions(std::shared_ptr<kvtest::HeapStorage> storage) {
+  KvPoolOptions o;
+  o.geometry = {.layers = 2, .kv_heads = 4, .head_dim = 8, .dtype = numarena::KvDType::kFp32,
+                .tokens_per_block = 4, .layers_per_block = 1, .heads_per_group = 2};
+  o.home_nodes = {0, 1};
+  o.cold_tier = KvColdTier::Node(2);
+  o.storage = std::move(storage);
+  o.slab_bytes = 4096;
+  return o;
+}
+
+std::unique_ptr<KvPool> MustCreate(KvPoolOptions o) {
+  auto pool = KvPool::Create(std::move(o));
+  INFO((pool.ok() ? std::string("ok") : std::string(pool.status().message())));
+  REQUIRE(pool.ok());
+  return *std::move(pool);
+}
+
+std::vector<std::int32_t> Tokens(std::size_t n, std::int32_t first = 100) {
+  std::vector<std::int32_t> t(n);
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+
+}  // namespace
+
+TEST_CASE("layout: block size, alignment and offsets") {
+  numarena::KvGeometry g{.layers = 32, .kv_heads = 8, .head_dim = 128,
+                         .dtype = numarena::KvDType::kBf16, .tokens_per_block = 16};
+  auto layout = numarena::kv::MakeLayout(g, 4);
+  REQUIRE(layout.ok());
+  CHECK(layout->head_groups == 4);  // 8 heads over 4 home nodes
+  CHECK(layout->geometry.heads_per_group == 2);
+  CHECK(layout->blocks_per_span == 32 * 4);
+  CHECK(layout->row_bytes == 256);
+  CHECK(layout->block_bytes == 2 * 2 * 16 * 256);  // heads x (K+V) x tokens x row
+  CHECK(layout->ValueOffset(0, 1, 0) == layout->KeyOffset(0, 1, 0) + 16 * 256);
+
+  g.head_dim = 3;  // 16 x 3 x 1 = 48 bytes: areas pad to 64
+  g.dtype = numarena::KvDType::kFp8;
+  layout = numarena::kv::MakeLayout(g, 3);  // 8 heads do not split over 3 nodes: 1 per group
+  REQUIRE(layout.ok());
+  CHECK(layout->head_groups == 8);
+  CHECK(layout->area_bytes == 64);
+  CHECK(layout->block_bytes % 64 == 0);
+}
+
+TEST_CASE("configuration errors are clear") {
+  auto storage = std::make_shared<kvtest::HeapStorage>();
+  SECTION("zero heads") {
+    auto o = SmallOptions(storage);
+    o.geometry.kv_heads = 0;
+    auto pool = KvPool::Create(o);
+    REQUIRE(pool.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(pool.status().message()), Catch::Contains("kv_heads is 0"));
+  }
+  SECTION("group that does not divide the heads") {
+    auto o = SmallOptions(storage);
+    o.geometry.heads_per_group = 3;
+    auto pool = KvPool::Create(o);
+    REQUIRE(pool.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(pool.status().message()), Catch::Contains("does not divide kv_heads"));
+  }
+  SECTION("cold node that is also a home node") {
+    auto o = SmallOptions(storage);
+    o.cold_tier = KvColdTier::Node(1);
+    auto pool = KvPool::Create(o);
+    REQUIRE(pool.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(pool.status().message()), Catch::Contains("both a home node"));
+  }
+  SECTION("cold node the process may not use") {
+    numarena::kv::TopologyView view;
+    view.nodes = {{0, true, true, 0}, {1, true, true, 0}, {2, false, false, 0}};
+    view.distance = [](int a, int b) { return a == b ? 10 : 20; };
+    auto o = SmallOptions(storage);
+    auto placement = numarena::kv::ResolvePlacement(o, &view);
+    REQUIRE(placement.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(placement.status().message()),
+               Catch::Contains("cold tier node 2 is not in the process's allowed memory nodes"));
+    o.cold_tier = KvColdTier::Node(7);
+    CHECK_THAT(std::string(numarena::kv::ResolvePlacement(o, &view).status().message()),
+               Catch::Contains("node 7 is not an online NUMA node"));
+  }
+  SECTION("block larger than the budget") {
+    numarena::BudgetOptions bo;
+    bo.mode = numarena::BudgetMode::kQuota;
+    bo.default_quota_bytes = 1024;  // trip at 921 bytes; a block is 4 x 512 bytes? no: 512
+    auto budget = numarena::Budget::Create(bo, std::vector<int>{0, 1, 2});
+    REQUIRE(budget.ok());
+    auto o = SmallOptions(storage);
+    o.geometry.tokens_per_block = 16;  // 2048-byte blocks
+    o.budget = budget->get();
+    auto pool = KvPool::Create(o);
+    REQUIRE(pool.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(pool.status().message()),
+               Catch::Contains("one block is 2048 bytes but node 0 may hold only 921"));
+  }
+}
+
+TEST_CASE("placement: defaults from the topology") {
+  numarena::kv::TopologyView view;
+  // snc-like: 0,1 one socket (12), 2,3 the other (32); 4 a memory-only CXL node.
+  view.nodes = {{0, true, true, 0}, {1, true, true, 0}, {2, true, true, 0}, {3, true, true, 0},
+                {4, false, true, 5000}};
+  view.distance = [](int a, int b) {
+    if (a == b) return 10;
+    if (a == 4 || b == 4) return 40;
+    return (a / 2 == b / 2) ? 12 : 32;
+  };
+  view.node_of_cpu = [](int cpu) -> numarena::StatusOr<int> { return cpu / 8; };
+  view.node_of_device = [](const std::string&) -> numarena::StatusOr<int> { return 2; };
+  KvPoolOptions o;
+  o.cold_tier = KvColdTier::Farthest();
+  auto p = numarena::kv::ResolvePlacement(o, &view);
+  REQUIRE(p.ok());
+  CHECK(p->home_nodes == std::vector<int>{0, 1, 2, 3});
+  CHECK(p->cold_nodes == std::vector<int>{4});
+
+  o.near_device = "0000:41:00.0";  // on node 2: its socket is {2, 3}
+  p = numarena::kv::ResolvePlacement(o, &view);
+  REQUIRE(p.ok());
+  CHECK(p->home_nodes == std::vector<int>{2, 3});
+
+  o.near_device.clear();
+  o.near_cpus = {1, 2};  // node 0
+  o.cold_tier = KvColdTier::Farthest();
+  p = numarena::kv::ResolvePlacement(o, &view);
+  REQUIRE(p.ok());
+  CHECK(p->home_nodes == std::vector<int>{0});
+  CHECK(p->cold_nodes == std::vector<int>{4});  // distance 40 beats 32
+
+  o.near_cpus.clear();
+  o.home_nodes = {0, 1, 2, 3, 4};
+  CHECK(numarena::kv::ResolvePlacement(o, &view).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("block accounting: spans, blocks per node, release into cache and free lists") {
+  auto storage = std::make_shared<kvtest::HeapStorage>();
+  auto pool = MustCreate(SmallOptions(storage));
+  CHECK(pool->head_groups() == 2);
+  CHECK(pool->group_node(0) == 0);
+  CHECK(pool->group_node(1) == 1);
+  CHECK(pool->block_bytes() == 512);
+
+  auto tokens = Tokens(10);  // 2 full spans + 2 tokens
+  auto seq = pool->CreateSequence(tokens);
+  REQUIRE(seq.ok());
+  CHECK(*pool->Length(*seq) == 10);
+  auto st = pool->Stats();
+  CHECK(st.spans_in_use == 3);
+  CHECK(st.hot_blocks == 3 * 4);
+  CHECK(st.cold_blocks == 0);
+  REQUIRE(st.nodes.size() == 3);
+  CHECK(st.nodes[0].hot_blocks == 6);  // group 0, 2 layers, 3 spans
+  CHECK(st.nodes[1].hot_blocks == 6);
+  auto blocks = pool->Blocks(*seq, 1, 1);
+  REQUIRE(blocks.ok());
+  CHECK(blocks->size() == 3);
+  for (KvBlockId id : *blocks) {
+    auto pin = pool->Pin(id);
+    REQUIRE(pin.ok());
+    CHECK(pin->node() == 1);
+    CHECK(pin->group() == 1);
+    CHECK(pin->first_layer() == 1);
+    CHECK(pin->first_head() == 2);
+    CHECK(reinterpret_cast<std::uintptr_t>(pin->data()) % 64 == 0);
+    CHECK(pool->Stats().pinned_blocks == 1);
+  }
+  CHECK(pool->Stats().pinned_blocks == 0);
+
+  REQUIRE(pool->Append(*seq, Tokens(3, 500)).ok());  // fills span 3 partially: 13 tokens
+  CHECK(pool->Stats().spans_in_use == 4);
+  REQUIRE(pool->Truncate(*seq, 5).ok());
+  st = pool->Stats();
+  CHECK(st.spans_in_use == 2);
+  CHECK(st.spans_free == 1);    // the partial span, which the prefix index never held
+  CHECK(st.spans_cached == 1);  // tokens 8..11 filled a span: it stays for prefix reuse
+  REQUIRE(pool->FreeSequence(*seq).ok());
+  st = pool->Stats();
+  CHECK(st.spans_in_use == 0);
+  CHECK(st.spans_cached == 3);
+  CHECK(st.spans_free == 1);
+  CHECK(st.sequences == 0);
+  CHECK(pool->FreeSequence(*seq).code() == absl::StatusCode::kNotFound);
+  CHECK(pool->Append(*seq, Tokens(1)).code() == absl::StatusCode::kNotFound);
+
+  // Free spans are reused before anything new is mapped (cached ones are kept while
+  // memory lasts).
+  const std::size_t slabs = storage->slabs(0) + storage->slabs(1);
+  auto again = pool->CreateSequence(Tokens(3, 9000));
+  REQUIRE(again.ok());
+  CHECK(storage->slabs(0) + storage->slabs(1) == slabs);
+  CHECK(pool->Stats().spans_free == 0);
+}
+
+TEST_CASE("fork shares spans; appending copies the shared partial span") {
+  auto storage = std::make_shared<kvtest::HeapStorage>();
+  auto pool = MustCreate(SmallOptions(storage));
+  auto tokens = Tokens(6);
+  auto parent = pool->CreateSequence(tokens);
+  REQUIRE(parent.ok());
+  kvtest::WriteTokens(*pool, *parent, tokens, 0, 6);
+  auto child = pool->Fork(*parent);
+  REQUIRE(child.ok());
+  CHECK(pool->Stats().spans_in_use == 2);  // shared, not copied
+  CHECK(*pool->Blocks(*child, 0, 0) == *pool->Blocks(*parent, 0, 0));
+
+  auto child_tokens = tokens;
+  child_tokens.push_back(777);
+  REQUIRE(pool->Append(*child, std::vector<std::int32_t>{777}).ok());
+  kvtest::WriteTokens(*pool, *child, child_tokens, 6, 7);
+  auto pb = *pool->Blocks(*parent, 0, 0);
+  auto cb = *pool->Blocks(*child, 0, 0);
+  CHECK(pb[0] == cb[0]);  // the full span is still shared
+  CHECK(pb[1] != cb[1]);  // the partial one was copied
+  CHECK(pool->Stats().copy_on_writes == 1);
+  CHECK(kvtest::CountBadRows(*pool, *child, child_tokens) == 0);  // copied data intact
+  CHECK(kvtest::CountBadRows(*pool, *parent, tokens) == 0);       // parent untouched
+
+  // The parent now owns its partial span alone: appending writes in place.
+  auto parent_tokens = tokens;
+  parent_tokens.push_back(888);
+  REQUIRE(pool->Append(*parent, std::vector<std::int32_t>{888}).ok());
+  kvtest::WriteTokens(*pool, *parent, parent_tokens, 6, 7);
+  CHECK(pool->Stats().copy_on_writes == 1);
+  CHECK(*pool->Blocks(*parent, 0, 0) == pb);
+  CHECK(kvtest::CountBadRows(*pool, *child, child_tokens) == 0);
+  CHECK(kvtest::CountBadRows(*pool, *parent, parent_tokens) == 0);
+
+  REQUIRE(pool->FreeSequence(*parent).ok());
+  CHECK(kvtest::CountBadRows(*pool, *child, child_tokens) == 0);
+  REQUIRE(pool->FreeSequence(*child).ok());
+  CHECK(pool->Stats().spans_in_use == 0);
+}
+
+TEST_CASE("prefix reuse: full spans are shared by hash of parent and tokens") {
+  auto storage = std::make_shared<kvtest::HeapStorage>();
+  auto pool = MustCreate(SmallOptions(storage));
+  auto a_tokens = Tokens(12);
+  auto a = pool->CreateSequence(a_tokens);
+  REQUIRE(a.ok());
+  kvtest::WriteTokens(*pool, *a, a_tokens, 0, 12);
+  const auto a_blocks = *pool->Blocks(*a, 1, 0);
+
+  // A live sequence's full spans are found.
+  auto b_tokens = Tokens(10);
+  b_tokens[9] = 5;  // differs after the second span
+  std::size_t reused = 99;
+  auto b = pool->CreateSequence(b_tokens, &reused);
+  REQUIRE(b.ok());
+  CHECK(reused == 8);
+  auto b_blocks = *pool->Blocks(*b, 1, 0);
+  CHECK(b_blocks[0] == a_blocks[0]);
+  CHECK(b_blocks[1] == a_blocks[1]);
+  CHECK(b_blocks[2] != a_blocks[2]);
+  kvtest::WriteTokens(*pool, *b, b_tokens, 8, 10);
+  CHECK(kvtest::CountBadRows(*pool, *b, b_tokens) == 0);
+
+  // After every owner is gone the spans stay cached and are still found.
+  REQUIRE(pool->FreeSequence(*a).ok());
+  REQUIRE(pool->FreeSequence(*b).ok());
+  CHECK(pool->Stats().spans_cached == 3);
+  CHECK(pool->CachedPrefixTokens(a_tokens) == 12);
+  auto c = pool->CreateSequence(a_tokens, &reused);
+  REQUIRE(c.ok());
+  CHECK(reused == 12);
+  CHECK(*pool->Blocks(*c, 1, 0) == a_blocks);
+  CHECK(kvtest::CountBadRows(*pool, *c, a_tokens) == 0);
+
+  // Same tokens after a different first span: different parent hash, no reuse.
+  auto d_tokens = Tokens(12);
+  d_tokens[0] = 1;
+  CHECK(pool->CachedPrefixTokens(d_tokens) == 0);
+  auto st = pool->Stats();
+  CHECK(st.prefix_hits == 2 + 3);
+  CHECK(st.prefix_lookups == 3 + 3);  // b: hit, hit, miss; c: three hits
+}
+
+TEST_CASE("cached spans are evicted (LRU) when there is no memory left") {
+  auto storage = std::make_shared<kvtest::HeapStorage>();
+  auto o = SmallOptions(storage);
+  o.cold_tier = KvColdTier::None();
+  o.hot_blocks_per_node = 6;  // 3 spans
+  auto pool = MustCreate(o);
+  std::vector<numarena::KvSequenceId> seqs;
+  for (int i = 0; i < 3; ++i) {
+    auto s = pool->CreateSequence(Tokens(4, 1000 * i));
+    REQUIRE(s.ok());
+    seqs.push_back(*s);
+  }
+  auto full = pool->CreateSequence(Tokens(4, 5000));
+  REQUIRE(full.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(full.status().message()), Catch::Contains("capacity of 6 blocks"));
+  CHECK(pool->Stats().refusals == 1);
+  REQUIRE(pool->FreeSequence(seqs[1]).ok());
+  REQUIRE(pool->FreeSequence(seqs[0]).ok());
+  auto s = pool->CreateSequence(Tokens(4, 5000));
+  REQUIRE(s.ok());
+  CHECK(pool->Stats().cached_evictions == 1);
+  CHECK(pool->CachedPrefixTokens(Tokens(4, 0)) == 4);     // released last: kept
+  CHECK(pool->CachedPrefixTokens(Tokens(4, 1000)) == 0);  // released first: evicted
+}
+
+namespace {
+
+// One home node, one group, one layer: every span is one block. Sequences A, B, C, ...
+struct OrderFixture {
+  explicit OrderFixture(KvHotnessPolicy policy, int count = 4) {
+    storage = std::make_shared<kvtest::HeapStorage>();
+    KvPoolOptions o;
+    o.geometry = {.layers = 1, .kv_heads = 1, .head_dim = 16, .tokens_per_block = 4};
+    o.home_nodes = {0};
+    o.cold_tier = KvColdTier::Node(1);
+    o.hotness = policy;
+    o.storage = storage;
+    pool = MustCreate(o);
+    for (int i = 0; i < count; ++i) {
+      auto s = pool->CreateSequence(Tokens(4, 100 * i));
+      REQUIRE(s.ok());
+      blocks.push_back(pool->Blocks(*s, 0, 0)->at(0));
+    }
+  }
+  void Touch(int i) { REQUIRE(pool->Pin(blocks[i]).ok()); }
+  KvTier Tier(int i) { return pool->Locate(blocks[i])->tier; }
+  // Demotes one block at a time (Locate does not count as an access); returns the
+  // sequence letters in demotion order.
+  std::string DemotionOrder(std::size_t steps) {
+    std::string order;
+    for (std::size_t n = 0; n < steps; ++n) {
+      REQUIRE(pool->Demote(0, 1) == 1);
+      for (std::size_t i = 0; i < blocks.size(); ++i) {
+        const char letter = static_cast<char>('A' + i);
+        if (Tier(static_cast<int>(i)) == KvTier::kCold &&
+            order.find(letter) == std::string::npos)
+          order += letter;
+      }
+    }
+    return order;
+  }
+  std::shared_ptr<kvtest::HeapStorage> storage;
+  std::unique_ptr<KvPool> pool;
+  std::vector<KvBlockId> blocks;
+};
+
+}  // namespace
+
+TEST_CASE("eviction order: LRU demotes the least recently pinned first") {
+  OrderFixture f(KvHotnessPolicy::kLru);
+  f.Touch(1);
+  f.Touch(0);
+  f.Touch(3);
+  CHECK(f.DemotionOrder(4) == "CBAD");
+}
+
+TEST_CASE("eviction order: CLOCK gives referenced blocks a second chance") {
+  OrderFixture f(KvHotnessPolicy::kClock);
+  f.Touch(0);
+  f.Touch(2);
+  // Hand at A: referenced, cleared; B taken. Then C cleared, D taken; then A, C.
+  CHECK(f.DemotionOrder(4) == "BDAC");
+}
+
+TEST_CASE("eviction order: 2Q demotes once-used blocks (FIFO) before reused ones") {
+  OrderFixture f(KvHotnessPolicy::kTwoQueue, 8);
+  for (int i : {1, 1, 0, 0}) f.Touch(i);  // A and B used twice: frequent
+  f.Touch(7);                             // H once: still in the FIFO queue
+  // LRU would take C D E F G and then the oldest of A, B, H: H was pinned last, so A B H.
+  // 2Q takes the FIFO queue first while it is over a quarter of the hot list.
+  CHECK(f.DemotionOrder(5) == "CDEFG");
+  CHECK(f.Tier(0) == KvTier::kHot);
+  CHECK(f.Tier(1) == KvTier::kHot);
+
+  // A block demoted from the FIFO queue and used again soon comes back as frequent.
+  OrderFixture g(KvHotnessPolicy::kTwoQueue, 8);
+  for (int i : {1, 1, 0, 0}) g.Touch(i);
+  CHECK(g.DemotionOrder(1) == "C");
+  g.Touch(2);  // promotes C; the ghost list marks it frequent
+  CHECK(g.Tier(2) == KvTier::kHot);
+  // D..G leave first-in first-out; then the frequent ones by LRU: B (pinned before A and C).
+  CHECK(g.DemotionOrder(5) == "DEFGB");
+  CHECK(g.Tier(2) == KvTier::kHot);
+}
+
+TEST_CASE("tiers: demote, promote on touch, served cold when the hot tier is full") {
+  auto storage = std::make_shared<kvtest::HeapStorage>();
+  auto o = SmallOptions(storage);
+  o.hot_blocks_per_node = 4;  // two spans' worth of each group
+  auto pool = MustCreate(o);
+  auto tokens = Tokens(8);
+  auto seq = pool->CreateSequence(tokens);
+  REQUIRE(seq.ok());
+  kvtest::WriteTokens(*pool, *seq, tokens, 0, 8);
+  const KvBlockId b0 = pool->Blocks(*seq, 0, 0)->at(0);
+
+  REQUIRE(pool->DemoteBlock(b0).ok());
+  CHECK(pool->Locate(b0)->tier == KvTier::kCold);
+  CHECK(pool->Locate(b0)->node == 2);
+  CHECK(pool->DemoteBlock(b0).code() == absl::StatusCode::kFailedPrecondition);
+  {
+    auto pin = pool->Pin(b0);  // room at home: promoted
+    REQUIRE(pin.ok());
+    CHECK(pin->tier() == KvTier::kHot);
+    CHECK(pin->node() == 0);
+    CHECK(pool->DemoteBlock(b0).code() == absl::StatusCode::kFailedPrecondition);  // pinned
+    CHECK(pool->Demote(0, 100) == 3);  // all but the pinned block
+  }
+  CHECK(kvtest::CountBadRows(*pool, *seq, tokens) == 0);  // pins promote them back
+
+  // Fill node 0's hot tier with another sequence; a cold block is then served cold.
+  REQUIRE(pool->Demote(0, 100) == 4);
+  auto other = pool->CreateSequence(Tokens(8, 9000));
+  REQUIRE(other.ok());
+  auto before = pool->Stats();
+  {
+    auto pin = pool->Pin(b0);
+    REQUIRE(pin.ok());
+    CHECK(pin->tier() == KvTier::kCold);  // no room to promote
+  }
+  auto after = pool->Stats();
+  CHECK(after.cold_pins == before.cold_pins + 1);
+  CHECK(after.promotions == before.promotions);
+  CHECK(after.cold_hit_rate > 0);
+  CHECK(kvtest::CountBadRows(*pool, *seq, tokens) == 0);  // served from the cold tier
+  CHECK(after.bytes_demoted == after.demotions * pool->block_bytes());
+}
+
+TEST_CASE("allocation demotes to make room and refuses only when both tiers are full") {
+  auto storage = std::make_shared<kvtest::HeapStorage>();
+  auto o = SmallOptions(storage);
+  o.hot_blocks_per_node = 4;
+  o.cold_blocks = 16;
+  auto pool = MustCreate(o);
+  std::vector<numarena::KvSequenceId> seqs;
+  for (int i = 0; i < 6; ++i) {  // 6 spans: 2 hot + 4 cold per group node
+    auto s = pool->CreateSequence(Tokens(3, 100 * i));
+    INFO(i);
+    REQUIRE(s.ok());
+    seqs.push_back(*s);
+  }
+  auto st = pool->Stats();
+  CHECK(st.hot_blocks == 8);
+  CHECK(st.cold_blocks == 16);
+  CHECK(st.demotions > 0);
+  auto refused = pool->CreateSequence(Tokens(3, 7000));
+  CHECK(refused.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(pool->Stats().refusals == 1);
+}
+
+TEST_CASE("data integrity across 100,000 random demote/promote cycles") {
+  auto storage = std::make_shared<kvtest::HeapStorage>();
+  auto o = SmallOptions(storage);
+  o.hot_blocks_per_node = 24;  // of 32 per node: some promotions find no room
+  o.retained_empty_slabs = 0;  // slabs come and go too
+  auto pool = MustCreate(o);
+  std::vector<std::vector<std::int32_t>> tokens;
+  std::vector<numarena::KvSequenceId> seqs;
+  std::vector<KvBlockId> blocks;
+  for (int i = 0; i < 8; ++i) {
+    tokens.push_back(Tokens(7, 1000 * i));
+    auto s = pool->CreateSequence(tokens.back());
+    REQUIRE(s.ok());
+    kvtest::WriteTokens(*pool, *s, tokens.back(), 0, 7);
+    seqs.push_back(*s);
+    for (int layer = 0; layer < 2; ++layer)
+      for (int group = 0; group < 2; ++group)
+        for (KvBlockId id : *pool->Blocks(*s, layer, group)) blocks.push_back(id);
+  }
+  std::mt19937 rng(42);
+  std::size_t demoted = 0, promoted = 0;
+  for (int cycle = 0; demoted + promoted < 100000 && cycle < 2000000; ++cycle) {
+    const KvBlockId id = blocks[rng() % blocks.size()];
+    switch (rng() % 4) {
+      case 0:
+      case 1:
+        demoted += pool->DemoteBlock(id).ok();
+        break;
+      case 2:
+        promoted += pool->PromoteBlock(id).ok();
+        break;
+      default:
+        pool->Demote(static_cast<int>(rng() % 2), 1 + rng() % 4);
+    }
+    if (cycle % 10000 == 0) {
+      for (std::size_t i = 0; i < seqs.size(); ++i)
+        REQUIRE(kvtest::CountBadRows(*pool, seqs[i], tokens[i]) == 0);
+    }
+  }
+  CHECK(demoted + promoted >= 100000);
+  CHECK(promoted > 30000);
+  CHECK(pool->Stats().cold_pins > 0);  // some checks read blocks in the cold tier
+  for (std::size_t i = 0; i < seqs.size(); ++i)
+    CHECK(kvtest::CountBadRows(*pool, seqs[i], tokens[i]) == 0);
+}
+
+TEST_CASE("budget: the pool demotes at the warn and trip lines instead of failing") {
+  numarena::BudgetOptions bo;
+  bo.mode = numarena::BudgetMode::kQuota;
+  bo.quotas = {{0, 64 * 4096}, {1, 64 * 4096}, {2, 1024 * 4096}};
+  auto budget = numarena::Budget::Create(bo, std::vector<int>{0, 1, 2});
+  REQUIRE(budget.ok());
+  auto storage = std::make_shared<kvtest::HeapStorage>(budget->get());
+  auto o = SmallOptions(storage);
+  o.budget = budget->get();
+  o.geometry.head_dim = 128;  // 8 KiB blocks, one per slab: reclaim is block-exact
+  o.slab_bytes = 8192;
+  auto pool = MustCreate(o);
+  REQUIRE(pool->block_bytes() == 8192);
+
+  std::vector<numarena::KvSequenceId> seqs;
+  std::size_t peak = 0;
+  for (int i = 0; i < 60; ++i) {  // 60 spans x 2 blocks per node x 8 KiB = 3.75 x quota
+    auto s = pool->CreateSequence(Tokens(4, 100 * i));
+    INFO(i);
+    REQUIRE(s.ok());
+    seqs.push_back(*s);
+    peak = std::max<std::size_t>(peak, (*budget)->usage(0));
+  }
+  const auto snap = (*budget)->Snapshot();
+  const auto* n0 = snap.node(0);
+  REQUIRE(n0 != nullptr);
+  CHECK(peak <= n0->trip_bytes);
+  CHECK(n0->reclaim_runs > 0);
+  CHECK(n0->reclaim_freed > 0);
+  CHECK(n0->refusals == 0);
+  auto st = pool->Stats();
+  CHECK(st.refusals == 0);
+  CHECK(st.demotions > 0);
+  CHECK(st.cold_blocks > 0);
+  CHECK(st.hot_blocks + st.cold_blocks == 60 * 4);
+  // Nothing is promoted into a node past its warn line.
+  const KvBlockId first = pool->Blocks(seqs[0], 0, 0)->at(0);
+  REQUIRE(pool->Locate(first)->tier == KvTier::kCold);
+  if ((*budget)->state(0) >= numarena::NodeState::kWarn) {
+    CHECK(pool->Pin(first)->tier() == KvTier::kCold);
+  }
+}
