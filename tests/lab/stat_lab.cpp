@@ -1,0 +1,97 @@
+// lab-topologies: 2s
+//
+// `numarena stat` on a real two-node kernel: a child process binds 64 MiB to node 1
+// (mbind before first touch), touches it and pins itself to node 1's CPU; StatProcess of
+// that pid, read from the live /proc like `numarena stat PID`, must report the 64 MiB on
+// node 1, the child running on node 1, and (nearly) all its private memory local. The
+// expected nodes and CPUs come from the lab's topology description, not from numarena.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <csignal>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "lab_support.hpp"
+#include "numarena/stat.hpp"
+#include "numarena/topology.hpp"
+#include "prim/os.hpp"
+
+namespace {
+
+constexpr std::size_t kBytes = std::size_t{64} << 20;
+
+// The child: bind, touch, pin, report readiness on `ready`, then wait until `release`
+// closes. Exits with a distinct status for each step that failed.
+[[noreturn]] void Child(int node, std::vector<int> cpus, int ready, int release) {
+  auto memory = numarena::prim::MapAnonymous(kBytes);
+  if (!memory.ok()) _exit(10);
+  int nodes[] = {node};
+  if (!numarena::prim::BindRange(*memory, kBytes, numarena::prim::PolicyMode::kBind, nodes).ok()) {
+    _exit(11);
+  }
+  std::memset(*memory, 0x5a, kBytes);
+  if (!numarena::prim::SetThreadAffinity(cpus).ok()) _exit(12);
+  char byte = 1;
+  if (write(ready, &byte, 1) != 1) _exit(13);
+  (void)!read(release, &byte, 1);  // returns 0 when the parent closes its end
+  _exit(0);
+}
+
+}  // namespace
+
+TEST_CASE("stat: memory a process bound to node 1 is reported on node 1", "[lab]") {
+  const auto& lab = numarena::lab::Expected();
+  REQUIRE(lab.nodes.size() >= 2);
+  const auto& target = lab.nodes[1];
+  REQUIRE_FALSE(target.cpus.empty());
+
+  auto reader = numarena::MakeRootedReader();
+  auto topology = numarena::Topology::discover(*reader);
+  REQUIRE(topology.ok());
+  auto counters_before = numarena::ReadNodeCounters(*reader, *topology);
+  REQUIRE(counters_before.ok());
+  REQUIRE(counters_before->count(target.id) == 1);
+
+  int ready[2], release[2];
+  REQUIRE(pipe(ready) == 0);
+  REQUIRE(pipe(release) == 0);
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(ready[0]);
+    close(release[1]);
+    Child(target.id, target.cpus, ready[1], release[0]);
+  }
+  close(ready[1]);
+  close(release[0]);
+  char byte = 0;
+  REQUIRE(read(ready[0], &byte, 1) == 1);
+
+  auto stat = numarena::StatProcess(*reader, *topology, std::to_string(child));
+  close(release[1]);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+
+  INFO(stat.status());
+  REQUIRE(stat.ok());
+  INFO("node 0: " << stat->private_bytes_on(lab.nodes[0].id) << " bytes, node " << target.id << ": "
+                  << stat->private_bytes_on(target.id) << " bytes");
+  CHECK(stat->private_bytes_on(target.id) >= kBytes);
+  CHECK(stat->private_bytes_on(lab.nodes[0].id) < kBytes / 4);
+  CHECK(stat->running_cpus == target.cpus);
+  CHECK(stat->running_nodes == std::vector<int>{target.id});
+  CHECK(stat->local_fraction > 0.8);
+
+  auto counters = numarena::ReadNodeCounters(*reader, *topology);
+  REQUIRE(counters.ok());
+  REQUIRE(counters->count(target.id) == 1);
+  // The child's allocations on node 1 count as node 1 hits: at least one event per 2 MiB
+  // (kernels count a huge page as one allocation event, or as 512 pages).
+  CHECK(counters->at(target.id).numa_hit - counters_before->at(target.id).numa_hit >=
+        kBytes / (std::size_t{2} << 20));
+}

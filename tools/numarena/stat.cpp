@@ -1,0 +1,164 @@
+// `numarena stat PID`: where a process's memory is, per node (numarena/stat.hpp), like
+// `numastat -p PID`, plus the share of it on the nodes the process runs on and the
+// kernel's per-node allocation counters.
+//
+//   numarena stat PID|self [--json] [--sysfs-root DIR] [--procfs-root DIR]
+//
+// Exit 0, or 2 with one line on stderr (no such process, malformed file).
+// --json: {"schema": "numarena.stat/1", "pid": str, "command": str,
+//          "nodes": [{"node": int, "anonymous_bytes": int, "hugetlb_bytes": int,
+//                     "file_bytes": int, "private_bytes": int}],
+//          "private_bytes": int, "file_bytes": int, "mappings": int,
+//          "allowed_cpus": [int], "allowed_mem_nodes": [int], "running_cpus": [int],
+//          "running_nodes": [int], "local_fraction": number,
+//          "numastat": [{"node": int, "numa_hit": int, "numa_miss": int, "numa_foreign": int,
+//                        "interleave_hit": int, "local_node": int, "other_node": int}]}
+#include <iostream>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "command.hpp"
+#include "json.hpp"
+#include "numarena/stat.hpp"
+#include "ops_args.hpp"
+#include "ops_common.hpp"
+#include "topology_parse.hpp"
+
+namespace numarena::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: numarena stat PID|self [--json] [--sysfs-root DIR] [--procfs-root DIR]\n"
+    "  Per-node memory of a process from /proc/PID/numa_maps (like numastat -p), the share\n"
+    "  on the nodes it runs on, and the kernel's per-node numastat counters.\n";
+
+std::string Mib(std::uint64_t bytes) {
+  return absl::StrFormat("%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0));
+}
+
+}  // namespace
+
+std::string FormatNodeCounters(const std::map<int, NodeNumaCounters>& counters) {
+  if (counters.empty()) return "";
+  std::string out = absl::StrFormat("%-16s", "numastat (pages)");
+  for (const auto& [node, c] : counters)
+    out += absl::StrFormat(" %14s", absl::StrCat("Node ", node));
+  out += "\n";
+  auto row = [&](const char* name, std::uint64_t NodeNumaCounters::*field) {
+    out += absl::StrFormat("%-16s", name);
+    for (const auto& [node, c] : counters) out += absl::StrFormat(" %14d", c.*field);
+    out += "\n";
+  };
+  row("numa_hit", &NodeNumaCounters::numa_hit);
+  row("numa_miss", &NodeNumaCounters::numa_miss);
+  row("numa_foreign", &NodeNumaCounters::numa_foreign);
+  row("interleave_hit", &NodeNumaCounters::interleave_hit);
+  row("local_node", &NodeNumaCounters::local_node);
+  row("other_node", &NodeNumaCounters::other_node);
+  return out;
+}
+
+std::string FormatProcessStat(const ProcessNumaStat& s) {
+  std::string out = absl::StrCat("Per-node memory of pid ", s.pid,
+                                 s.command.empty() ? "" : absl::StrCat(" (", s.command, ")"),
+                                 " in MiB, from numa_maps (", s.mapping_count, " mappings)\n");
+  out += absl::StrFormat("%-16s", "");
+  for (const auto& [node, usage] : s.by_node) {
+    out += absl::StrFormat(" %10s", absl::StrCat("Node ", node));
+  }
+  out += absl::StrFormat(" %10s\n", "Total");
+  auto row = [&](const char* name, auto value) {
+    out += absl::StrFormat("%-16s", name);
+    std::uint64_t total = 0;
+    for (const auto& [node, usage] : s.by_node) {
+      std::uint64_t v = value(usage);
+      total += v;
+      out += absl::StrFormat(" %10s", Mib(v));
+    }
+    out += absl::StrFormat(" %10s\n", Mib(total));
+  };
+  row("Anonymous", [](const NodeMemoryUsage& u) { return u.anonymous_bytes; });
+  row("Hugetlb", [](const NodeMemoryUsage& u) { return u.hugetlb_bytes; });
+  row("Private", [](const NodeMemoryUsage& u) { return u.private_bytes(); });
+  row("File (shared)", [](const NodeMemoryUsage& u) { return u.file_bytes; });
+  out += absl::StrCat(
+      "runs on: CPUs ", s.running_cpus.empty() ? "?" : parse::FormatIdList(s.running_cpus),
+      " (node", s.running_nodes.size() == 1 ? " " : "s ", parse::FormatIdList(s.running_nodes),
+      "); may use CPUs ", parse::FormatIdList(s.allowed_cpus), ", memory nodes ",
+      parse::FormatIdList(s.allowed_mem_nodes), "\n");
+  out += absl::StrCat("local: ", ops::FormatPercent(s.local_fraction), " of ",
+                      ops::FormatBytes(s.private_bytes), " private memory is on node",
+                      s.running_nodes.size() == 1 ? " " : "s ",
+                      parse::FormatIdList(s.running_nodes), ", where the process runs\n");
+  return out;
+}
+
+int RunStatCommand(std::span<const std::string> argv) {
+  OpsArgs args({"--json"}, {});
+  if (Status s = args.Parse("stat", argv); !s.ok()) return Fail("stat", std::string(s.message()));
+  if (args.has("--help")) {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (args.positional().size() != 1) {
+    return Fail("stat", "give one process id (or 'self'): numarena stat PID");
+  }
+  auto reader = args.reader();
+  auto topology = Topology::discover(*reader);
+  if (!topology.ok()) return Fail("stat", std::string(topology.status().message()));
+  auto stat = StatProcess(*reader, *topology, args.positional()[0]);
+  if (!stat.ok()) return Fail("stat", std::string(stat.status().message()));
+  auto counters = ReadNodeCounters(*reader, *topology);
+  if (!counters.ok()) return Fail("stat", std::string(counters.status().message()));
+
+  if (args.has("--json")) {
+    JsonWriter json(std::cout);
+    json.BeginObject();
+    json.Key("schema").String("numarena.stat/1");
+    json.Key("pid").String(stat->pid);
+    json.Key("command").String(stat->command);
+    json.Key("nodes").BeginArray();
+    for (const auto& [node, u] : stat->by_node) {
+      json.BeginObject();
+      json.Key("node").Int(node);
+      json.Key("anonymous_bytes").Uint(u.anonymous_bytes);
+      json.Key("hugetlb_bytes").Uint(u.hugetlb_bytes);
+      json.Key("file_bytes").Uint(u.file_bytes);
+      json.Key("private_bytes").Uint(u.private_bytes());
+      json.EndObject();
+    }
+    json.EndArray();
+    json.Key("private_bytes").Uint(stat->private_bytes);
+    json.Key("file_bytes").Uint(stat->file_bytes);
+    json.Key("mappings").Uint(stat->mapping_count);
+    json.Key("allowed_cpus").IntArray(stat->allowed_cpus);
+    json.Key("allowed_mem_nodes").IntArray(stat->allowed_mem_nodes);
+    json.Key("running_cpus").IntArray(stat->running_cpus);
+    json.Key("running_nodes").IntArray(stat->running_nodes);
+    json.Key("local_fraction").Double(stat->local_fraction);
+    json.Key("numastat").BeginArray();
+    for (const auto& [node, c] : *counters) {
+      json.BeginObject();
+      json.Key("node").Int(node);
+      json.Key("numa_hit").Uint(c.numa_hit);
+      json.Key("numa_miss").Uint(c.numa_miss);
+      json.Key("numa_foreign").Uint(c.numa_foreign);
+      json.Key("interleave_hit").Uint(c.interleave_hit);
+      json.Key("local_node").Uint(c.local_node);
+      json.Key("other_node").Uint(c.other_node);
+      json.EndObject();
+    }
+    json.EndArray();
+    json.EndObject();
+    std::cout << "\n";
+    return 0;
+  }
+  std::cout << FormatProcessStat(*stat);
+  if (!counters->empty()) std::cout << "\n" << FormatNodeCounters(*counters);
+  return 0;
+}
+
+NUMARENA_COMMAND(stat, "per-node memory of a process (numa_maps), local share, numastat",
+                 RunStatCommand);
+
+}  // namespace numarena::cli
