@@ -22,6 +22,7 @@ PACKAGES=(
   libmimalloc-dev libmemkind-dev
   qemu-system-x86 busybox-static cpio
   clang libclang-rt-14-dev
+  python3-matplotlib
 )
 
 log() { printf '==> %s\n' "$*" >&2; }
