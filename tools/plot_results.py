@@ -1,0 +1,305 @@
+#!/usr/bin/python3
+"""Turns numarena's benchmark JSON into tables and PNG charts.
+
+Inputs are the files the benchmarks write (see bench/RESULTS.md for the commands):
+  bandwidth.json          `numarena bandwidth --json`          (schema numarena.bandwidth/1)
+  decode.json             `numarena decode --json`             (schema numarena.decode/1)
+  peers_bench.json,       Google Benchmark JSON of bench/peers_bench and
+  peers_glibc_bench.json  bench/peers_glibc_bench (merged: glibc malloc is one more peer)
+
+  tools/plot_results.py all DIR           every chart and DIR/tables.md from the files in DIR
+  tools/plot_results.py bandwidth FILE OUT_DIR
+  tools/plot_results.py peers FILE [FILE...] --out OUT_DIR   (also prints the ratio table)
+  tools/plot_results.py decode FILE OUT_DIR
+
+Peers are compared by ratio to the best peer of the same workload and thread count, measured
+in the same run: "x best" = best peer's allocations/s divided by this peer's (1.00 = best,
+2.00 = half as fast). Absolute numbers on a shared machine drift; the ratios are the result.
+
+Needs matplotlib (Debian: python3-matplotlib, installed by tools/dev.sh deps); run it with
+/usr/bin/python3 if another python3 comes first on PATH.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections import OrderedDict
+
+try:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError:  # pragma: no cover - environment problem, explained to the user
+    sys.exit("plot_results.py needs matplotlib: apt-get install python3-matplotlib "
+             "(or tools/dev.sh deps), then run it with /usr/bin/python3")
+
+KERNELS = ["read", "write", "copy", "triad"]
+
+
+def load(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+# ---- bandwidth -------------------------------------------------------------------------
+
+def bandwidth_tables(doc):
+    """Markdown tables of the matrix: GB/s with % of best local and % of libc, latency."""
+    cols = doc["memory_nodes"]
+    out = []
+    for kernel in KERNELS:
+        limit = "memset" if kernel == "write" else "memcpy"
+        out.append(f"**{kernel}** GB/s (% of best local, % of {limit})\n")
+        out.append("| CPU node | " + " | ".join(f"mem {c}" for c in cols) + " | local / worst remote |")
+        out.append("|---" * (len(cols) + 2) + "|")
+        for row in doc["rows"]:
+            cells = []
+            for cell in row["cells"]:
+                bw = cell["bytes_per_second"][kernel] / 1e9
+                cells.append(f"{bw:.2f} ({100 * cell['fraction_of_best_local'][kernel]:.0f}%, "
+                             f"{100 * cell['fraction_of_libc'][kernel]:.0f}%)")
+            ratio = row["local_over_worst_remote"][kernel]
+            ratio_text = f"{ratio:.2f}x" if ratio else "-"
+            out.append(f"| cpu {row['cpu_node']} | " + " | ".join(cells) + f" | {ratio_text} |")
+        out.append("")
+    if doc.get("latency_measured"):
+        out.append("**idle latency** ns (x local)\n")
+        out.append("| CPU node | " + " | ".join(f"mem {c}" for c in cols) + " | worst remote / local |")
+        out.append("|---" * (len(cols) + 2) + "|")
+        for row in doc["rows"]:
+            cells = [f"{c['latency_ns']:.1f} ({c['latency_relative_to_local']:.2f}x)" for c in row["cells"]]
+            r = row["worst_remote_latency_over_local"]
+            out.append(f"| cpu {row['cpu_node']} | " + " | ".join(cells) + (f" | {r:.2f}x |" if r else " | - |"))
+        out.append("")
+    lim = doc["limits"]
+    out.append("Machine limits in this run: best local " +
+               ", ".join(f"{k} {lim['best_local_bytes_per_second'][k] / 1e9:.2f}" for k in KERNELS) +
+               f" GB/s; memset {lim['memset_bytes_per_second'] / 1e9:.2f} GB/s, "
+               f"memcpy {lim['memcpy_bytes_per_second'] / 1e9:.2f} GB/s (read + write)" +
+               (f"; best local latency {lim['best_local_latency_ns']:.1f} ns" if doc.get("latency_measured") else "") +
+               ".")
+    for note in doc.get("notes", []):
+        out.append(f"\n> note: {note}")
+    return "\n".join(out) + "\n"
+
+
+def plot_bandwidth(doc, out_dir):
+    rows = doc["rows"]
+    cols = doc["memory_nodes"]
+    panels = KERNELS + (["latency"] if doc.get("latency_measured") else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 1, 3.2 + 0.4 * len(rows)))
+    if len(panels) == 1:
+        axes = [axes]
+    for ax, panel in zip(axes, panels):
+        if panel == "latency":
+            values = [[c["latency_ns"] for c in r["cells"]] for r in rows]
+            title, fmt, cmap = "idle latency (ns)", "{:.0f}", "Reds"
+        else:
+            values = [[c["bytes_per_second"][panel] / 1e9 for c in r["cells"]] for r in rows]
+            title, fmt, cmap = f"{panel} (GB/s)", "{:.2f}", "Blues"
+        image = ax.imshow(values, cmap=cmap, aspect="auto", vmin=0)
+        ax.set_title(title)
+        ax.set_xticks(range(len(cols)), [f"mem {c}" for c in cols])
+        ax.set_yticks(range(len(rows)), [f"cpu {r['cpu_node']}" for r in rows])
+        top = max(max(v) for v in values) or 1
+        for i, line in enumerate(values):
+            for j, value in enumerate(line):
+                ax.text(j, i, fmt.format(value), ha="center", va="center",
+                        color="white" if value > 0.6 * top else "black", fontsize=9)
+        fig.colorbar(image, ax=ax, shrink=0.8)
+    note = " (one NUMA node: 1x1)" if len(rows) == 1 and len(cols) == 1 else ""
+    fig.suptitle(f"numarena bandwidth matrix {doc['timestamp_utc']}{note}, "
+                 f"{doc['buffer_bytes'] / 2**20:.0f} MiB per array")
+    fig.tight_layout()
+    path = os.path.join(out_dir, "bandwidth_matrix.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ---- peers -------------------------------------------------------------------------------
+
+def peer_runs(paths):
+    """(workload, threads) -> OrderedDict(peer -> items_per_second), from GB JSON files."""
+    groups = OrderedDict()
+    context = None
+    for path in paths:
+        doc = load(path)
+        context = context or doc.get("context", {})
+        for b in doc.get("benchmarks", []):
+            if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
+                continue
+            parts = b.get("run_name", b["name"]).split("/")
+            if len(parts) < 2 or "items_per_second" not in b:
+                continue
+            key = (parts[0], int(b.get("threads", 1)))
+            groups.setdefault(key, OrderedDict())[parts[1]] = b["items_per_second"]
+    return groups, context or {}
+
+
+def peer_ratios(groups):
+    """(workload, threads) -> (best peer, {peer: best_ips / ips})."""
+    ratios = OrderedDict()
+    for key, peers in groups.items():
+        best_peer = max(peers, key=peers.get)
+        ratios[key] = (best_peer, {p: peers[best_peer] / v for p, v in peers.items() if v > 0})
+    return ratios
+
+
+def peer_table(groups):
+    ratios = peer_ratios(groups)
+    peers = []
+    for _, values in groups.items():
+        for p in values:
+            if p not in peers:
+                peers.append(p)
+    out = ["| workload | threads | best (allocs/s) | " + " | ".join(peers) + " |",
+           "|---" * (len(peers) + 3) + "|"]
+    for (workload, threads), (best, r) in ratios.items():
+        best_ips = groups[(workload, threads)][best]
+        cells = []
+        for p in peers:
+            if p not in r:
+                cells.append("")
+            elif p == best:
+                cells.append("**1.00**")
+            else:
+                cells.append(f"{r[p]:.2f}")
+        out.append(f"| {workload} | {threads} | {best} ({best_ips / 1e6:.3g} M) | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def plot_peers(groups, out_dir):
+    ratios = peer_ratios(groups)
+    paths = []
+    for threads in sorted({t for (_, t) in ratios}):
+        keys = [k for k in ratios if k[1] == threads]
+        fig, axes = plt.subplots(len(keys), 1, figsize=(9, 2.0 + 1.25 * len(keys) * 1.6), squeeze=False)
+        for ax, key in zip(axes[:, 0], keys):
+            best, r = ratios[key]
+            names = sorted(r, key=r.get)
+            values = [r[n] for n in names]
+            colors = ["#1f77b4" if n.startswith("numarena") else "#999999" for n in names]
+            ax.barh(names, values, color=colors)
+            ax.set_xscale("log")
+            ax.axvline(1.0, color="black", linewidth=0.8)
+            ax.set_title(f"{key[0]}  (threads: {threads}; x slower than the best peer, {best})", fontsize=9)
+            ax.tick_params(labelsize=8)
+            for i, v in enumerate(values):
+                ax.text(v, i, f" {v:.2f}", va="center", fontsize=7)
+        fig.suptitle(f"allocator peers, {threads} thread(s): ratio to the best peer (1 = best, log scale; "
+                     "blue = numarena)", fontsize=10)
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"peers_threads{threads}.png")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+# ---- decode ------------------------------------------------------------------------------
+
+def decode_table(doc):
+    o = doc["options"]
+    out = [f"{o['sequences']} sequences x ({o['prompt_tokens']} prompt + {o['decode_steps']} decode) tokens, "
+           f"{o['layers']} layers, {o['kv_heads']} KV heads x {o['head_dim']}, {o['threads']} worker threads "
+           f"on CPU node(s) {', '.join(map(str, doc['cpu_nodes']))}.\n",
+           "| configuration | P50 TTFT (ms) | P99 TBT (ms) | tokens/s | KV node-local | what it does |",
+           "|---|---:|---:|---:|---:|---|"]
+    for c in doc["configurations"]:
+        out.append(f"| {c['name']} | {c['p50_ttft_ms']:.1f} | {c['p99_tbt_ms']:.2f} | "
+                   f"{c['decode_tokens_per_second']:.1f} | {100 * c['kv_local_fraction']:.1f}% | {c['description']} |")
+    for note in doc.get("notes", []):
+        out.append(f"\n> note: {note}")
+    return "\n".join(out) + "\n"
+
+
+def plot_decode(doc, out_dir):
+    configs = doc["configurations"]
+    names = [c["name"] for c in configs]
+    metrics = [("P50 TTFT (ms)", "p50_ttft_ms"), ("P99 TBT (ms)", "p99_tbt_ms"),
+               ("decode tokens/s", "decode_tokens_per_second"), ("KV node-local (%)", "kv_local_fraction")]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(15, 3.6))
+    for ax, (label, key) in zip(axes, metrics):
+        values = [c[key] * (100 if key == "kv_local_fraction" else 1) for c in configs]
+        ax.bar(range(len(names)), values, color=["#999999", "#d62728", "#ff7f0e", "#2ca02c", "#1f77b4"][:len(names)])
+        ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+        ax.set_title(label, fontsize=10)
+        for i, v in enumerate(values):
+            ax.text(i, v, f"{v:.1f}", ha="center", va="bottom", fontsize=7)
+    note = " (one NUMA node: the configurations coincide)" if len(doc["cpu_nodes"]) == 1 else ""
+    fig.suptitle(f"numarena decode table {doc['timestamp_utc']}{note}", fontsize=10)
+    fig.tight_layout()
+    path = os.path.join(out_dir, "decode_table.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ---- main --------------------------------------------------------------------------------
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("all")
+    p.add_argument("dir")
+    p = sub.add_parser("bandwidth")
+    p.add_argument("file")
+    p.add_argument("out_dir")
+    p = sub.add_parser("peers")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--out", dest="out_dir")
+    p = sub.add_parser("decode")
+    p.add_argument("file")
+    p.add_argument("out_dir")
+    args = parser.parse_args(argv)
+
+    if args.command == "bandwidth":
+        doc = load(args.file)
+        print(bandwidth_tables(doc))
+        print(plot_bandwidth(doc, args.out_dir))
+    elif args.command == "peers":
+        groups, _ = peer_runs(args.files)
+        if not groups:
+            sys.exit("no benchmark with items_per_second in " + ", ".join(args.files))
+        print(peer_table(groups))
+        if args.out_dir:
+            for path in plot_peers(groups, args.out_dir):
+                print(path)
+    elif args.command == "decode":
+        doc = load(args.file)
+        print(decode_table(doc))
+        print(plot_decode(doc, args.out_dir))
+    elif args.command == "all":
+        d = args.dir
+        sections = []
+        bandwidth = os.path.join(d, "bandwidth.json")
+        if os.path.exists(bandwidth):
+            doc = load(bandwidth)
+            sections.append("### Bandwidth and latency matrix\n\n" + bandwidth_tables(doc))
+            print(plot_bandwidth(doc, d))
+        peers = [os.path.join(d, f) for f in ("peers_bench.json", "peers_glibc_bench.json")
+                 if os.path.exists(os.path.join(d, f))]
+        if peers:
+            groups, _ = peer_runs(peers)
+            sections.append("### Peer comparison (x best peer; 1.00 = best)\n\n" + peer_table(groups))
+            for path in plot_peers(groups, d):
+                print(path)
+        decode = os.path.join(d, "decode.json")
+        if os.path.exists(decode):
+            doc = load(decode)
+            sections.append("### Decode table\n\n" + decode_table(doc))
+            print(plot_decode(doc, d))
+        if not sections:
+            sys.exit(f"{d}: none of bandwidth.json, peers_bench.json, peers_glibc_bench.json, decode.json")
+        with open(os.path.join(d, "tables.md"), "w", encoding="utf-8") as f:
+            f.write("\n".join(sections))
+        print(os.path.join(d, "tables.md"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
