@@ -1,0 +1,152 @@
+// Arenas in the NUMA lab: every page of every size from each node's arena is on that node
+// (memory-only nodes included), a node's arena never hands out objects freed into another
+// node's arena, interleave spreads pages evenly and weighted interleave 3:1 gives 3:1.
+// Memory is written (faulted in) from a CPU on the farthest other node wherever one exists,
+// so a page on the right node proves the binding, not first-touch locality. Expectations come
+// from the topology QEMU was given (lab_support.hpp), not from numarena's discovery.
+// lab-topologies: 2s snc4 cxl
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "lab_support.hpp"
+#include "numarena/arena.hpp"
+#include "numarena/page_nodes.hpp"
+
+namespace numarena {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+// Every page of [p, p+size) is on `node`; prints a summary on failure.
+void CheckAllOn(const void* p, std::size_t size, int node) {
+  auto nodes = page_node_list(p, size);
+  REQUIRE(nodes.ok());
+  INFO(lab::SummarizePageNodes(*nodes));
+  std::size_t wrong = 0;
+  for (int n : *nodes) wrong += n != node;
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("each node's arena puts every page of every size on that node") {
+  const auto& lab = lab::Expected();
+  INFO("topology " << lab.name);
+  for (const auto& target : lab.nodes) {
+    DYNAMIC_SECTION("node " << target.id << (target.memory_only() ? " (memory only)" : "")) {
+      std::optional<lab::PinnedTo> pin;
+      if (std::optional<int> toucher = lab.farthest_cpu_node(target.id)) {
+        pin.emplace(lab.node(*toucher).cpus);
+      }
+      auto arena = Arena::ForNode(target.id);
+      INFO(arena.status().ToString());
+      REQUIRE(arena.ok());
+      for (std::size_t size : {std::size_t{8}, std::size_t{64}, std::size_t{4096},
+                               std::size_t{64} << 10, 2 * kMiB, 64 * kMiB}) {
+        INFO("size " << size);
+        void* p = (*arena)->allocate(size);
+        INFO(last_allocation_error().ToString());
+        REQUIRE(p != nullptr);
+        std::memset(p, 0x3c, size);
+        CHECK(node_of(p) == target.id);
+        CheckAllOn(p, size, target.id);
+        deallocate(p);
+      }
+    }
+  }
+}
+
+TEST_CASE("objects freed into node A's arena are never returned by node B's arena") {
+  const auto& lab = lab::Expected();
+  for (const auto& a : lab.nodes) {
+    for (const auto& b : lab.nodes) {
+      if (a.id == b.id) continue;
+      DYNAMIC_SECTION("A = node " << a.id << ", B = node " << b.id) {
+        Arena* arena_a = *Arena::ForNode(a.id);
+        Arena* arena_b = *Arena::ForNode(b.id);
+        for (std::size_t size :
+             {std::size_t{8}, std::size_t{64}, std::size_t{1024}, std::size_t{16} << 10}) {
+          INFO("size " << size);
+          std::vector<void*> objects;
+          for (int i = 0; i < 256; ++i) {
+            void* p = arena_a->allocate(size);
+            REQUIRE(p != nullptr);
+            std::memset(p, 1, size);
+            objects.push_back(p);
+          }
+          for (void* p : objects) deallocate(p);  // same thread: into this thread's caches
+          objects.clear();
+          for (int i = 0; i < 256; ++i) {
+            void* p = arena_b->allocate(size);
+            REQUIRE(p != nullptr);
+            std::memset(p, 2, size);
+            objects.push_back(p);
+          }
+          std::size_t wrong_owner = 0;
+          for (void* p : objects) {
+            wrong_owner += node_of(p) != b.id;
+            CheckAllOn(p, size, b.id);
+          }
+          CHECK(wrong_owner == 0);
+          for (void* p : objects) deallocate(p);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("an interleaved arena spreads pages evenly over its nodes") {
+  const auto& lab = lab::Expected();
+  std::vector<int> all;
+  for (const auto& n : lab.nodes) all.push_back(n.id);
+  auto arena = Arena::ForPolicy(Policy::Interleave(all));
+  INFO(arena.status().ToString());
+  REQUIRE(arena.ok());
+  const std::size_t size = 16 * kMiB;
+  void* p = (*arena)->allocate(size);
+  REQUIRE(p != nullptr);
+  std::memset(p, 7, size);
+  CHECK(node_of(p) == kNodeMixed);
+  auto counts = page_nodes(p, size);
+  REQUIRE(counts.ok());
+  REQUIRE(counts->resident() == counts->total_pages);
+  std::size_t even = counts->total_pages / all.size();
+  for (int node : all) {
+    INFO("node " << node << ": " << counts->on(node) << " of " << counts->total_pages);
+    CHECK(counts->on(node) + 1 >= even);
+    CHECK(counts->on(node) <= even + 1);
+  }
+  deallocate(p);
+}
+
+TEST_CASE("weighted interleave {0:3, 1:1} gives 3:1 within one chunk") {
+  const auto& lab = lab::Expected();
+  REQUIRE(lab.nodes.size() >= 2);
+  int n0 = lab.nodes[0].id, n1 = lab.nodes[1].id;
+  auto arena = Arena::ForPolicy(Policy::WeightedInterleave({{n0, 3}, {n1, 1}}));
+  INFO(arena.status().ToString());
+  REQUIRE(arena.ok());
+  const std::size_t size = 32 * kMiB;  // 16 chunks of 2 MiB
+  void* p = (*arena)->allocate(size);
+  REQUIRE(p != nullptr);
+  std::memset(p, 9, size);
+  auto counts = page_nodes(p, size);
+  REQUIRE(counts.ok());
+  REQUIRE(counts->resident() == counts->total_pages);
+  const std::size_t chunk_pages = Policy::kDefaultWeightedChunk / prim::PageSize();
+  INFO("node " << n0 << ": " << counts->on(n0) << ", node " << n1 << ": " << counts->on(n1));
+  CHECK(counts->on(n0) + counts->on(n1) == counts->total_pages);
+  long long diff =
+      static_cast<long long>(counts->on(n0)) - 3 * static_cast<long long>(counts->on(n1));
+  // n0 = 3/4 total and n1 = 1/4 total, each to within one chunk.
+  CHECK(std::llabs(static_cast<long long>(counts->on(n1)) -
+                   static_cast<long long>(counts->total_pages / 4)) <=
+        static_cast<long long>(chunk_pages));
+  CHECK(std::llabs(diff) <= static_cast<long long>(4 * chunk_pages));
+  deallocate(p);
+}
+
+}  // namespace
+}  // namespace numarena
