@@ -83,13 +83,21 @@ case "$cmd" in
   fuzz)
     install_deps
     secs="${1:-20}"
-    CXX=clang++ build "$ROOT/build-fuzz" -DNUMARENA_BUILD_FUZZ=ON -DNUMARENA_BUILD_BENCH=OFF -DNUMARENA_BUILD_EXAMPLES=OFF
-    for f in "$ROOT"/tests/fuzz/*_fuzz.cpp; do
-      name="$(basename "$f" .cpp)"
+    # clang + libFuzzer. The whole library gets coverage instrumentation (fuzzer-no-link)
+    # and ASan+UBSan, since the parsers under test live in libnumarena.a; without it the
+    # fuzzer would run blind. Only the fuzz targets are built.
+    targets=()
+    for f in "$ROOT"/tests/fuzz/*_fuzz.cpp; do targets+=("$(basename "$f" .cpp)"); done
+    cmake -S "$ROOT" -B "$ROOT/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link \
+      -DNUMARENA_SANITIZE=address -DNUMARENA_BUILD_FUZZ=ON \
+      -DNUMARENA_BUILD_BENCH=OFF -DNUMARENA_BUILD_EXAMPLES=OFF >/dev/null
+    cmake --build "$ROOT/build-fuzz" -j "$JOBS" --target "${targets[@]}"
+    for name in "${targets[@]}"; do
       work="$ROOT/build-fuzz/corpus-$name"; mkdir -p "$work"
       log "fuzzing $name for ${secs}s"
       "$ROOT/build-fuzz/tests/$name" -max_total_time="$secs" -print_final_stats=1 \
-        "$work" "$ROOT/tests/fuzz/corpus/$name"
+        -artifact_prefix="$work/" "$work" "$ROOT/tests/fuzz/corpus/$name"
     done
     ;;
   bench)
