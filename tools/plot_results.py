@@ -86,7 +86,7 @@ def bandwidth_tables(doc):
     return "\n".join(out) + "\n"
 
 
-def plot_bandwidth(doc, out_dir):
+def plot_bandwidth(doc, out_dir, title_note=""):
     rows = doc["rows"]
     cols = doc["memory_nodes"]
     panels = KERNELS + (["latency"] if doc.get("latency_measured") else [])
@@ -112,7 +112,7 @@ def plot_bandwidth(doc, out_dir):
         fig.colorbar(image, ax=ax, shrink=0.8)
     note = " (one NUMA node: 1x1)" if len(rows) == 1 and len(cols) == 1 else ""
     fig.suptitle(f"numarena bandwidth matrix {doc['timestamp_utc']}{note}, "
-                 f"{doc['buffer_bytes'] / 2**20:.0f} MiB per array")
+                 f"{doc['buffer_bytes'] / 2**20:.0f} MiB per array{title_note}")
     fig.tight_layout()
     path = os.path.join(out_dir, "bandwidth_matrix.png")
     fig.savefig(path, dpi=110)
@@ -192,7 +192,7 @@ def plot_peers(groups, out_dir):
                 ax.text(v, i, f" {v:.2f}", va="center", fontsize=7)
         fig.suptitle(f"allocator peers, {threads} thread(s): ratio to the best peer (1 = best, log scale; "
                      "blue = numarena)", fontsize=10)
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, 0, 1, 0.985))
         path = os.path.join(out_dir, f"peers_threads{threads}.png")
         fig.savefig(path, dpi=100)
         plt.close(fig)
@@ -217,7 +217,7 @@ def decode_table(doc):
     return "\n".join(out) + "\n"
 
 
-def plot_decode(doc, out_dir):
+def plot_decode(doc, out_dir, title_note=""):
     configs = doc["configurations"]
     names = [c["name"] for c in configs]
     metrics = [("P50 TTFT (ms)", "p50_ttft_ms"), ("P99 TBT (ms)", "p99_tbt_ms"),
@@ -231,7 +231,7 @@ def plot_decode(doc, out_dir):
         for i, v in enumerate(values):
             ax.text(i, v, f"{v:.1f}", ha="center", va="bottom", fontsize=7)
     note = " (one NUMA node: the configurations coincide)" if len(doc["cpu_nodes"]) == 1 else ""
-    fig.suptitle(f"numarena decode table {doc['timestamp_utc']}{note}", fontsize=10)
+    fig.suptitle(f"numarena decode table {doc['timestamp_utc']}{note}{title_note}", fontsize=10)
     fig.tight_layout()
     path = os.path.join(out_dir, "decode_table.png")
     fig.savefig(path, dpi=110)
@@ -246,6 +246,7 @@ def main(argv):
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("all")
     p.add_argument("dir")
+    p.add_argument("--note", default="", help="added to every chart title, e.g. 'NUMA lab 2s'")
     p = sub.add_parser("bandwidth")
     p.add_argument("file")
     p.add_argument("out_dir")
@@ -275,12 +276,13 @@ def main(argv):
         print(plot_decode(doc, args.out_dir))
     elif args.command == "all":
         d = args.dir
+        title_note = f" - {args.note}" if args.note else ""
         sections = []
         bandwidth = os.path.join(d, "bandwidth.json")
         if os.path.exists(bandwidth):
             doc = load(bandwidth)
             sections.append("### Bandwidth and latency matrix\n\n" + bandwidth_tables(doc))
-            print(plot_bandwidth(doc, d))
+            print(plot_bandwidth(doc, d, title_note))
         peers = [os.path.join(d, f) for f in ("peers_bench.json", "peers_glibc_bench.json")
                  if os.path.exists(os.path.join(d, f))]
         if peers:
@@ -292,7 +294,7 @@ def main(argv):
         if os.path.exists(decode):
             doc = load(decode)
             sections.append("### Decode table\n\n" + decode_table(doc))
-            print(plot_decode(doc, d))
+            print(plot_decode(doc, d, title_note))
         if not sections:
             sys.exit(f"{d}: none of bandwidth.json, peers_bench.json, peers_glibc_bench.json, decode.json")
         with open(os.path.join(d, "tables.md"), "w", encoding="utf-8") as f:
