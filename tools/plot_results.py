@@ -11,6 +11,9 @@ Inputs are the files the benchmarks write (see bench/RESULTS.md for the commands
   tools/plot_results.py bandwidth FILE OUT_DIR
   tools/plot_results.py peers FILE [FILE...] --out OUT_DIR   (also prints the ratio table)
   tools/plot_results.py decode FILE OUT_DIR
+  tools/plot_results.py same-shape DIR_A DIR_B   exit 1 unless the JSON files of two result
+                                                 directories have the same structure (keys,
+                                                 matrix size, configurations, benchmark names)
 
 Peers are compared by ratio to the best peer of the same workload and thread count, measured
 in the same run: "x best" = best peer's allocations/s divided by this peer's (1.00 = best,
@@ -239,6 +242,38 @@ def plot_decode(doc, out_dir, title_note=""):
     return path
 
 
+# ---- shape comparison ---------------------------------------------------------------------
+
+def shape(value):
+    """The structure of a JSON value without its numbers: keys, list lengths, names."""
+    if isinstance(value, dict):
+        if "benchmarks" in value:  # Google Benchmark: the set of benchmark names is the shape
+            return sorted(b.get("run_name", b["name"]) for b in value["benchmarks"]
+                          if b.get("run_type", "iteration") == "iteration")
+        return {k: shape(v) for k, v in value.items()
+                if k not in ("timestamp_utc", "notes", "context")}
+    if isinstance(value, list):
+        return [shape(v) for v in value]
+    if isinstance(value, str):
+        return value
+    return type(value).__name__ if not isinstance(value, (int, float)) else "number"
+
+
+def same_shape(dir_a, dir_b):
+    names = sorted(f for f in os.listdir(dir_a) if f.endswith(".json"))
+    problems = []
+    for name in names:
+        path_b = os.path.join(dir_b, name)
+        if not os.path.exists(path_b):
+            problems.append(f"{name}: missing in {dir_b}")
+        elif shape(load(os.path.join(dir_a, name))) != shape(load(path_b)):
+            problems.append(f"{name}: structure differs")
+    for problem in problems:
+        print(problem)
+    print("same shape" if not problems else f"{len(problems)} difference(s)")
+    return 0 if not problems else 1
+
+
 # ---- main --------------------------------------------------------------------------------
 
 def main(argv):
@@ -256,7 +291,13 @@ def main(argv):
     p = sub.add_parser("decode")
     p.add_argument("file")
     p.add_argument("out_dir")
+    p = sub.add_parser("same-shape")
+    p.add_argument("dir_a")
+    p.add_argument("dir_b")
     args = parser.parse_args(argv)
+
+    if args.command == "same-shape":
+        return same_shape(args.dir_a, args.dir_b)
 
     if args.command == "bandwidth":
         doc = load(args.file)
