@@ -1,6 +1,7 @@
 // `numarena advise` and `numarena stat` as users run them: the built binary on fixture
 // trees, exact lines, exit codes and the --json shape.
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -84,4 +85,38 @@ TEST_CASE("stat --json and errors", "[cli][stat]") {
   auto self = RunCli("stat self");
   CHECK(self.exit_code == 0);
   CHECK(self.out.rfind("Per-node memory of pid self (numarena)", 0) == 0);
+}
+
+TEST_CASE("report on the EPYC fixture: every section, GPU binding", "[cli][report]") {
+  auto run = RunCli("report " + FixtureRoot("epyc9654-snc4"));
+  CHECK(run.exit_code == 0);
+  for (const char* section :
+       {"== topology ==\n", "== devices ==\n", "== this process may use ==\n", "== doctor ==\n",
+        "== budget ==\n", "== bandwidth and latency (quick) ==\n", "== recommended binding ==\n"}) {
+    INFO(section);
+    CHECK(run.out.find(section) != std::string::npos);
+  }
+  CHECK(run.out.find("gpu        0000:41:00.0  node 0\n") != std::string::npos);
+  CHECK(run.out.find("GPU 0000:41:00.0 (memory node 0, CPUs 0-47,96-143)\n"
+                     "  numactl --cpunodebind=0 --membind=0 <server command>\n") !=
+        std::string::npos);
+  CHECK(run.out.find("skipped: a recorded tree is not a machine to measure") != std::string::npos);
+  CHECK(run.out.find("        0:   10   12   32   32\n") != std::string::npos);
+
+  auto json = RunCli("report --json " + FixtureRoot("epyc9654-snc4"));
+  CHECK(json.exit_code == 0);
+  CHECK(json.out.rfind("{\"schema\":\"numarena.report/1\",\"nodes\":[{\"id\":0,", 0) == 0);
+  CHECK(json.out.find("\"bindings\":[{\"target\":\"GPU 0000:41:00.0\",\"memory_node\":0,") !=
+        std::string::npos);
+  CHECK(json.out.find("\"bandwidth\":null") != std::string::npos);
+}
+
+TEST_CASE("report on this machine measures and finishes in time", "[cli][report]") {
+  auto start = std::chrono::steady_clock::now();
+  auto run = RunCli("report");
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(run.exit_code == 0);
+  CHECK(seconds < 30);
+  CHECK(run.out.find("read GB/s (idle latency ns)") != std::string::npos);
+  CHECK(run.err.empty());
 }

@@ -15,6 +15,7 @@
 #include "json.hpp"
 #include "numarena/advise.hpp"
 #include "ops_args.hpp"
+#include "ops_format.hpp"
 #include "topology_parse.hpp"
 
 namespace numarena::cli {

@@ -22,6 +22,7 @@
 #include "json.hpp"
 #include "numarena/doctor.hpp"
 #include "ops_args.hpp"
+#include "ops_format.hpp"
 
 namespace numarena::cli {
 namespace {

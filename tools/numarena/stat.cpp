@@ -22,6 +22,7 @@
 #include "numarena/stat.hpp"
 #include "ops_args.hpp"
 #include "ops_common.hpp"
+#include "ops_format.hpp"
 #include "topology_parse.hpp"
 
 namespace numarena::cli {

@@ -1,0 +1,23 @@
+// Text renderers of the operations commands, shared so `numarena report` shows each part
+// exactly as its own command does (defined in doctor.cpp, advise.cpp and stat.cpp).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "numarena/advise.hpp"
+#include "numarena/doctor.hpp"
+#include "numarena/stat.hpp"
+
+namespace numarena::cli {
+
+// "N problems, M notes, K checks passed" and each finding with explanation and fix.
+std::string FormatDoctorReport(const DoctorReport& report);
+// The numactl / taskset / docker / kubernetes / code blocks of one advice.
+std::string FormatAdvice(const Advice& advice);
+// The numastat -p style table of a process.
+std::string FormatProcessStat(const ProcessNumaStat& stat);
+// The per-node numastat counters table (empty when there are none).
+std::string FormatNodeCounters(const std::map<int, NodeNumaCounters>& counters);
+
+}  // namespace numarena::cli
