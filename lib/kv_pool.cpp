@@ -226,22 +226,28 @@ struct KvPool::Impl {
         absl::StrCat("KV pool: sequence ", id, " does not exist (never created or already freed)"));
   }
 
+  // Lock order: a sequence's mutex may be held when taking seq_mu (RetireSequence), never
+  // the reverse, so the new sequence is locked only after seq_mu is released.
   StatusOr<KvSequenceId> NewSequence() {
-    std::lock_guard lock(seq_mu);
     std::uint32_t index;
-    if (!seq_free.empty()) {
-      index = seq_free.back();
-      seq_free.pop_back();
-    } else {
-      index = seq_created;
-      if (index / kSpansPerChunk >= kMaxChunks) {
-        return absl::ResourceExhaustedError("KV pool: too many live sequences");
+    {
+      std::lock_guard lock(seq_mu);
+      if (!seq_free.empty()) {
+        index = seq_free.back();
+        seq_free.pop_back();
+      } else {
+        index = seq_created;
+        if (index / kSpansPerChunk >= kMaxChunks) {
+          return absl::ResourceExhaustedError("KV pool: too many live sequences");
+        }
+        if (index % kSpansPerChunk == 0)
+          seq_chunks[index / kSpansPerChunk].store(new SequenceChunk, std::memory_order_release);
+        ++seq_created;
       }
-      if (index % kSpansPerChunk == 0)
-        seq_chunks[index / kSpansPerChunk].store(new SequenceChunk, std::memory_order_release);
-      ++seq_created;
     }
-    Sequence* s = &seq_chunks[index / kSpansPerChunk].load()->sequences[index % kSpansPerChunk];
+    Sequence* s = &seq_chunks[index / kSpansPerChunk]
+                       .load(std::memory_order_acquire)
+                       ->sequences[index % kSpansPerChunk];
     std::lock_guard seq_lock(s->mu);
     s->live = true;
     s->spans.clear();
@@ -910,15 +916,26 @@ StatusOr<KvSequenceId> KvPool::Fork(KvSequenceId parent) {
   Impl& p = *impl_;
   Sequence* s = p.sequence(parent);
   if (s == nullptr) return p.NoSequence(parent);
-  std::lock_guard lock(s->mu);
-  if (!s->live || p.sequence(parent) != s) return p.NoSequence(parent);
+  std::vector<std::uint32_t> spans;
+  std::size_t tokens = 0;
+  {
+    // Take the references under the parent's lock, then let it go: two sequences' locks
+    // are never held together.
+    std::lock_guard lock(s->mu);
+    if (!s->live || p.sequence(parent) != s) return p.NoSequence(parent);
+    for (std::uint32_t sp : s->spans) p.span(sp).refs.fetch_add(1, std::memory_order_relaxed);
+    spans = s->spans;
+    tokens = s->tokens;
+  }
   auto child_id = p.NewSequence();
-  if (!child_id.ok()) return child_id.status();
+  if (!child_id.ok()) {
+    for (std::uint32_t sp : spans) p.ReleaseSpan(sp);
+    return child_id.status();
+  }
   Sequence* child = p.sequence(*child_id);
   std::lock_guard child_lock(child->mu);
-  for (std::uint32_t sp : s->spans) p.span(sp).refs.fetch_add(1, std::memory_order_relaxed);
-  child->spans = s->spans;
-  child->tokens = s->tokens;
+  child->spans = std::move(spans);
+  child->tokens = tokens;
   return *child_id;
 }
 

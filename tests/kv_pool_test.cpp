@@ -25,8 +25,13 @@ namespace {
 // 2 layers, 4 heads in 2 groups, head_dim 8 fp32, 4 tokens per block: 4 blocks per span.
 KvPoolOptions SmallOptions(std::shared_ptr<kvtest::HeapStorage> storage) {
   KvPoolOptions o;
-  o.geometry = {.layers = 2, .kv_heads = 4, .head_dim = 8, .dtype = numarena::KvDType::kFp32,
-                .tokens_per_block = 4, .layers_per_block = 1, .heads_per_group = 2};
+  o.geometry = {.layers = 2,
+                .kv_heads = 4,
+                .head_dim = 8,
+                .dtype = numarena::KvDType::kFp32,
+                .tokens_per_block = 4,
+                .layers_per_block = 1,
+                .heads_per_group = 2};
   o.home_nodes = {0, 1};
   o.cold_tier = KvColdTier::Node(2);
   o.storage = std::move(storage);
@@ -47,12 +52,14 @@ std::vector<std::int32_t> Tokens(std::size_t n, std::int32_t first = 100) {
   return t;
 }
 
-
 }  // namespace
 
 TEST_CASE("layout: block size, alignment and offsets") {
-  numarena::KvGeometry g{.layers = 32, .kv_heads = 8, .head_dim = 128,
-                         .dtype = numarena::KvDType::kBf16, .tokens_per_block = 16};
+  numarena::KvGeometry g{.layers = 32,
+                         .kv_heads = 8,
+                         .head_dim = 128,
+                         .dtype = numarena::KvDType::kBf16,
+                         .tokens_per_block = 16};
   auto layout = numarena::kv::MakeLayout(g, 4);
   REQUIRE(layout.ok());
   CHECK(layout->head_groups == 4);  // 8 heads over 4 home nodes
@@ -126,7 +133,10 @@ TEST_CASE("configuration errors are clear") {
 TEST_CASE("placement: defaults from the topology") {
   numarena::kv::TopologyView view;
   // snc-like: 0,1 one socket (12), 2,3 the other (32); 4 a memory-only CXL node.
-  view.nodes = {{0, true, true, 0}, {1, true, true, 0}, {2, true, true, 0}, {3, true, true, 0},
+  view.nodes = {{0, true, true, 0},
+                {1, true, true, 0},
+                {2, true, true, 0},
+                {3, true, true, 0},
                 {4, false, true, 5000}};
   view.distance = [](int a, int b) {
     if (a == b) return 10;
@@ -357,8 +367,7 @@ struct OrderFixture {
       REQUIRE(pool->Demote(0, 1) == 1);
       for (std::size_t i = 0; i < blocks.size(); ++i) {
         const char letter = static_cast<char>('A' + i);
-        if (Tier(static_cast<int>(i)) == KvTier::kCold &&
-            order.find(letter) == std::string::npos)
+        if (Tier(static_cast<int>(i)) == KvTier::kCold && order.find(letter) == std::string::npos)
           order += letter;
       }
     }

@@ -74,8 +74,7 @@ inline std::uint8_t RowByte(std::int32_t token, std::size_t position, int layer,
 
 // Writes K and V of tokens [from, to) of `sequence` (whose ids are `tokens`).
 inline void WriteTokens(numarena::KvPool& pool, numarena::KvSequenceId sequence,
-                        const std::vector<std::int32_t>& tokens, std::size_t from,
-                        std::size_t to) {
+                        const std::vector<std::int32_t>& tokens, std::size_t from, std::size_t to) {
   const auto& g = pool.geometry();
   for (std::size_t t = from; t < to; ++t) {
     for (int layer = 0; layer < g.layers; ++layer) {
@@ -85,8 +84,9 @@ inline void WriteTokens(numarena::KvPool& pool, numarena::KvSequenceId sequence,
         for (int h = 0; h < g.heads_per_group; ++h) {
           const int head = group * g.heads_per_group + h;
           for (int kv = 0; kv < 2; ++kv) {
-            std::byte* row = kv == 0 ? pin->key(layer - pin->first_layer(), h, pin->token_in_block())
-                                     : pin->value(layer - pin->first_layer(), h, pin->token_in_block());
+            std::byte* row = kv == 0
+                                 ? pin->key(layer - pin->first_layer(), h, pin->token_in_block())
+                                 : pin->value(layer - pin->first_layer(), h, pin->token_in_block());
             for (std::size_t i = 0; i < pin->row_bytes(); ++i)
               row[i] = std::byte{RowByte(tokens[t], t, layer, head, kv, i)};
           }
