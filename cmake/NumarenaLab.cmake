@@ -1,10 +1,18 @@
 # The NUMA lab in CTest: numarena_add_lab_test(target source) adds one test per topology,
 #   lab.<target>.<topology>  =  cmake/lab/run.sh --topology <topology> -- <binary>
-# labelled "lab". The topologies come from a "// lab-topologies: a b c" line in the source,
-# default all four. run.sh boots QEMU (see cmake/lab/README.md) and returns the binary's
-# exit status.
+# labelled "lab" (so `ctest -L lab` runs exactly these, `ctest -LE lab` everything else).
+# The topologies come from a "// lab-topologies: a b c" line in the source, default all four.
+# run.sh boots QEMU (see cmake/lab/README.md) and returns the binary's exit status; logs of
+# failed runs go to <build>/lab-logs.
+#
+# Parallel runs: each VM is independent (own work dir, own initramfs, no shared ports or
+# files), so there is no RESOURCE_LOCK: `ctest -jN` runs up to N VMs. A TCG VM keeps about
+# one host core busy (tests are mostly single-threaded; idle vCPUs halt), so -j2 on a 2-core
+# machine runs two VMs at close to full speed instead of serialising ~8 s runs.
 set(NUMARENA_LAB_TOPOLOGIES 2s snc4 cxl tiny)
 set(NUMARENA_LAB_RUN ${CMAKE_CURRENT_LIST_DIR}/lab/run.sh)
+# run.sh's own limit (it kills the VM and says so); ctest's TIMEOUT is a backstop above it.
+set(NUMARENA_LAB_TIMEOUT 300 CACHE STRING "Seconds a lab test's VM may run")
 
 function(numarena_add_lab_test target source)
   file(STRINGS ${source} spec REGEX "^// lab-topologies:")
@@ -14,9 +22,17 @@ function(numarena_add_lab_test target source)
     separate_arguments(topologies UNIX_COMMAND "${spec}")
   endif()
   foreach(topology ${topologies})
+    if(NOT EXISTS ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/lab/topologies/${topology}.sh)
+      message(FATAL_ERROR "${source}: no lab topology '${topology}' "
+                          "(cmake/lab/topologies/${topology}.sh)")
+    endif()
     add_test(NAME lab.${target}.${topology}
-             COMMAND ${NUMARENA_LAB_RUN} --topology ${topology} -- $<TARGET_FILE:${target}>)
-    set_tests_properties(lab.${target}.${topology} PROPERTIES LABELS lab TIMEOUT 600
-                         RESOURCE_LOCK numarena_lab_cpu)
+             COMMAND ${NUMARENA_LAB_RUN} --topology ${topology} --timeout ${NUMARENA_LAB_TIMEOUT}
+                     -- $<TARGET_FILE:${target}>)
+    math(EXPR ctest_timeout "${NUMARENA_LAB_TIMEOUT} + 120")
+    set_tests_properties(lab.${target}.${topology} PROPERTIES
+      LABELS lab
+      TIMEOUT ${ctest_timeout}
+      ENVIRONMENT "NUMARENA_LAB_LOG_DIR=${CMAKE_BINARY_DIR}/lab-logs")
   endforeach()
 endfunction()
