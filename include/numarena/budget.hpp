@@ -58,7 +58,7 @@
 //         return kv_pool.DemoteCold(node, bytes);    // bytes actually freed
 //       });
 //   (*budget)->AddListener([](const numarena::BudgetEvent& e) { log(e); });
-//   numarena::InstallProcessBudget(budget->get());   // the provider now charges it
+//   if (auto s = numarena::InstallProcessBudget(budget->get()); !s.ok()) ...  // now charged
 //   if ((*budget)->Admit(node, request_bytes) == numarena::Admission::kLater) queue(request);
 #pragma once
 
