@@ -2,7 +2,7 @@
 # numarena's own set-up, build and test driver. Everything the project needs is installed
 # from here: nothing relies on a package installed by hand.
 #
-#   tools/dev.sh run          install what is missing, build, run the main job (numarena topo)
+#   tools/dev.sh run          install what is missing, build, run the main job (numarena report)
 #   tools/dev.sh test         install what is missing, build, run every test (unit, fuzz replay,
 #                             and the NUMA lab in all topologies)
 #   tools/dev.sh test-asan    the same suite built with ASan+UBSan
@@ -60,12 +60,12 @@ case "$cmd" in
   deps) install_deps ;;
   run)
     install_deps
-    build "$ROOT/build" -DNUMARENA_BUILD_BENCH=OFF -DNUMARENA_BUILD_EXAMPLES=OFF -DNUMARENA_BUILD_TESTS=OFF
-    "$ROOT/build/tools/numarena" topo "$@"
+    build "$ROOT/build" -DNUMARENA_BUILD_TESTS=OFF -DNUMARENA_BUILD_BENCH=OFF -DNUMARENA_BUILD_EXAMPLES=OFF
+    "$ROOT/build/tools/numarena" report "$@"
     ;;
   test)
     install_deps
-    build "$ROOT/build"
+    build "$ROOT/build" -DNUMARENA_BUILD_TESTS=ON -DNUMARENA_BUILD_BENCH=ON -DNUMARENA_BUILD_EXAMPLES=ON
     "$ROOT/cmake/lab/fetch-kernel.sh" >/dev/null
     run_ctest "$ROOT/build" "$@"
     ;;
@@ -102,7 +102,7 @@ case "$cmd" in
     ;;
   bench)
     install_deps
-    build "$ROOT/build" -DNUMARENA_BUILD_BENCH=ON
+    build "$ROOT/build" -DNUMARENA_BUILD_BENCH=ON -DNUMARENA_BUILD_TESTS=ON -DNUMARENA_BUILD_EXAMPLES=ON
     mkdir -p "$ROOT/build/bench-results"
     for b in "$ROOT"/build/bench/*_bench; do
       log "running $(basename "$b")"
