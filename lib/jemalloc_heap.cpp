@@ -129,6 +129,9 @@ int EnsureThreadCache(int heap) noexcept {
   if (flags != 0) return flags;
   if (t_thread_exiting) return MALLOCX_TCACHE_NONE;
   t_cache_owner.armed = true;  // constructs the owner: its destructor runs at thread exit
+  // Construct this thread's SpanFailure here, outside any hook: registering a thread_local
+  // destructor may allocate, and the hooks that record failures must not.
+  (void)ThreadSpanFailure();
   unsigned id = 0;
   size_t id_size = sizeof id;
   if (mallctl("tcache.create", &id, &id_size, nullptr, 0) == 0) {

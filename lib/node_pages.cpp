@@ -493,7 +493,17 @@ void* NodePages::AllocateSpan(void* new_addr, std::size_t size, std::size_t alig
   }
   mapped_bytes_.fetch_add(size, std::memory_order_relaxed);
   *zero = true;  // address space never handed out before: never touched
-  if (*commit && !Commit(ToPointer(start), size)) return nullptr;
+  if (*commit && !Commit(ToPointer(start), size)) {
+    // Give the address space back when nothing was carved after it, so refused commits do
+    // not use up the range.
+    std::lock_guard<std::mutex> lock(mutex_);
+    Range* range = RangeOf(start);
+    if (range != nullptr && range->bump == start + size) {
+      range->bump = start;
+      mapped_bytes_.fetch_sub(size, std::memory_order_relaxed);
+    }
+    return nullptr;
+  }
   return ToPointer(start);
 }
 
