@@ -441,8 +441,17 @@ struct KvPool::Impl {
     for (std::size_t i = 0; i < bps; ++i) {
       const KvBlockId id = block_id(s, static_cast<int>(i));
       BlockMeta& b = block(id);
-      if (b.tier.load(std::memory_order_relaxed) == static_cast<std::uint8_t>(KvTier::kNone))
+      // A demotion that chose this block before its span became free may still be copying it:
+      // wait for it, and hold MIGRATING so nothing moves the block while its memory goes.
+      for (std::uint32_t expected = 0;
+           !b.state.compare_exchange_weak(expected, kMigrating, std::memory_order_acquire);
+           expected = 0) {
+        std::this_thread::yield();
+      }
+      if (b.tier.load(std::memory_order_relaxed) == static_cast<std::uint8_t>(KvTier::kNone)) {
+        b.state.store(0, std::memory_order_release);
         continue;
+      }
       const kv::Slot slot{b.data.load(std::memory_order_relaxed),
                           b.slab.load(std::memory_order_relaxed)};
       const int node = b.node.load(std::memory_order_relaxed);
@@ -458,6 +467,7 @@ struct KvPool::Impl {
         cold_of(node)->Free(slot);
       }
       SetPlacement(b, {}, KvTier::kNone, -1);
+      b.state.store(0, std::memory_order_release);
     }
     span(s).state.store(kUnbacked, std::memory_order_relaxed);
   }
@@ -1181,6 +1191,12 @@ Status KvPool::PromoteBlock(KvBlockId id) {
     return absl::InvalidArgumentError(absl::StrCat("KV pool: block ", id, " does not exist"));
   }
   BlockMeta& b = p.block(id);
+  const std::uint8_t span_state =
+      p.span(static_cast<std::uint32_t>(id / p.bps)).state.load(std::memory_order_acquire);
+  if (span_state != kInUse && span_state != kCached) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("KV pool: block ", id, " belongs to no sequence or cache"));
+  }
   std::uint32_t expected = 0;
   if (!b.state.compare_exchange_strong(expected, kMigrating, std::memory_order_acquire)) {
     return absl::FailedPreconditionError(

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "numarena/arena.hpp"
 #include "numarena/kv_pool.hpp"
 #include "prim/os.hpp"
 
@@ -52,7 +53,24 @@ class BoundMmapStorage final : public KvStorage {
   Priority priority_;  // charge and release with the same priority, whatever the thread
 };
 
+class ArenaStorage final : public KvStorage {
+ public:
+  StatusOr<void*> AllocateSlab(int node, std::size_t bytes) override {
+    auto arena = Arena::ForNode(node);
+    if (!arena.ok()) return arena.status();
+    return (*arena)->try_allocate(bytes, prim::PageSize());
+  }
+  void FreeSlab(int node, void* slab, std::size_t bytes) override {
+    auto arena = Arena::ForNode(node);
+    if (!arena.ok()) return;  // cannot happen: the slab came from this arena
+    (*arena)->deallocate(slab, bytes, prim::PageSize());
+    (*arena)->purge();  // give the pages (and their charge) back now, not after decay
+  }
+};
+
 }  // namespace
+
+std::shared_ptr<KvStorage> MakeArenaStorage() { return std::make_shared<ArenaStorage>(); }
 
 std::shared_ptr<KvStorage> MakeBoundMmapStorage(CapacityGate* gate, BindMode mode,
                                                 Priority priority) {

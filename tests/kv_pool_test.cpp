@@ -11,6 +11,7 @@
 #include "kv_layout.hpp"
 #include "kv_placement.hpp"
 #include "kv_test_support.hpp"
+#include "numarena/arena.hpp"
 #include "numarena/budget.hpp"
 
 using numarena::KvBlockId;
@@ -569,4 +570,23 @@ TEST_CASE("budget: the pool demotes at the warn and trip lines instead of failin
   if ((*budget)->state(0) >= numarena::NodeState::kWarn) {
     CHECK(pool->Pin(first)->tier() == KvTier::kCold);
   }
+}
+
+TEST_CASE("arena storage: blocks come from the home node's arena") {
+  KvPoolOptions o;
+  o.geometry = {.layers = 2, .kv_heads = 2, .head_dim = 64, .tokens_per_block = 16};
+  o.home_nodes = {0};
+  o.storage = numarena::MakeArenaStorage();
+  auto pool = MustCreate(o);
+  auto tokens = Tokens(40);
+  auto seq = pool->CreateSequence(tokens);
+  REQUIRE(seq.ok());
+  kvtest::WriteTokens(*pool, *seq, tokens, 0, tokens.size());
+  CHECK(kvtest::CountBadRows(*pool, *seq, tokens) == 0);
+  for (KvBlockId id : *pool->Blocks(*seq, 1, 0)) {
+    auto pin = pool->Pin(id);
+    REQUIRE(pin.ok());
+    CHECK(numarena::node_of(pin->data()) == 0);
+  }
+  REQUIRE(pool->FreeSequence(*seq).ok());
 }

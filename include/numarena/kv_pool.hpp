@@ -145,6 +145,13 @@ std::shared_ptr<KvStorage> MakeBoundMmapStorage(CapacityGate* gate = nullptr,
                                                 BindMode mode = BindMode::kStrict,
                                                 Priority priority = Priority::kNormal);
 
+// Slabs from numarena's per-node arenas (`Arena::ForNode(node)`): the node page provider
+// binds them and charges the process-wide capacity gate (InstallProcessBudget), and a freed
+// slab is purged at once so the gate sees the memory go. Use this when the pool should share
+// the arenas' accounting with the rest of the process; pass `budget` to the pool too so it
+// registers its reclaim hook (the default storage would charge the budget a second time).
+std::shared_ptr<KvStorage> MakeArenaStorage();
+
 // ---- options -------------------------------------------------------------------------
 
 struct KvPoolOptions {
