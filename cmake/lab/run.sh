@@ -14,7 +14,7 @@
 #   --print-qemu      print the QEMU command line and exit (no VM is started)
 #
 # Inside the VM the program runs as a child of the init script (never as pid 1) in /tmp,
-# with /proc, /sys, /dev, /dev/shm, /tmp and cgroup2 mounted, as root, stdin from /dev/null,
+# with /proc, /sys, /dev, /dev/shm and cgroup2 mounted, /tmp writable, as root, stdin from /dev/null,
 # stdout and stderr merged into one stream that run.sh prints. The init script writes
 # `NUMARENA_LAB_EXIT=<status>` after the program ends, then powers the VM off.
 #
@@ -245,7 +245,9 @@ cat >"$root/init" <<EOF
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
-mount -t tmpfs -o mode=1777 tmpfs /tmp
+# /tmp stays on the initramfs (itself a writable tmpfs): a tmpfs mounted over it would hide
+# programs copied in from a host path under /tmp.
+chmod 1777 /tmp
 mkdir -p /dev/shm && mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 echo "lab: running \$(sed -n 's/^exec //p' /lab/command)" > /dev/console
