@@ -207,6 +207,11 @@ int main(int argc, char** argv) {
     if (!more.ok()) return more.status();
     return *text + *more;
   };
+  // Before the port is printed: whoever reads it may send SIGTERM right away.
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
   auto endpoint = MetricsEndpoint::Start(options.port, render);
   if (!endpoint.ok()) {
     std::fprintf(stderr, "%s\n", endpoint.status().ToString().c_str());
@@ -217,15 +222,10 @@ int main(int argc, char** argv) {
   std::printf("metrics: http://127.0.0.1:%d/metrics\n", (*endpoint)->port());
   std::fflush(stdout);  // a supervisor (or test) reading our stdout needs the port now
 
-  struct sigaction action {};
-  action.sa_handler = OnSignal;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-
   for (auto& s : servers) s->Start();
   LoadGenerator load(
       {.requests_per_second = options.rate, .max_requests = options.requests, .seed = options.seed},
-      [&](Request r) { servers[r.system_prompt % servers.size()]->Submit(r); });
+      [&](Request r) { servers[r.system_prompt % servers.size()]->Submit(std::move(r)); });
   const auto started = std::chrono::steady_clock::now();
   const auto deadline = started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                       std::chrono::duration<double>(options.seconds));
