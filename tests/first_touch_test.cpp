@@ -20,6 +20,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "numarena/page_nodes.hpp"
 #include "numarena/topology.hpp"
@@ -294,6 +295,32 @@ TEST_CASE("FirstTouchAllocator allocates verified memory per node") {
   auto refused = nowhere.allocate(kPage);
   CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(Contains(refused.status(), "node " + std::to_string(MissingNode())));
+}
+
+TEST_CASE("allocations and corrections from several threads at once") {
+  // One allocator shared by all threads, each also prefaulting and correcting its own range.
+  FirstTouchAllocator allocator(HostNode());
+  constexpr int kThreads = 4;
+  constexpr std::size_t kPages = 32;
+  std::vector<std::size_t> local(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 5; ++round) {
+        auto p = allocator.allocate(kPages * kPage);
+        if (!p.ok()) return;
+        std::memset(*p, t, kPages * kPage);
+        auto prefaulted = prefault(*p, kPages * kPage, HostNode());
+        auto corrected = correct(*p, kPages * kPage, HostNode());
+        if (prefaulted.ok() && corrected.ok()) {
+          local[t] += prefaulted->already_local + corrected->already_local;
+        }
+        allocator.deallocate(*p, kPages * kPage);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) CHECK(local[t] == 5 * 2 * kPages);
 }
 
 TEST_CASE("reports name their failure reasons") {
