@@ -19,6 +19,10 @@ namespace {
 
 std::atomic<CapacityGate*> g_gate{nullptr};
 
+// Providers live as long as the process (their address ranges stay tagged with their owner
+// heap); this table keeps them reachable.
+std::atomic<NodePages*> g_providers[arena_internal::kMaxHeaps];
+
 // Per-page state, one std::uint16_t per page of a range:
 //   bits 0-1  priority + 1 the page was committed with (0: not committed)
 //   bit  2    the charge went to the capacity gate (a gate was installed)
@@ -216,6 +220,10 @@ NodePages::NodePages(const Policy& placement, const ArenaOptions& options, int o
 StatusOr<NodePages*> NodePages::Create(const Policy& placement, const ArenaOptions& options,
                                        int owner_heap) {
   std::string what = absl::StrCat("node pages for ", placement.ToString());
+  if (owner_heap < 0 || owner_heap >= arena_internal::kMaxHeaps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": owner heap id ", owner_heap, " is outside [0, ", arena_internal::kMaxHeaps, ")"));
+  }
   if (placement.kind() != PolicyKind::kBind && placement.kind() != PolicyKind::kInterleave &&
       placement.kind() != PolicyKind::kWeightedInterleave) {
     return absl::InvalidArgumentError(
@@ -271,9 +279,13 @@ StatusOr<NodePages*> NodePages::Create(const Policy& placement, const ArenaOptio
     ok = pages->EnsureMapped(range, range->base + pages->page_, &failure);
   }
   if (!ok) {
-    // The granules stay tagged with an unused heap id; the address space is not reused.
-    return failure.ToStatus(what);
+    // The granules stay tagged with a heap id that never gets a heap (HeapById is null);
+    // the address space is not reused.
+    Status status = failure.ToStatus(what);
+    delete pages;
+    return status;
   }
+  g_providers[owner_heap].store(pages, std::memory_order_release);
   return pages;
 }
 
