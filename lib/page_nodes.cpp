@@ -1,6 +1,7 @@
 // page_nodes: per-page node queries over a range (see page_nodes.hpp).
 #include "numarena/page_nodes.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 
@@ -28,6 +29,23 @@ StatusOr<std::vector<int>> page_node_list(const void* ptr, std::size_t len) {
   for (std::uintptr_t p = begin; p < end; p += page) pages.push_back(reinterpret_cast<void*>(p));
   std::vector<int> status(pages.size(), -ENOENT);
   if (Status s = prim::QueryPageNodes(pages, status); !s.ok()) return s;
+  // Kernels before 6.3 answer -EFAULT, not -ENOENT, for a mapped page that was never
+  // touched (no page to look up). Ask the mapping itself, so "not resident" means the same
+  // on every kernel and -EFAULT keeps meaning "not mapped".
+  if (std::find(status.begin(), status.end(), -EFAULT) != status.end()) {
+    auto whole = prim::RangeIsMapped(reinterpret_cast<void*>(begin), end - begin);
+    if (!whole.ok()) return whole.status();
+    for (std::size_t i = 0; i < status.size(); ++i) {
+      if (status[i] != -EFAULT) continue;
+      bool mapped = *whole;
+      if (!mapped) {
+        auto one = prim::RangeIsMapped(pages[i], page);
+        if (!one.ok()) return one.status();
+        mapped = *one;
+      }
+      if (mapped) status[i] = -ENOENT;
+    }
+  }
   return status;
 }
 

@@ -296,11 +296,9 @@ TEST_CASE("BindRange with a node id the machine lacks is InvalidArgument naming 
   }
 }
 
-// KNOWN BUG (reported): NodeMask drops negative ids, and an empty mask with MPOL_PREFERRED
-// means "allocate locally" to the kernel, so BindRange(kPreferred, {-1}) succeeds and sets
-// a policy nobody asked for. When BindRange validates ids, this test "fails": remove the
-// [!shouldfail] tag then.
-TEST_CASE("BindRange(MPOL_PREFERRED) with a negative id is InvalidArgument", "[!shouldfail]") {
+// A NodeMask cannot hold a negative id, and an empty mask with MPOL_PREFERRED means
+// "allocate locally" to the kernel: BindRange must refuse the id rather than drop it.
+TEST_CASE("BindRange(MPOL_PREFERRED) with a negative id is InvalidArgument") {
   Mapping map(1);
   const int nodes[] = {-1};
   Status s = prim::BindRange(map.data, map.bytes, prim::PolicyMode::kPreferred, nodes);

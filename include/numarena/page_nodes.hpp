@@ -34,7 +34,8 @@ struct PageNodeCounts {
 [[nodiscard]] StatusOr<PageNodeCounts> page_nodes(const void* ptr, std::size_t len);
 
 // The node of every page of the range, in order; a negative entry is -errno from the kernel
-// (-ENOENT: not resident, -EFAULT: not mapped). For tests that assert page by page.
+// (-ENOENT: not resident, on every kernel version; -EFAULT: not mapped). For tests that
+// assert page by page.
 [[nodiscard]] StatusOr<std::vector<int>> page_node_list(const void* ptr, std::size_t len);
 
 }  // namespace numarena

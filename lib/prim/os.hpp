@@ -65,7 +65,8 @@ void Unmap(void* addr, std::size_t bytes);
 
 // ---- memory policy -------------------------------------------------------------------
 
-// Number of node ids the kernel may ever use (highest possible id + 1).
+// Size of the kernel's possible node mask as libnuma reports it (at least highest possible
+// id + 1; often the kernel's MAX_NUMNODES, e.g. 1024). Node masks are sized from it.
 int PossibleNodeCount();
 
 enum class PolicyMode { kDefault, kBind, kPreferred, kInterleave, kLocal };

@@ -277,9 +277,24 @@ const char* PolicyModeName(PolicyMode mode) {
   return "MPOL_?";
 }
 
+// The kernel has no notion of a negative node: a NodeMask would silently drop it, and an
+// empty mask means "local" to MPOL_PREFERRED, so a bad id must be refused here.
+Status CheckNodeIds(std::span<const int> nodes, const char* call) {
+  for (int n : nodes) {
+    if (n < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          call, ": node id ", n, " is negative (nodes=", absl::StrJoin(nodes, ","), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 Status BindRange(void* addr, std::size_t bytes, PolicyMode mode, std::span<const int> nodes,
                  unsigned flags) {
   bool without_nodes = mode == PolicyMode::kDefault || mode == PolicyMode::kLocal;
+  if (!without_nodes) {
+    if (Status s = CheckNodeIds(nodes, "mbind"); !s.ok()) return s;
+  }
   NodeMask mask(without_nodes ? std::span<const int>() : nodes);
   long rc = mbind(addr, bytes, ToKernelMode(mode), without_nodes ? nullptr : mask.words.data(),
                   without_nodes ? 0 : mask.max_node, flags);
@@ -293,6 +308,9 @@ Status BindRange(void* addr, std::size_t bytes, PolicyMode mode, std::span<const
 
 Status SetThreadPolicy(PolicyMode mode, std::span<const int> nodes) {
   bool without_nodes = mode == PolicyMode::kDefault || mode == PolicyMode::kLocal;
+  if (!without_nodes) {
+    if (Status s = CheckNodeIds(nodes, "set_mempolicy"); !s.ok()) return s;
+  }
   NodeMask mask(without_nodes ? std::span<const int>() : nodes);
   long rc = set_mempolicy(ToKernelMode(mode), without_nodes ? nullptr : mask.words.data(),
                           without_nodes ? 0 : mask.max_node);
