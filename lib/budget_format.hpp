@@ -18,7 +18,9 @@ inline std::string FormatBytes(std::uint64_t bytes) {
     value /= 1024.0;
     ++unit;
   }
-  return absl::StrFormat(value < 10 ? "%.2f %s" : "%.1f %s", value, kUnits[unit]);
+  // Two literal formats: clang checks StrFormat's format string at compile time.
+  if (value < 10) return absl::StrFormat("%.2f %s", value, kUnits[unit]);
+  return absl::StrFormat("%.1f %s", value, kUnits[unit]);
 }
 
 inline std::string FormatPercent(double fraction) {

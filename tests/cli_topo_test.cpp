@@ -61,11 +61,15 @@ struct Json;
 using JsonObject = std::map<std::string, Json>;
 using JsonArray = std::vector<Json>;
 struct Json {
-  std::variant<std::nullptr_t, bool, long long, std::string, JsonArray, JsonObject> value;
+  std::variant<std::nullptr_t, bool, long long, std::string, JsonArray, JsonObject, double> value;
 
   bool is_null() const { return std::holds_alternative<std::nullptr_t>(value); }
   bool boolean() const { return std::get<bool>(value); }
   long long integer() const { return std::get<long long>(value); }
+  double real() const {
+    return std::holds_alternative<double>(value) ? std::get<double>(value)
+                                                 : static_cast<double>(integer());
+  }
   const std::string& string() const { return std::get<std::string>(value); }
   const JsonArray& array() const { return std::get<JsonArray>(value); }
   const JsonObject& object() const { return std::get<JsonObject>(value); }
@@ -156,6 +160,23 @@ class JsonReader {
     if (s_[i_] == '-') ++i_;
     while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
     if (i_ == start || (i_ == start + 1 && s_[start] == '-')) Fail("unexpected character");
+    bool fraction = false;
+    if (i_ < s_.size() && s_[i_] == '.') {
+      fraction = true;
+      ++i_;
+      std::size_t digits = i_;
+      while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
+      if (i_ == digits) Fail("digits expected after '.'");
+    }
+    if (i_ < s_.size() && (s_[i_] == 'e' || s_[i_] == 'E')) {
+      fraction = true;
+      ++i_;
+      if (i_ < s_.size() && (s_[i_] == '+' || s_[i_] == '-')) ++i_;
+      std::size_t digits = i_;
+      while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
+      if (i_ == digits) Fail("digits expected in exponent");
+    }
+    if (fraction) return Json{std::stod(s_.substr(start, i_ - start))};
     return Json{std::stoll(s_.substr(start, i_ - start))};
   }
   std::string ReadString() {
@@ -254,6 +275,21 @@ TEST_CASE("topo --json on the seed machine: 4 nodes, 10/12/32, the GPU on node 0
   CHECK(j["process"]["allowed_mem_nodes"].integers() == std::vector<long long>{0, 1, 2, 3});
   CHECK(j["process"]["cgroup"].string() == "/system.slice/vllm.service");
   CHECK(AnyContains(j["warnings"], "CPUs of 4 nodes"));
+
+  // The budget view: each node's capacity is its MemTotal, usage its MemTotal - MemFree,
+  // under the default thresholds.
+  const Json& budget = j["budget"];
+  CHECK(budget["schema"].string() == "numarena.budget/1");
+  CHECK(budget["thresholds"]["warn"].real() == Approx(0.80));
+  CHECK(budget["thresholds"]["admission_closed"].real() == Approx(0.85));
+  CHECK(budget["thresholds"]["trip"].real() == Approx(0.90));
+  REQUIRE(budget["nodes"].array().size() == 4);
+  for (std::size_t i = 0; i < 4; ++i) {
+    const Json& node = budget["nodes"][i];
+    CHECK(node["capacity_bytes"].integer() == nodes[i]["mem_total_bytes"].integer());
+    CHECK(node["usage_bytes"].integer() == nodes[i]["mem_used_bytes"].integer());
+    CHECK(node["state"].string() == "normal");
+  }
 }
 
 TEST_CASE("topo text output starts like numactl --hardware") {

@@ -33,7 +33,10 @@
 //     "process": {"allowed_cpus": [int], "allowed_mem_nodes": [int],
 //                 "cgroup": str | null,     the process's cgroup path
 //                 "cgroup_cpus": [int] | null, "cgroup_mems": [int] | null},
-//     "warnings": [str]
+//     "warnings": [str],
+//     "budget": null | {...}                what a System-mode budget with the default
+//                                           thresholds makes of each node now (schema
+//                                           numarena.budget/1, tools/numarena/budget_view.hpp)
 //   }
 // New members may be added; existing ones keep their meaning while "schema" stays the same.
 #include <filesystem>
@@ -46,6 +49,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "budget_view.hpp"
 #include "command.hpp"
 #include "json.hpp"
 #include "numarena/topology.hpp"
@@ -336,14 +340,30 @@ int RunTopo(std::span<const std::string> args) {
       MakeRootedReader(options->sysfs_root, options->procfs_root);
   auto topo = Topology::discover(*reader);
   if (!topo.ok()) return Fail("topo", std::string(topo.status().message()));
+  // The budget view (issue: "topo gains a budget view"): capacity, usage and state per node
+  // under the default thresholds. A node whose meminfo cannot be read leaves the topology
+  // output intact and says why instead.
+  auto budget = SystemBudgetSnapshot(*topo, *reader);
   if (options->json) {
     JsonWriter json(std::cout);
     json.BeginObject();
     WriteTopologyJsonMembers(json, *topo, *options);
+    json.Key("budget");
+    if (budget.ok()) {
+      WriteBudgetJson(json, *budget);
+    } else {
+      json.Null();
+    }
     json.EndObject();
     std::cout << '\n';
   } else {
     PrintTopologyText(std::cout, *topo);
+    std::cout << "\n";
+    if (budget.ok()) {
+      PrintBudgetView(std::cout, *budget);
+    } else {
+      std::cout << "budget: unavailable: " << budget.status().message() << "\n";
+    }
   }
   std::cout.flush();
   if (!std::cout) return Fail("topo", "could not write the output");
