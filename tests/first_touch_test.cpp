@@ -299,7 +299,9 @@ TEST_CASE("FirstTouchAllocator allocates verified memory per node") {
 
 TEST_CASE("allocations and corrections from several threads at once") {
   // One allocator shared by all threads, each also prefaulting and correcting its own range.
-  FirstTouchAllocator allocator(HostNode());
+  // (Catch2 assertions are not thread-safe: the threads only record, the main thread checks.)
+  const int node = HostNode();
+  FirstTouchAllocator allocator(node);
   constexpr int kThreads = 4;
   constexpr std::size_t kPages = 32;
   std::vector<std::size_t> local(kThreads, 0);
@@ -310,8 +312,8 @@ TEST_CASE("allocations and corrections from several threads at once") {
         auto p = allocator.allocate(kPages * kPage);
         if (!p.ok()) return;
         std::memset(*p, t, kPages * kPage);
-        auto prefaulted = prefault(*p, kPages * kPage, HostNode());
-        auto corrected = correct(*p, kPages * kPage, HostNode());
+        auto prefaulted = prefault(*p, kPages * kPage, node);
+        auto corrected = correct(*p, kPages * kPage, node);
         if (prefaulted.ok() && corrected.ok()) {
           local[t] += prefaulted->already_local + corrected->already_local;
         }
