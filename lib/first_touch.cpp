@@ -143,27 +143,6 @@ Status MoveBatch(std::vector<void*> pages, int node, PlacementReport& report) {
   return absl::OkStatus();
 }
 
-// Linux 6.1 reports an untouched page of a mapped range as -EFAULT, like an unmapped one.
-// Rewrites those that are mapped to -ENOENT (not resident), asking mincore once for the
-// window and page by page only when part of the window is unmapped.
-Status NormalizeNotResident(char* window, std::vector<int>& nodes) {
-  if (std::find(nodes.begin(), nodes.end(), -EFAULT) == nodes.end()) return absl::OkStatus();
-  const std::size_t page = prim::PageSize();
-  auto whole = prim::RangeIsMapped(window, nodes.size() * page);
-  if (!whole.ok()) return whole.status();
-  for (std::size_t i = 0; i < nodes.size(); ++i) {
-    if (nodes[i] != -EFAULT) continue;
-    bool mapped = *whole;
-    if (!mapped) {
-      auto one = prim::RangeIsMapped(window + i * page, page);
-      if (!one.ok()) return one.status();
-      mapped = *one;
-    }
-    if (mapped) nodes[i] = -ENOENT;
-  }
-  return absl::OkStatus();
-}
-
 // The end (page index from `base`) of the window starting at page `first`: at least
 // `batch` pages, extended to the next huge-page boundary, so a transparent huge page (which
 // migrates as a whole) never straddles two windows and is counted once, as moved.
@@ -187,8 +166,8 @@ StatusOr<PlacementReport> CorrectRange(const PageRange& range, int node,
     const std::size_t count = end - first;
     char* window = base + first * page;
     auto nodes = page_node_list(window, count * page);
+    // page_node_list says -ENOENT for untouched pages on every kernel (6.1 says -EFAULT).
     if (!nodes.ok()) return nodes.status();
-    if (Status s = NormalizeNotResident(window, *nodes); !s.ok()) return s;
     std::vector<void*> misplaced;
     for (std::size_t i = 0; i < count; ++i) {
       int where = (*nodes)[i];
