@@ -500,7 +500,8 @@ TEST_CASE("data integrity across 100,000 random demote/promote cycles") {
     seqs.push_back(*s);
     for (int layer = 0; layer < 2; ++layer)
       for (int group = 0; group < 2; ++group)
-        for (KvBlockId id : *pool->Blocks(*s, layer, group)) blocks.push_back(id);
+        for (KvBlockId id : std::vector<KvBlockId>(*pool->Blocks(*s, layer, group)))
+          blocks.push_back(id);
   }
   std::mt19937 rng(42);
   std::size_t demoted = 0, promoted = 0;
@@ -583,7 +584,7 @@ TEST_CASE("arena storage: blocks come from the home node's arena") {
   REQUIRE(seq.ok());
   kvtest::WriteTokens(*pool, *seq, tokens, 0, tokens.size());
   CHECK(kvtest::CountBadRows(*pool, *seq, tokens) == 0);
-  for (KvBlockId id : *pool->Blocks(*seq, 1, 0)) {
+  for (KvBlockId id : std::vector<KvBlockId>(*pool->Blocks(*seq, 1, 0))) {
     auto pin = pool->Pin(id);
     REQUIRE(pin.ok());
     CHECK(numarena::node_of(pin->data()) == 0);
