@@ -6,7 +6,7 @@
 #   tools/dev.sh test         install what is missing, build, run every test (unit, fuzz replay,
 #                             and the NUMA lab in all topologies)
 #   tools/dev.sh test-asan    the same suite built with ASan+UBSan
-#   tools/dev.sh test-tsan    the concurrent tests built with TSan
+#   tools/dev.sh test-tsan    the concurrent parts' tests built with TSan
 #   tools/dev.sh fuzz [SECS]  build the libFuzzer targets with clang and run each for SECS s
 #   tools/dev.sh bench        build and run the benchmarks, JSON into build/bench-results
 #   tools/dev.sh deps         only install what is missing
@@ -76,9 +76,17 @@ case "$cmd" in
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 run_ctest "$ROOT/build-asan" "$@"
     ;;
   test-tsan)
+    # The concurrent parts: arenas and their provider, the budget, the KV pool, first-touch
+    # and interleave (threads pinned per node), topology's shared instance, the bandwidth
+    # workers, and allocators used from several threads.
     install_deps
-    build "$ROOT/build-tsan" -DNUMARENA_SANITIZE=thread -DNUMARENA_BUILD_BENCH=OFF -DNUMARENA_BUILD_EXAMPLES=OFF
-    TSAN_OPTIONS=halt_on_error=1 run_ctest "$ROOT/build-tsan" -L unit "$@"
+    concurrent=(arena_test node_pages_test budget_test kv_pool_concurrency_test first_touch_test
+                interleave_test topology_test bandwidth_test allocator_test)
+    cmake -S "$ROOT" -B "$ROOT/build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNUMARENA_SANITIZE=thread \
+      -DNUMARENA_BUILD_BENCH=OFF -DNUMARENA_BUILD_EXAMPLES=OFF >/dev/null
+    cmake --build "$ROOT/build-tsan" -j "$JOBS" --target "${concurrent[@]}"
+    pattern="^($(IFS='|'; echo "${concurrent[*]}")):"
+    TSAN_OPTIONS=halt_on_error=1 run_ctest "$ROOT/build-tsan" -L unit -R "$pattern" "$@"
     ;;
   fuzz)
     install_deps
