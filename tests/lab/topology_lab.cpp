@@ -66,9 +66,13 @@ TEST_CASE("each node's memory is the size QEMU gave it") {
     REQUIRE(node != nullptr);
     const std::uint64_t configured = expected.mem_mib * kMiB;
     // MemTotal excludes what the kernel reserved at boot (its image on node 0, struct pages,
-    // firmware holes): measured 2-5 % here; allow 12 %, and never more than configured.
+    // per-node boot allocations, firmware holes): 2-5 % on large nodes, but a near-fixed
+    // 30-40 MiB on tiny's 256 MiB node (14 % seen). Allow 12 % or 64 MiB, whichever is more,
+    // and never more than configured.
+    const std::uint64_t reserved_allowance =
+        std::max<std::uint64_t>(configured / 100 * 12, 64 * kMiB);
     CHECK(node->mem_total_bytes <= configured);
-    CHECK(node->mem_total_bytes >= configured / 100 * 88);
+    CHECK(node->mem_total_bytes + reserved_allowance >= configured);
     CHECK(node->mem_free_bytes <= node->mem_total_bytes);
     CHECK(node->mem_free_bytes > 0);
   }
