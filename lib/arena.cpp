@@ -196,7 +196,12 @@ void* Arena::AllocateWithFallback(std::size_t size, std::size_t alignment, bool 
           int heap = HeapForNode(node, &reason);
           void* p = heap < 0 ? nullptr : AllocateOnHeap(heap, size, alignment, &reason);
           if (p != nullptr) {
-            if (!first) fallbacks_.fetch_add(1, std::memory_order_relaxed);
+            if (!first) {
+              fallbacks_.fetch_add(1, std::memory_order_relaxed);
+              if (CapacityGate* gate = GetCapacityGate()) {
+                gate->RecordFallback(fallback_order_.front(), node);
+              }
+            }
             return p;
           }
           if (first || error->ok()) *error = reason;  // report the preferred node's reason

@@ -264,7 +264,7 @@ class Budget final : public CapacityGate {
 
   // The provider reports that memory meant for `from_node` went to `to_node` (-1: not
   // known) because `from_node` refused or was full.
-  void RecordFallback(int from_node, int to_node = -1);
+  void RecordFallback(int from_node, int to_node = -1) override;
 
   // Registers a reclaim hook of `priority` class; hooks run low class first, then normal,
   // then high, in registration order within a class. Returns an id for RemoveReclaimHook.

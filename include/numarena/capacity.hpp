@@ -37,6 +37,14 @@ class CapacityGate {
 
   // Returns `bytes` charged earlier on `node` with `priority`. May be called from any thread.
   virtual void Release(int node, std::size_t bytes, Priority priority) = 0;
+
+  // Told when an allocation meant for `from_node` was placed on `to_node` instead (a
+  // Preferred arena moving on to the next node by distance because `from_node` refused or
+  // was full). For accounting only; the default ignores it. Same rules as Charge.
+  virtual void RecordFallback(int from_node, int to_node) {
+    (void)from_node;
+    (void)to_node;
+  }
 };
 
 // The calling thread's priority for the allocations it makes (default kNormal).

@@ -209,7 +209,10 @@ TEST_CASE("a full node walks through the states; Strict Bind past trip fails cle
     held.push_back(p);
   }
 
-  // Preferred: the full node refuses, the nearest node takes the memory.
+  // Preferred: the full node refuses, the nearest node takes the memory, and the budget
+  // hears of the fallback on both nodes.
+  const std::uint64_t fallbacks_out_before = b.Snapshot().node(nodes.small)->fallbacks_out;
+  const std::uint64_t fallbacks_in_before = b.Snapshot().node(nodes.nearest)->fallbacks_in;
   void* spilled = preferred->allocate(kChunk);
   INFO(std::string(last_allocation_error().message()));
   REQUIRE(spilled != nullptr);
@@ -218,6 +221,8 @@ TEST_CASE("a full node walks through the states; Strict Bind past trip fails cle
   REQUIRE(where.ok());
   INFO(lab::SummarizePageNodes(*where));
   CHECK(std::all_of(where->begin(), where->end(), [&](int n) { return n == nodes.nearest; }));
+  CHECK(b.Snapshot().node(nodes.small)->fallbacks_out > fallbacks_out_before);
+  CHECK(b.Snapshot().node(nodes.nearest)->fallbacks_in > fallbacks_in_before);
   numarena::deallocate(spilled);
   preferred->purge();
 
