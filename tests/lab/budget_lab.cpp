@@ -245,7 +245,9 @@ TEST_CASE("a reclaim hook frees memory before anything is refused, and restores 
   // a good share of it).
   const std::uint64_t start_usage = b.usage(nodes.small);
   INFO("usage at start " << start_usage << " of " << capacity);
-  REQUIRE(start_usage < capacity * 2 / 5);
+  // Under ASan its runtime adds its own share (about half of the node seen); the scenario
+  // below needs the node under 60 % before it starts.
+  REQUIRE(start_usage < capacity * 3 / 5);
 
   // A low-priority cache takes a third of the node (its class may hold half).
   LowPriorityCache cache(b, nodes.small);
