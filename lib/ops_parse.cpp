@@ -8,43 +8,18 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "parse_text.hpp"
 #include "topology_parse.hpp"
 
 namespace numarena::parse {
 namespace {
 
-absl::string_view Abs(std::string_view s) { return absl::string_view(s.data(), s.size()); }
-
-bool IsSpace(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
-  while (!s.empty() && IsSpace(s.back())) s.remove_suffix(1);
-  return s;
-}
-
-// A bounded, printable copy of a piece of input for an error message.
-std::string Quote(std::string_view s) {
-  constexpr std::size_t kMax = 40;
-  std::string out = "'";
-  for (std::size_t i = 0; i < s.size() && i < kMax; ++i) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c >= 0x7f) {
-      out += absl::StrCat("\\x", absl::Hex(c, absl::kZeroPad2));
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (s.size() > kMax) out += "...";
-  return out + "'";
-}
-
-Status Invalid(std::string_view where, const std::string& detail) {
-  return absl::InvalidArgumentError(absl::StrCat(Abs(where), ": ", detail));
-}
+using text::Abs;
+using text::Invalid;
+using text::IsDigit;
+using text::IsSpace;
+using text::Quote;
+using text::Trim;
 
 // Decimal digits only, at most `max`.
 StatusOr<std::uint64_t> Decimal(std::string_view s, std::uint64_t max, std::string_view what) {
