@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "front_cache.hpp"
 #include "jemalloc_heap.hpp"
 #include "node_pages.hpp"
 #include "numarena/topology.hpp"
@@ -229,8 +230,14 @@ void* Arena::AllocateWithFallback(std::size_t size, std::size_t alignment, bool 
       }
       int heap = HeapForNode(node, error);
       if (heap < 0) return nullptr;
+      bool plain = alignment <= alignof(std::max_align_t);
+      if (plain && size <= arena_internal::kFrontMaxSize) {
+        if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
+          if (void* p = arena_internal::FrontPop(cache, size)) return p;
+        }
+      }
       int tcache = arena_internal::tcache_flags[heap];
-      if (tcache != 0 && alignment <= alignof(std::max_align_t) && size < kFastLimit) {
+      if (tcache != 0 && plain && size < kFastLimit) {
         if (void* p = mallocx(size, HeapById(heap)->mallocx_arena | tcache)) return p;
       }
       return AllocateOnHeap(heap, size, alignment, error);
@@ -300,6 +307,7 @@ void ForEachHeap(int primary, const std::atomic<int>* node_heaps, int node_heap_
 void Arena::purge() {
   ForEachHeap(primary_heap_, node_heaps_, node_heap_count_, [](Heap& heap) {
     // This thread's cached objects first, so their pages can be purged too.
+    FlushFrontCache(heap.id);
     int flags = arena_internal::tcache_flags[heap.id];
     if (flags != 0 && flags != MALLOCX_TCACHE_NONE) {
       unsigned id = static_cast<unsigned>((flags >> 8) - 2);

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "front_cache.hpp"
 
 // jemalloc's start-up options, unless the program sets its own malloc_conf (ours is weak, so
 // a program's definition wins; MALLOC_CONF in the environment is applied on top either way).
@@ -83,6 +84,7 @@ struct ThreadCacheOwner {
   bool armed = false;
   ~ThreadCacheOwner() {
     t_thread_exiting = true;
+    DestroyFrontCaches();  // into the explicit tcaches, before those are destroyed
     for (int& flags : arena_internal::tcache_flags) {
       if (flags != 0 && flags != MALLOCX_TCACHE_NONE) {
         unsigned id = static_cast<unsigned>((flags >> 8) - 2);
@@ -98,6 +100,7 @@ thread_local ThreadCacheOwner t_cache_owner;
 
 StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options) {
   std::lock_guard<std::mutex> lock(g_create_mutex);
+  InitFrontCacheClasses();
   int id = g_heap_count.load(std::memory_order_relaxed);
   if (id >= arena_internal::kMaxHeaps) {
     return absl::ResourceExhaustedError(
@@ -153,6 +156,7 @@ int EnsureThreadCache(int heap) noexcept {
     flags = MALLOCX_TCACHE_NONE;  // jemalloc's explicit cache table is full: uncached
   }
   arena_internal::tcache_flags[heap] = flags;
+  CreateFrontCache(heap);
   return flags;
 }
 

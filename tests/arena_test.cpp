@@ -272,6 +272,76 @@ TEST_CASE("thread caches are destroyed when threads exit") {
   CHECK(uncached.load() == 0);
 }
 
+TEST_CASE("the front cache never hands out an object smaller than asked") {
+  // Every request size up to the front cache's limit, freed sized and unsized, then asked for
+  // again at every size: a list that mixed size classes would return too small an object.
+  Arena* arena = Get(Policy::Bind(0));
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::pair<void*, std::size_t>> live;
+    for (std::size_t size = 1; size <= numarena::arena_internal::kFrontMaxSize + 64; ++size) {
+      void* p = arena->allocate(size);
+      REQUIRE(p != nullptr);
+      REQUIRE(numarena::usable_size(p) >= size);
+      live.emplace_back(p, size);
+    }
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      if ((i + round) % 2 == 0) {
+        numarena::deallocate(live[i].first, live[i].second);
+      } else {
+        numarena::deallocate(live[i].first);
+      }
+    }
+    for (std::size_t size = numarena::arena_internal::kFrontMaxSize + 64; size >= 1; --size) {
+      auto* p = static_cast<unsigned char*>(arena->allocate(size));
+      REQUIRE(p != nullptr);
+      INFO("size " << size << " usable " << numarena::usable_size(p));
+      REQUIRE(numarena::usable_size(p) >= size);
+      std::memset(p, 0xA5, size);
+      numarena::deallocate(p, size);
+    }
+  }
+}
+
+TEST_CASE("a full front cache list hands objects back and keeps working") {
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 5}}));
+  std::vector<void*> blocks;
+  for (int i = 0; i < 5000; ++i) blocks.push_back(arena->allocate(48));
+  std::set<void*> distinct(blocks.begin(), blocks.end());
+  CHECK(distinct.size() == blocks.size());
+  for (void* p : blocks) numarena::deallocate(p);  // overflows its list many times
+  blocks.clear();
+  for (int i = 0; i < 5000; ++i) blocks.push_back(arena->allocate(48));
+  distinct = std::set<void*>(blocks.begin(), blocks.end());
+  CHECK(distinct.size() == blocks.size());
+  for (void* p : blocks) numarena::deallocate(p, 48);
+}
+
+TEST_CASE("purge and thread exit return front-cached objects to jemalloc") {
+  // Objects in a front cache count as allocated until they go back to jemalloc; purge() must
+  // return this thread's, and a thread's exit all of its own.
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 7}}));
+  arena->purge();
+  std::size_t baseline = arena->stats().allocated;
+  for (std::size_t size : {std::size_t{16}, std::size_t{256}, std::size_t{4096}}) {
+    void* p = arena->allocate(size);
+    void* q = arena->allocate(size);
+    numarena::deallocate(p);
+    numarena::deallocate(q, size);
+  }
+  CHECK(arena->stats().allocated > baseline);
+  arena->purge();
+  CHECK(arena->stats().allocated == baseline);
+
+  std::thread worker([&] {
+    for (int i = 0; i < 100; ++i) {
+      void* p = arena->allocate(64 + 64 * (i % 8));
+      numarena::deallocate(p);
+    }
+  });
+  worker.join();
+  CHECK(arena->stats().allocated == baseline);
+}
+
 TEST_CASE("the capacity gate refuses, is charged by priority and released on purge") {
   Arena* arena = Get(Policy::Bind({0}, numarena::BindMode::kAdvisory));  // fresh heap? shared ok
   Arena* fresh = Get(Policy::WeightedInterleave({{0, 2}}));

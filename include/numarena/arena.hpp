@@ -12,8 +12,12 @@
 // and its node, is an O(1) table lookup: `numarena::deallocate(p)` needs no arena or node,
 // and `node_of(p)` makes no system call. Small objects go through a jemalloc thread cache
 // that belongs to one (thread, arena) pair only, so an object freed into node 0's arena is
-// never handed to a caller of node 1's arena. The fast paths (`allocate`, `deallocate`) are
-// inline: a thread-local array load and one call into jemalloc.
+// never handed to a caller of node 1's arena. In front of that cache sits numarena's own
+// front cache (lib/front_cache.cpp): per (thread, arena), per size class up to 4 KiB, a short
+// list of freed objects. The fast paths are inline: `allocate` of a small object pops a list,
+// a sized `deallocate` pushes one, an unsized one first asks jemalloc for the object's size
+// class (sallocx). Only misses and large sizes call into jemalloc, whose explicit-arena calls
+// (mallocx with flags) always take its slower generic path.
 //
 // Capacity: before the provider commits memory it asks the process-wide `CapacityGate`
 // (`SetCapacityGate`, e.g. a numarena::Budget) and checks the node's free memory, so a full
@@ -111,6 +115,54 @@ inline int HeapOf(const void* p) {
 
 void DeallocateSlow(void* p) noexcept;
 void DeallocateSizedSlow(void* p, std::size_t size, std::size_t alignment) noexcept;
+
+// ---- the front cache (lib/front_cache.cpp) ----
+// Objects of up to kFrontMaxSize bytes, grouped by jemalloc size class, one LIFO list per
+// class threaded through the objects' first word. A list belongs to one (thread, heap), so an
+// object only ever returns to the heap, and node, it came from.
+inline constexpr std::size_t kFrontMaxSize = 4096;
+inline constexpr int kFrontClasses = 32;
+// The list that never holds anything: sizes the class tables could not map (a jemalloc built
+// with other size classes) land here; its limit is 0, so pushes go straight back to jemalloc.
+inline constexpr int kFrontUncached = kFrontClasses - 1;
+struct FrontList {
+  void* head;
+  std::uint32_t count;
+  std::uint32_t limit;
+};
+struct FrontCache {
+  FrontList lists[kFrontClasses];
+};
+// This thread's front cache per heap; nullptr until the thread's first slow-path call.
+extern thread_local constinit FrontCache* front_caches[kMaxHeaps];
+// List of a request of n bytes (1 <= n <= kFrontMaxSize): front_class_of_request[(n + 7) / 8].
+// Filled once, before the first front cache exists.
+extern std::uint8_t front_class_of_request[kFrontMaxSize / 8 + 1];
+// List of an object whose usable size is u (u <= kFrontMaxSize): front_class_of_usable[u / 8].
+extern std::uint8_t front_class_of_usable[kFrontMaxSize / 8 + 1];
+
+inline void* FrontPop(FrontCache* cache, std::size_t size) noexcept {
+  FrontList& list = cache->lists[front_class_of_request[(size + 7) >> 3]];
+  void* p = list.head;
+  if (p != nullptr) {
+    list.head = *static_cast<void**>(p);
+    --list.count;
+  }
+  return p;
+}
+
+// The list is full: hands half of it back to jemalloc, then keeps `p`. Cold.
+void FrontOverflow(int heap, FrontList& list, void* p) noexcept;
+
+inline void FrontPush(int heap, FrontList& list, void* p) noexcept {
+  if (list.count >= list.limit) [[unlikely]] {
+    FrontOverflow(heap, list, p);
+    return;
+  }
+  *static_cast<void**>(p) = list.head;
+  list.head = p;
+  ++list.count;
+}
 }  // namespace arena_internal
 
 class Arena {
@@ -138,6 +190,11 @@ class Arena {
   void* allocate(std::size_t size, std::size_t alignment = alignof(std::max_align_t)) noexcept {
     if (fast_flags_ != 0 && alignment <= alignof(std::max_align_t) &&
         (alignment & (alignment - 1)) == 0 && size - 1 < kFastLimit) {
+      if (size <= arena_internal::kFrontMaxSize) {
+        if (arena_internal::FrontCache* cache = arena_internal::front_caches[primary_heap_]) {
+          if (void* p = arena_internal::FrontPop(cache, size)) return p;
+        }
+      }
       int tcache = arena_internal::tcache_flags[primary_heap_];
       if (tcache != 0) {
         if (void* p = mallocx(size, fast_flags_ | tcache)) return p;
@@ -206,6 +263,14 @@ class Arena {
 inline void deallocate(void* p) noexcept {
   int heap = arena_internal::HeapOf(p);
   if (heap >= 0) {
+    if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
+      std::size_t usable = sallocx(p, 0);
+      if (usable <= arena_internal::kFrontMaxSize) {
+        arena_internal::FrontPush(
+            heap, cache->lists[arena_internal::front_class_of_usable[usable >> 3]], p);
+        return;
+      }
+    }
     int tcache = arena_internal::tcache_flags[heap];
     if (tcache != 0) {
       dallocx(p, tcache);
@@ -221,6 +286,13 @@ inline void deallocate(void* p, std::size_t size,
   int heap = arena_internal::HeapOf(p);
   if (heap >= 0 && alignment <= alignof(std::max_align_t) &&
       size < arena_internal::kLargeAlignThreshold && size != 0) {
+    if (size <= arena_internal::kFrontMaxSize) {
+      if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
+        arena_internal::FrontPush(
+            heap, cache->lists[arena_internal::front_class_of_request[(size + 7) >> 3]], p);
+        return;
+      }
+    }
     int tcache = arena_internal::tcache_flags[heap];
     if (tcache != 0) {
       sdallocx(p, size, tcache);

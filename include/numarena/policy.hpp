@@ -76,7 +76,7 @@ class Policy {
   // that is not a multiple of the page size.
   [[nodiscard]] Status Validate(const Topology& topology) const;
 
-  // "bind(1)", "bind(0,1)/advisory", "preferred(2)", "interleave(0-3)", "weighted(0:3,1:1)",
+  // "bind(1)", "bind(0,1)/advisory", "preferred(2)", "interleave(0,1,2,3)", "weighted(0:3,1:1)",
   // "local".
   std::string ToString() const;
 
