@@ -111,7 +111,7 @@ Status Arena::Init() {
       StatusOr<Heap*> heap = CreateHeap(policy_, options_);
       if (!heap.ok()) return heap.status();
       primary_heap_ = (*heap)->id;
-      fast_flags_ = (*heap)->mallocx_arena;
+      has_fast_path_ = true;
       return absl::OkStatus();
     }
     case PolicyKind::kPreferred:
@@ -134,7 +134,7 @@ Status Arena::Init() {
     int heap = HeapForNode(preferred, &error);
     if (heap < 0) return error;
     primary_heap_ = heap;
-    fast_flags_ = HeapById(heap)->mallocx_arena;
+    has_fast_path_ = true;
   }
   return absl::OkStatus();
 }
@@ -167,9 +167,7 @@ int Arena::HeapForNode(int node, Status* error) noexcept {
 
 void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
                             Status* error) noexcept {
-  Heap* h = HeapById(heap);
-  int flags =
-      h->mallocx_arena | EnsureThreadCache(heap) | AlignFlags(EffectiveAlignment(size, alignment));
+  int flags = EnsureThreadCache(heap) | AlignFlags(EffectiveAlignment(size, alignment));
   SpanFailure& failure = ThreadSpanFailure();
   failure.Clear();
   if (void* p = mallocx(size, flags)) return p;
@@ -236,9 +234,9 @@ void* Arena::AllocateWithFallback(std::size_t size, std::size_t alignment, bool 
           if (void* p = arena_internal::FrontPop(cache, size)) return p;
         }
       }
-      int tcache = arena_internal::tcache_flags[heap];
-      if (tcache != 0 && plain && size < kFastLimit) {
-        if (void* p = mallocx(size, HeapById(heap)->mallocx_arena | tcache)) return p;
+      int flags = arena_internal::thread_flags[heap];
+      if (flags != 0 && plain && size < kFastLimit) {
+        if (void* p = mallocx(size, flags)) return p;
       }
       return AllocateOnHeap(heap, size, alignment, error);
     }
@@ -308,13 +306,15 @@ void Arena::purge() {
   ForEachHeap(primary_heap_, node_heaps_, node_heap_count_, [](Heap& heap) {
     // This thread's cached objects first, so their pages can be purged too.
     FlushFrontCache(heap.id);
-    int flags = arena_internal::tcache_flags[heap.id];
-    if (flags != 0 && flags != MALLOCX_TCACHE_NONE) {
-      unsigned id = static_cast<unsigned>((flags >> 8) - 2);
+    if (int tcache = arena_internal::TcacheIdOf(arena_internal::thread_flags[heap.id]);
+        tcache >= 0) {
+      unsigned id = static_cast<unsigned>(tcache);
       mallctl("tcache.flush", nullptr, nullptr, &id, sizeof id);
     }
-    std::string key = absl::StrCat("arena.", heap.arena_index, ".purge");
-    mallctl(key.c_str(), nullptr, nullptr, nullptr, 0);
+    ForEachShard(heap, [](unsigned arena_index) {
+      std::string key = absl::StrCat("arena.", arena_index, ".purge");
+      mallctl(key.c_str(), nullptr, nullptr, nullptr, 0);
+    });
   });
 }
 
@@ -326,17 +326,18 @@ ArenaStats Arena::stats() const {
   out.fallbacks = fallbacks_.load(std::memory_order_relaxed);
   std::size_t page = prim::PageSize();
   ForEachHeap(primary_heap_, node_heaps_, node_heap_count_, [&](Heap& heap) {
-    unsigned i = heap.arena_index;
-    out.allocated += ReadArenaStat<std::size_t>(i, "small.allocated") +
-                     ReadArenaStat<std::size_t>(i, "large.allocated");
-    out.active += ReadArenaStat<std::size_t>(i, "pactive") * page;
-    out.resident += ReadArenaStat<std::size_t>(i, "resident");
-    out.mapped += ReadArenaStat<std::size_t>(i, "mapped");
-    out.retained += ReadArenaStat<std::size_t>(i, "retained");
+    ForEachShard(heap, [&](unsigned i) {
+      out.allocated += ReadArenaStat<std::size_t>(i, "small.allocated") +
+                       ReadArenaStat<std::size_t>(i, "large.allocated");
+      out.active += ReadArenaStat<std::size_t>(i, "pactive") * page;
+      out.resident += ReadArenaStat<std::size_t>(i, "resident");
+      out.mapped += ReadArenaStat<std::size_t>(i, "mapped");
+      out.retained += ReadArenaStat<std::size_t>(i, "retained");
+      out.jemalloc_arenas += 1;
+    });
     out.committed += heap.pages->committed_bytes();
     out.fallbacks += heap.pages->fallbacks();
     out.refusals += heap.pages->refusals();
-    out.jemalloc_arenas += 1;
   });
   return out;
 }

@@ -76,7 +76,7 @@ void BuildClassTables() {
 
 // Hands `list`'s objects back to jemalloc until `keep` remain.
 void Drain(int heap, FrontList& list, std::uint32_t keep) {
-  int flags = arena_internal::tcache_flags[heap];
+  int flags = arena_internal::thread_flags[heap];
   if (flags == 0) flags = MALLOCX_TCACHE_NONE;
   while (list.count > keep) {
     void* p = list.head;
@@ -129,7 +129,7 @@ void FrontOverflow(int heap, FrontList& list, void* p) noexcept {
     ++list.count;
     return;
   }
-  int flags = tcache_flags[heap];  // the uncached list (limit 0)
+  int flags = thread_flags[heap];  // the uncached list (limit 0)
   dallocx(p, flags == 0 ? MALLOCX_TCACHE_NONE : flags);
 }
 

@@ -1,10 +1,13 @@
 // Heaps: jemalloc arenas with extent hooks over node page providers (see jemalloc_heap.hpp).
 #include "jemalloc_heap.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "front_cache.hpp"
@@ -25,7 +28,7 @@ __attribute__((weak)) const char* malloc_conf = "oversize_threshold:0";
 namespace numarena {
 
 namespace arena_internal {
-thread_local constinit int tcache_flags[kMaxHeaps] = {};
+thread_local constinit int thread_flags[kMaxHeaps] = {};
 }  // namespace arena_internal
 
 namespace {
@@ -85,9 +88,9 @@ struct ThreadCacheOwner {
   ~ThreadCacheOwner() {
     t_thread_exiting = true;
     DestroyFrontCaches();  // into the explicit tcaches, before those are destroyed
-    for (int& flags : arena_internal::tcache_flags) {
-      if (flags != 0 && flags != MALLOCX_TCACHE_NONE) {
-        unsigned id = static_cast<unsigned>((flags >> 8) - 2);
+    for (int& flags : arena_internal::thread_flags) {
+      if (int tcache = arena_internal::TcacheIdOf(flags); tcache >= 0) {
+        unsigned id = static_cast<unsigned>(tcache);
         mallctl("tcache.destroy", nullptr, nullptr, &id, sizeof id);
       }
       flags = 0;
@@ -95,6 +98,43 @@ struct ThreadCacheOwner {
   }
 };
 thread_local ThreadCacheOwner t_cache_owner;
+
+// The thread's place in the round robin over each heap's shards.
+int ThreadOrdinal() {
+  static std::atomic<int> next{0};
+  thread_local int ordinal = next.fetch_add(1, std::memory_order_relaxed);
+  return ordinal;
+}
+
+// Makes one more jemalloc arena over `heap`'s hooks. Caller holds g_create_mutex.
+StatusOr<unsigned> CreateJemallocArena(Heap& heap, const std::string& what) {
+  unsigned arena_index = 0;
+  size_t index_size = sizeof arena_index;
+  extent_hooks_t* hooks = &heap.hooks;
+  ThreadSpanFailure().Clear();
+  int err = mallctl("arenas.create", &arena_index, &index_size, &hooks, sizeof hooks);
+  if (err == 0) return arena_index;
+  Status reason = ThreadSpanFailure().ToStatus(absl::StrCat(what, ": jemalloc arenas.create"));
+  if (!reason.ok()) return reason;
+  return ErrnoToStatus(err, absl::StrCat(what, ": mallctl(arenas.create)"));
+}
+
+// The jemalloc arena of `heap`'s shard for this thread, creating it when needed; shard 0's
+// when another cannot be made (jemalloc's arena table is full, or the node is).
+unsigned ShardArenaForThread(Heap& heap) {
+  int shard = ThreadOrdinal() % heap.shard_limit;
+  int index = heap.shard_arena[shard].load(std::memory_order_acquire);
+  if (index >= 0) return static_cast<unsigned>(index);
+  std::lock_guard<std::mutex> lock(g_create_mutex);
+  index = heap.shard_arena[shard].load(std::memory_order_acquire);
+  if (index < 0) {
+    StatusOr<unsigned> created = CreateJemallocArena(heap, "numarena heap shard");
+    if (!created.ok()) return static_cast<unsigned>(heap.shard_arena[0].load());
+    index = static_cast<int>(*created);
+    heap.shard_arena[shard].store(index, std::memory_order_release);
+  }
+  return static_cast<unsigned>(index);
+}
 
 }  // namespace
 
@@ -116,20 +156,13 @@ StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options)
                                HookPurgeForced, HookSplit,    HookMerge};
   heap->id = id;
   heap->pages = *pages;
-  unsigned arena_index = 0;
-  size_t index_size = sizeof arena_index;
-  extent_hooks_t* hooks = &heap->hooks;
-  ThreadSpanFailure().Clear();
-  int err = mallctl("arenas.create", &arena_index, &index_size, &hooks, sizeof hooks);
-  if (err != 0) {
-    Status reason = ThreadSpanFailure().ToStatus(
-        absl::StrCat("arena for ", placement.ToString(), ": jemalloc arenas.create"));
-    if (!reason.ok()) return reason;
-    return ErrnoToStatus(
-        err, absl::StrCat("arena for ", placement.ToString(), ": mallctl(arenas.create)"));
-  }
-  heap->arena_index = arena_index;
-  heap->mallocx_arena = MALLOCX_ARENA(arena_index);
+  heap->shard_limit =
+      static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, kMaxShards));
+  for (std::atomic<int>& shard : heap->shard_arena) shard.store(-1, std::memory_order_relaxed);
+  StatusOr<unsigned> first =
+      CreateJemallocArena(*heap, absl::StrCat("arena for ", placement.ToString()));
+  if (!first.ok()) return first.status();
+  heap->shard_arena[0].store(static_cast<int>(*first), std::memory_order_release);
   g_heaps[id].store(heap, std::memory_order_release);
   g_heap_count.store(id + 1, std::memory_order_release);
   return heap;
@@ -141,9 +174,13 @@ Heap* HeapById(int id) {
 }
 
 int EnsureThreadCache(int heap) noexcept {
-  int flags = arena_internal::tcache_flags[heap];
+  int flags = arena_internal::thread_flags[heap];
   if (flags != 0) return flags;
-  if (t_thread_exiting) return MALLOCX_TCACHE_NONE;
+  Heap& owner = *HeapById(heap);
+  if (t_thread_exiting) {
+    return MALLOCX_TCACHE_NONE | MALLOCX_ARENA(static_cast<unsigned>(
+                                     owner.shard_arena[0].load(std::memory_order_acquire)));
+  }
   t_cache_owner.armed = true;  // constructs the owner: its destructor runs at thread exit
   // Construct this thread's SpanFailure here, outside any hook: registering a thread_local
   // destructor may allocate, and the hooks that record failures must not.
@@ -155,7 +192,8 @@ int EnsureThreadCache(int heap) noexcept {
   } else {
     flags = MALLOCX_TCACHE_NONE;  // jemalloc's explicit cache table is full: uncached
   }
-  arena_internal::tcache_flags[heap] = flags;
+  flags |= MALLOCX_ARENA(ShardArenaForThread(owner));
+  arena_internal::thread_flags[heap] = flags;
   CreateFrontCache(heap);
   return flags;
 }

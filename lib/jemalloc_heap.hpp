@@ -1,13 +1,19 @@
-// A heap: one jemalloc arena whose extent hooks take spans from one NodePages provider.
+// A heap: jemalloc arenas whose extent hooks take spans from one NodePages provider.
 //
 // numarena's arenas are built from heaps: a Bind or interleave arena has one, a Preferred or
-// Local arena one per node it has used. Each heap owns a jemalloc arena made with
-// mallctl("arenas.create") and a set of extent hooks (embedded in the Heap, so a hook finds
-// its provider from the hooks pointer jemalloc passes back), and each thread gets its own
-// jemalloc thread cache per heap (mallctl("tcache.create"), used with MALLOCX_TCACHE and
-// destroyed when the thread exits). jemalloc's default thread cache is shared by all arenas
-// and would hand an object freed into one node's arena to a caller of another node's arena
-// (jemalloc issues #1016, #518); explicit per-heap caches never mix.
+// Local arena one per node it has used. Each heap owns one set of extent hooks (embedded in
+// the Heap, so a hook finds its provider from the hooks pointer jemalloc passes back) and up
+// to kMaxShards jemalloc arenas made with mallctl("arenas.create") over those hooks; threads
+// are spread over the shards round robin so large allocations, which take an arena lock, do
+// not serialize two threads. Each thread gets its own jemalloc thread cache per heap
+// (mallctl("tcache.create"), used with MALLOCX_TCACHE and destroyed when the thread exits).
+// jemalloc's default thread cache is shared by all arenas and would hand an object freed
+// into one node's arena to a caller of another node's arena (jemalloc issues #1016, #518);
+// explicit per-heap caches never mix. Shards of one heap share its provider, so mixing
+// between them is harmless: every object is on the heap's node.
+//
+// Cost of a shard: jemalloc commits a 2 MiB metadata block per arena through the hooks, so
+// each shard charges 2 MiB to the capacity gate (mostly untouched, so not resident).
 //
 // The hooks never allocate (jemalloc issue #978):
 //   alloc        carve a span from the provider's range (commit it if asked)
@@ -22,6 +28,8 @@
 
 #include <jemalloc/jemalloc.h>
 
+#include <atomic>
+
 #include "node_pages.hpp"
 #include "numarena/arena.hpp"
 #include "numarena/policy.hpp"
@@ -29,13 +37,30 @@
 
 namespace numarena {
 
+// jemalloc arenas per heap at most. Large allocations bypass thread caches and take their
+// arena's lock, so threads sharing one arena serialize on it; like jemalloc's own malloc,
+// which spreads threads over 4 arenas per CPU, a heap spreads its threads round robin over
+// up to this many arenas (all with the same hooks, so the same provider and node), created
+// when a thread first needs one.
+inline constexpr int kMaxShards = 8;
+
 struct Heap {
   extent_hooks_t hooks;  // first member: jemalloc hands &hooks back to every hook
   int id = -1;
-  unsigned arena_index = 0;
-  int mallocx_arena = 0;  // MALLOCX_ARENA(arena_index)
   NodePages* pages = nullptr;
+  int shard_limit = 1;  // shards this heap may create: min(kMaxShards, CPUs of the process)
+  // jemalloc arena index of each shard, -1 until created. Shard 0 exists with the heap.
+  std::atomic<int> shard_arena[kMaxShards];
 };
+
+// The heap's shards that exist now, as jemalloc arena indexes.
+template <typename F>
+void ForEachShard(const Heap& heap, F&& f) {
+  for (const std::atomic<int>& shard : heap.shard_arena) {
+    int index = shard.load(std::memory_order_acquire);
+    if (index >= 0) f(static_cast<unsigned>(index));
+  }
+}
 
 // Creates a heap for `placement` (kBind, kInterleave or kWeightedInterleave, validated).
 // ResourceExhausted when kMaxHeaps heaps exist; provider errors as NodePages::Create.
@@ -44,7 +69,8 @@ struct Heap {
 // The heap with this id (nullptr when none).
 Heap* HeapById(int id);
 
-// This thread's MALLOCX_TCACHE flags for `heap`, creating the thread cache on first use.
+// This thread's mallocx flags for `heap` (arena_internal::thread_flags): its shard's
+// MALLOCX_ARENA and its own MALLOCX_TCACHE, creating both on first use. The tcache part is
 // MALLOCX_TCACHE_NONE when jemalloc's explicit cache table is full or the thread is exiting.
 int EnsureThreadCache(int heap) noexcept;
 

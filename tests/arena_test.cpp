@@ -263,7 +263,8 @@ TEST_CASE("thread caches are destroyed when threads exit") {
     std::thread thread([&] {
       void* p = a->allocate(32);
       void* q = b->allocate(32);
-      if (numarena::arena_internal::tcache_flags[heap_a] == MALLOCX_TCACHE_NONE) ++uncached;
+      int flags = numarena::arena_internal::thread_flags[heap_a];
+      if (numarena::arena_internal::TcacheIdOf(flags) < 0) ++uncached;
       numarena::deallocate(p);
       numarena::deallocate(q);
     });
@@ -377,7 +378,11 @@ TEST_CASE("the capacity gate refuses, is charged by priority and released on pur
   other.join();
   fresh->purge();
   CHECK(gate.by(Priority::kHigh) < static_cast<long long>(4 * kMiB));
-  CHECK(fresh->stats().committed < 4 * kMiB);
+  // What stays committed is jemalloc's metadata: one 2 MiB base block per jemalloc arena
+  // (the heap's first, plus the shard the other thread was assigned), far below one block.
+  auto after = fresh->stats();
+  INFO("committed " << after.committed << " in " << after.jemalloc_arenas << " jemalloc arenas");
+  CHECK(after.committed <= static_cast<std::size_t>(after.jemalloc_arenas) * 2 * kMiB);
 }
 
 TEST_CASE("Preferred with no node left says so") {

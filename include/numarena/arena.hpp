@@ -92,7 +92,9 @@ struct ArenaStats {
   std::uint64_t fallbacks = 0;
   // Commits refused by the capacity gate or the node's free-memory check.
   std::uint64_t refusals = 0;
-  int jemalloc_arenas = 0;  // jemalloc arenas behind this arena
+  // jemalloc arenas behind this arena: per node heap, one per group of threads (up to 8,
+  // no more than the CPUs), each with a 2 MiB metadata block counted in `committed`.
+  int jemalloc_arenas = 0;
 };
 
 namespace arena_internal {
@@ -104,8 +106,12 @@ inline constexpr std::size_t kLargeAlignThreshold = std::size_t{2} << 20;
 // Granule of the address space -> 1 + heap id owning it, 0 when not numarena's. Written
 // once per granule, before any pointer into it exists.
 extern std::atomic<std::uint16_t> granule_heap[kGranuleCount];
-// This thread's jemalloc tcache flags (MALLOCX_TCACHE(id)) per heap, 0 = none yet.
-extern thread_local constinit int tcache_flags[kMaxHeaps];
+// This thread's mallocx flags per heap, 0 until the thread first uses the heap:
+// MALLOCX_ARENA of the heap's jemalloc arena this thread is assigned to, plus MALLOCX_TCACHE
+// of the thread's own cache for the heap (or MALLOCX_TCACHE_NONE when it has none).
+extern thread_local constinit int thread_flags[kMaxHeaps];
+// The tcache id in thread_flags: -1 for MALLOCX_TCACHE_NONE, -2 when unset.
+inline int TcacheIdOf(int flags) { return ((flags >> 8) & 0xfff) - 2; }
 
 inline int HeapOf(const void* p) {
   std::uintptr_t granule = reinterpret_cast<std::uintptr_t>(p) >> kGranuleShift;
@@ -188,16 +194,16 @@ class Arena {
   // last_allocation_error(). size 0 gives a unique minimal allocation. Allocations of
   // 2 MiB and more are 2 MiB aligned. Thread-safe; never throws.
   void* allocate(std::size_t size, std::size_t alignment = alignof(std::max_align_t)) noexcept {
-    if (fast_flags_ != 0 && alignment <= alignof(std::max_align_t) &&
+    if (has_fast_path_ && alignment <= alignof(std::max_align_t) &&
         (alignment & (alignment - 1)) == 0 && size - 1 < kFastLimit) {
       if (size <= arena_internal::kFrontMaxSize) {
         if (arena_internal::FrontCache* cache = arena_internal::front_caches[primary_heap_]) {
           if (void* p = arena_internal::FrontPop(cache, size)) return p;
         }
       }
-      int tcache = arena_internal::tcache_flags[primary_heap_];
-      if (tcache != 0) {
-        if (void* p = mallocx(size, fast_flags_ | tcache)) return p;
+      int flags = arena_internal::thread_flags[primary_heap_];
+      if (flags != 0) {
+        if (void* p = mallocx(size, flags)) return p;
         return AllocateAfterFastMiss(size);
       }
     }
@@ -248,8 +254,8 @@ class Arena {
 
   Policy policy_;
   ArenaOptions options_;
-  int primary_heap_ = 0;  // heap of the fast path
-  int fast_flags_ = 0;    // MALLOCX_ARENA of the primary heap, 0 when there is no fast path
+  int primary_heap_ = 0;        // heap of the fast path
+  bool has_fast_path_ = false;  // false for Local, which picks a heap per call
   // Preferred / Local: heap per node (-1 = not created yet), indexed by node id.
   std::atomic<int>* node_heaps_ = nullptr;
   int node_heap_count_ = 0;
@@ -271,9 +277,9 @@ inline void deallocate(void* p) noexcept {
         return;
       }
     }
-    int tcache = arena_internal::tcache_flags[heap];
-    if (tcache != 0) {
-      dallocx(p, tcache);
+    int flags = arena_internal::thread_flags[heap];
+    if (flags != 0) {
+      dallocx(p, flags);
       return;
     }
   }
@@ -293,9 +299,9 @@ inline void deallocate(void* p, std::size_t size,
         return;
       }
     }
-    int tcache = arena_internal::tcache_flags[heap];
-    if (tcache != 0) {
-      sdallocx(p, size, tcache);
+    int flags = arena_internal::thread_flags[heap];
+    if (flags != 0) {
+      sdallocx(p, size, flags);
       return;
     }
   }
