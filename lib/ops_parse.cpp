@@ -15,72 +15,20 @@ namespace numarena::parse {
 namespace {
 
 using text::Abs;
+using text::Decimal;
+using text::HexDigits;
 using text::Invalid;
 using text::IsDigit;
 using text::IsSpace;
 using text::Quote;
+using text::Tokens;
 using text::Trim;
 
-// Decimal digits only, at most `max`.
-StatusOr<std::uint64_t> Decimal(std::string_view s, std::uint64_t max, std::string_view what) {
-  if (s.empty()) return Invalid(what, "expected a decimal number, found nothing");
-  std::uint64_t value = 0;
-  for (char c : s) {
-    if (!IsDigit(c)) {
-      return Invalid(what, absl::StrCat("expected a decimal number, found ", Quote(s)));
-    }
-    auto digit = static_cast<std::uint64_t>(c - '0');
-    if (value > (max - digit) / 10) {
-      return Invalid(what, absl::StrCat(Quote(s), " exceeds the limit ", max));
-    }
-    value = value * 10 + digit;
-  }
-  return value;
-}
-
-StatusOr<std::uint64_t> Hex(std::string_view s, std::string_view what) {
-  if (s.empty() || s.size() > 16) {
-    return Invalid(what, absl::StrCat("expected 1 to 16 hex digits, found ", Quote(s)));
-  }
-  std::uint64_t value = 0;
-  for (char c : s) {
-    int digit;
-    if (IsDigit(c)) {
-      digit = c - '0';
-    } else if (c >= 'a' && c <= 'f') {
-      digit = c - 'a' + 10;
-    } else if (c >= 'A' && c <= 'F') {
-      digit = c - 'A' + 10;
-    } else {
-      return Invalid(what, absl::StrCat("expected a hex address, found ", Quote(s)));
-    }
-    value = value * 16 + static_cast<std::uint64_t>(digit);
-  }
-  return value;
-}
-
-std::vector<std::string_view> Tokens(std::string_view s) {
-  std::vector<std::string_view> out;
-  std::size_t i = 0;
-  while (i < s.size()) {
-    while (i < s.size() && IsSpace(s[i])) ++i;
-    std::size_t start = i;
-    while (i < s.size() && !IsSpace(s[i])) ++i;
-    if (i > start) out.push_back(s.substr(start, i - start));
-  }
-  return out;
-}
-
+// Calls fn(line, 1-based line number) for each line.
 template <typename Fn>
 void ForEachLine(std::string_view text, Fn&& fn) {
-  std::size_t start = 0;
   int number = 1;
-  while (start <= text.size()) {
-    std::size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    fn(text.substr(start, end - start), number++);
-    start = end + 1;
-  }
+  text::ForEachPiece(text, '\n', [&](std::string_view line) { fn(line, number++); });
 }
 
 // Largest page count we accept: 2^48 pages of 4 KiB is far beyond any machine; the bound
@@ -125,7 +73,8 @@ StatusOr<NumaMapsEntry> ParseNumaMapsLine(std::string_view line) {
                    absl::StrCat("expected '<address> <policy> ...', found ", Quote(line)));
   }
   NumaMapsEntry entry;
-  auto address = Hex(tokens[0], "numa_maps address");
+  auto address =
+      HexDigits(tokens[0], std::numeric_limits<std::uint64_t>::max(), "numa_maps address");
   if (!address.ok()) return address.status();
   entry.address = *address;
   entry.policy = std::string(tokens[1]);

@@ -15,27 +15,15 @@ namespace numarena::parse {
 namespace {
 
 using text::Abs;
+using text::Decimal;
+using text::ForEachPiece;
+using text::HexDigits;
 using text::Invalid;
 using text::IsDigit;
 using text::IsSpace;
 using text::Quote;
+using text::Tokens;
 using text::Trim;
-
-// Decimal digits only (no sign, no spaces). Fails above `max`.
-StatusOr<std::uint64_t> ParseDecimal(std::string_view s, std::uint64_t max, std::string_view what) {
-  if (s.empty()) return Invalid(what, "expected a decimal number, found nothing");
-  std::uint64_t value = 0;
-  for (char c : s) {
-    if (!IsDigit(c))
-      return Invalid(what, absl::StrCat("expected a decimal number, found ", Quote(s)));
-    std::uint64_t digit = static_cast<std::uint64_t>(c - '0');
-    if (value > (max - digit) / 10) {
-      return Invalid(what, absl::StrCat(Quote(s), " exceeds the limit ", max));
-    }
-    value = value * 10 + digit;
-  }
-  return value;
-}
 
 // "0x" followed by 1..16 hex digits, at most `max`.
 StatusOr<std::uint64_t> ParseHex(std::string_view text, std::uint64_t max, std::string_view what) {
@@ -43,53 +31,7 @@ StatusOr<std::uint64_t> ParseHex(std::string_view text, std::uint64_t max, std::
   if (s.size() < 3 || s[0] != '0' || (s[1] != 'x' && s[1] != 'X')) {
     return Invalid(what, absl::StrCat("expected a hex number like 0x10de, found ", Quote(s)));
   }
-  s.remove_prefix(2);
-  std::uint64_t value = 0;
-  for (char c : s) {
-    int digit;
-    if (IsDigit(c)) {
-      digit = c - '0';
-    } else if (c >= 'a' && c <= 'f') {
-      digit = c - 'a' + 10;
-    } else if (c >= 'A' && c <= 'F') {
-      digit = c - 'A' + 10;
-    } else {
-      return Invalid(what, absl::StrCat("bad hex digit in ", Quote(Trim(text))));
-    }
-    if (value > (max - static_cast<std::uint64_t>(digit)) / 16) {
-      return Invalid(what, absl::StrCat(Quote(Trim(text)), " exceeds 0x", absl::Hex(max)));
-    }
-    value = value * 16 + static_cast<std::uint64_t>(digit);
-  }
-  return value;
-}
-
-// Splits on `sep`, keeping empty pieces.
-template <typename Fn>
-void ForEachPiece(std::string_view s, char sep, Fn&& fn) {
-  std::size_t start = 0;
-  for (;;) {
-    std::size_t end = s.find(sep, start);
-    if (end == std::string_view::npos) {
-      fn(s.substr(start));
-      return;
-    }
-    fn(s.substr(start, end - start));
-    start = end + 1;
-  }
-}
-
-// Whitespace-separated tokens.
-std::vector<std::string_view> Tokens(std::string_view s) {
-  std::vector<std::string_view> out;
-  std::size_t i = 0;
-  while (i < s.size()) {
-    while (i < s.size() && IsSpace(s[i])) ++i;
-    std::size_t start = i;
-    while (i < s.size() && !IsSpace(s[i])) ++i;
-    if (i > start) out.push_back(s.substr(start, i - start));
-  }
-  return out;
+  return HexDigits(s.substr(2), max, what);
 }
 
 }  // namespace
@@ -118,9 +60,9 @@ StatusOr<std::vector<int>> ParseIdList(std::string_view text, std::string_view w
     std::string_view last = dash == std::string_view::npos ? first : Trim(element.substr(dash + 1));
     if (first.empty()) return fail("missing start of range (negative ids are not allowed)");
     if (last.empty()) return fail("missing end of range");
-    auto lo = ParseDecimal(first, kMaxListId, "id");
+    auto lo = Decimal(first, kMaxListId, "id");
     if (!lo.ok()) return fail(std::string(lo.status().message()));
-    auto hi = ParseDecimal(last, kMaxListId, "id");
+    auto hi = Decimal(last, kMaxListId, "id");
     if (!hi.ok()) return fail(std::string(hi.status().message()));
     if (*lo > *hi) return fail("reversed range (start > end)");
     if (present.size() <= *hi) present.resize(*hi + 1, false);
@@ -164,7 +106,7 @@ StatusOr<std::vector<int>> ParseDistanceRow(std::string_view text) {
   std::vector<std::string_view> tokens = Tokens(text);
   if (tokens.empty()) return Invalid("distance row", "empty (expected numbers like '10 21')");
   for (std::size_t i = 0; i < tokens.size(); ++i) {
-    auto value = ParseDecimal(tokens[i], 255, "distance");
+    auto value = Decimal(tokens[i], 255, "distance");
     if (!value.ok()) {
       return Invalid("distance row", absl::StrCat("entry ", i + 1, ": ", value.status().message()));
     }
@@ -191,14 +133,14 @@ StatusOr<NodeMeminfo> ParseNodeMeminfo(std::string_view text) {
     if (t.size() < 4 || t.size() > 5 || t[0] != "Node" || t[2].size() < 2 || t[2].back() != ':') {
       return fail("expected 'Node <id> <Key>: <value> [kB]'");
     }
-    auto node = ParseDecimal(t[1], kMaxListId, "node id");
+    auto node = Decimal(t[1], kMaxListId, "node id");
     if (!node.ok()) return fail(std::string(node.status().message()));
     if (info.node >= 0 && info.node != static_cast<int>(*node)) {
       return fail(
           absl::StrCat("node id ", *node, " differs from ", info.node, " on earlier lines"));
     }
     info.node = static_cast<int>(*node);
-    auto value = ParseDecimal(t[3], std::numeric_limits<std::uint64_t>::max(), "value");
+    auto value = Decimal(t[3], std::numeric_limits<std::uint64_t>::max(), "value");
     if (!value.ok()) return fail(std::string(value.status().message()));
     bool kilobytes = t.size() == 5;
     if (kilobytes && t[4] != "kB") return fail(absl::StrCat("unknown unit ", Quote(t[4])));
@@ -272,8 +214,8 @@ StatusOr<CgroupPaths> ParseProcCgroup(std::string_view text) {
     std::size_t first = line.find(':');
     std::size_t second = first == std::string_view::npos ? first : line.find(':', first + 1);
     if (second == std::string_view::npos) return fail("expected 'hierarchy:controllers:path'");
-    auto hierarchy = ParseDecimal(line.substr(0, first), std::numeric_limits<std::uint32_t>::max(),
-                                  "hierarchy id");
+    auto hierarchy =
+        Decimal(line.substr(0, first), std::numeric_limits<std::uint32_t>::max(), "hierarchy id");
     if (!hierarchy.ok()) return fail(std::string(hierarchy.status().message()));
     std::string_view controllers = line.substr(first + 1, second - first - 1);
     std::string_view path = line.substr(second + 1);  // may itself contain ':'
@@ -311,18 +253,18 @@ StatusOr<std::optional<int>> ParseNumaNode(std::string_view text) {
   if (!s.empty() && s.front() == '-') {
     return Invalid("numa_node", absl::StrCat(Quote(s), ": the only negative value allowed is -1"));
   }
-  auto value = ParseDecimal(s, kMaxListId, "numa_node");
+  auto value = Decimal(s, kMaxListId, "numa_node");
   if (!value.ok()) return value.status();
   return std::optional<int>(static_cast<int>(*value));
 }
 
 StatusOr<std::uint64_t> ParseDecimalU64(std::string_view text) {
-  return ParseDecimal(Trim(text), std::numeric_limits<std::uint64_t>::max(), "value");
+  return Decimal(Trim(text), std::numeric_limits<std::uint64_t>::max(), "value");
 }
 
 std::optional<int> ParseNodeEntryName(std::string_view name) {
   if (name.size() < 5 || name.substr(0, 4) != "node") return std::nullopt;
-  auto id = ParseDecimal(name.substr(4), kMaxListId, "node");
+  auto id = Decimal(name.substr(4), kMaxListId, "node");
   if (!id.ok()) return std::nullopt;
   return static_cast<int>(*id);
 }
