@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "cli_ops_run.hpp"
+#include "cli_run.hpp"
 
 using numarena::testing::FixtureRoot;
 using numarena::testing::RunCli;

@@ -16,42 +16,12 @@
 #include <variant>
 #include <vector>
 
+#include "cli_run.hpp"
+
 namespace {
 
-struct Run {
-  int exit_code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-// Runs `numarena <args>` with stdout and stderr captured in separate files.
-Run RunCli(const std::string& args) {
-  static int counter = 0;
-  std::string base =
-      (std::filesystem::temp_directory_path() /
-       ("cli_topo_test." + std::to_string(::getpid()) + "." + std::to_string(++counter)))
-          .string();
-  std::string out_file = base + ".out", err_file = base + ".err";
-  std::string command =
-      std::string("'") + NUMARENA_CLI + "' " + args + " >" + out_file + " 2>" + err_file;
-  int status = std::system(command.c_str());
-  auto slurp = [](const std::string& path) {
-    std::string text;
-    if (FILE* f = std::fopen(path.c_str(), "rb")) {
-      char buffer[4096];
-      std::size_t n;
-      while ((n = std::fread(buffer, 1, sizeof buffer, f)) > 0) text.append(buffer, n);
-      std::fclose(f);
-    }
-    std::remove(path.c_str());
-    return text;
-  };
-  Run run;
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  run.out = slurp(out_file);
-  run.err = slurp(err_file);
-  return run;
-}
+using Run = numarena::testing::CliRun;
+using numarena::testing::RunCli;
 
 std::string Fixture(const std::string& name) { return std::string(NUMARENA_FIXTURES) + "/" + name; }
 

@@ -49,21 +49,7 @@ void PrintJson(const DoctorReport& report) {
   JsonWriter json(std::cout);
   json.BeginObject();
   json.Key("schema").String("numarena.doctor/1");
-  json.Key("healthy").Bool(report.healthy());
-  json.Key("problems").Uint(report.problem_count());
-  json.Key("findings").BeginArray();
-  for (const Finding& f : report.findings) {
-    json.BeginObject();
-    json.Key("id").String(f.id);
-    json.Key("severity").String(SeverityName(f.severity));
-    json.Key("subject").String(f.subject);
-    json.Key("observed").String(f.observed);
-    json.Key("expected").String(f.expected);
-    json.Key("explanation").String(f.explanation);
-    json.Key("fix").String(f.fix);
-    json.EndObject();
-  }
-  json.EndArray();
+  WriteDoctorFindingsJson(json, report, /*with_explanation=*/true);
   json.Key("passed").BeginArray();
   for (const auto& id : report.passed) json.String(id);
   json.EndArray();
@@ -75,6 +61,24 @@ void PrintJson(const DoctorReport& report) {
 }
 
 }  // namespace
+
+void WriteDoctorFindingsJson(JsonWriter& json, const DoctorReport& report, bool with_explanation) {
+  json.Key("healthy").Bool(report.healthy());
+  json.Key("problems").Uint(report.problem_count());
+  json.Key("findings").BeginArray();
+  for (const Finding& f : report.findings) {
+    json.BeginObject();
+    json.Key("id").String(f.id);
+    json.Key("severity").String(SeverityName(f.severity));
+    json.Key("subject").String(f.subject);
+    json.Key("observed").String(f.observed);
+    json.Key("expected").String(f.expected);
+    if (with_explanation) json.Key("explanation").String(f.explanation);
+    json.Key("fix").String(f.fix);
+    json.EndObject();
+  }
+  json.EndArray();
+}
 
 // The text report, shared with `numarena report`.
 std::string FormatDoctorReport(const DoctorReport& report) {

@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "json.hpp"
 #include "numarena/advise.hpp"
 #include "numarena/doctor.hpp"
 #include "numarena/stat.hpp"
@@ -13,6 +14,9 @@ namespace numarena::cli {
 
 // "N problems, M notes, K checks passed" and each finding with explanation and fix.
 std::string FormatDoctorReport(const DoctorReport& report);
+// The "healthy", "problems" and "findings" members of a doctor report, in the object `json`
+// is writing; `with_explanation` adds each finding's explanation (report leaves it out).
+void WriteDoctorFindingsJson(JsonWriter& json, const DoctorReport& report, bool with_explanation);
 // The numactl / taskset / docker / kubernetes / code blocks of one advice.
 std::string FormatAdvice(const Advice& advice);
 // The numastat -p style table of a process.

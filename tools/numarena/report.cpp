@@ -172,20 +172,7 @@ void PrintJson(std::ostream& out, const Topology& topo, const ReportData& d) {
   for (const std::string& w : topo.warnings()) json.String(w);
   json.EndArray();
   json.Key("doctor").BeginObject();
-  json.Key("healthy").Bool(d.doctor.healthy());
-  json.Key("problems").Uint(d.doctor.problem_count());
-  json.Key("findings").BeginArray();
-  for (const Finding& f : d.doctor.findings) {
-    json.BeginObject();
-    json.Key("id").String(f.id);
-    json.Key("severity").String(SeverityName(f.severity));
-    json.Key("subject").String(f.subject);
-    json.Key("observed").String(f.observed);
-    json.Key("expected").String(f.expected);
-    json.Key("fix").String(f.fix);
-    json.EndObject();
-  }
-  json.EndArray();
+  WriteDoctorFindingsJson(json, d.doctor, /*with_explanation=*/false);
   json.EndObject();
   json.Key("budget");
   if (d.budget) {

@@ -1,5 +1,5 @@
 // Runs the built `numarena` tool (NUMARENA_CLI) from a test, capturing exit status, stdout
-// and stderr, for the operations commands' CLI tests (cli_doctor_test, cli_ops_test).
+// and stderr, for the CLI tests (cli_topo_test, cli_doctor_test, cli_ops_test).
 #pragma once
 
 #include <sys/wait.h>
