@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "fixture_machine.hpp"
 #include "numarena/topology.hpp"
 
 namespace {
@@ -16,18 +17,8 @@ using numarena::DoctorReport;
 using numarena::Finding;
 using numarena::Severity;
 
-struct Machine {
-  std::unique_ptr<numarena::SystemReader> reader;
-  numarena::Topology topology;
-};
-
-Machine Load(const std::string& name) {
-  std::string root = std::string(NUMARENA_FIXTURES) + "/" + name;
-  auto reader = numarena::MakeRootedReader(root + "/sys", root + "/proc");
-  auto topology = numarena::Topology::discover(*reader);
-  REQUIRE(topology.ok());
-  return Machine{std::move(reader), *std::move(topology)};
-}
+using Machine = numarena::testing::FixtureMachine;
+Machine Load(const std::string& name) { return numarena::testing::LoadFixtureMachine(name); }
 
 DoctorReport Run(const std::string& name, DoctorOptions options = {}) {
   Machine m = Load(name);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "fixture_machine.hpp"
 #include "numarena/arena.hpp"
 #include "numarena/budget.hpp"
 #include "numarena/first_touch.hpp"
@@ -174,18 +175,8 @@ std::string ValueOf(const std::string& text, const std::string& series) {
   return "";
 }
 
-struct Machine {
-  std::unique_ptr<numarena::SystemReader> reader;
-  numarena::Topology topology;
-};
-
-Machine Load(const std::string& name) {
-  std::string root = std::string(NUMARENA_FIXTURES) + "/" + name;
-  auto reader = numarena::MakeRootedReader(root + "/sys", root + "/proc");
-  auto topology = numarena::Topology::discover(*reader);
-  REQUIRE(topology.ok());
-  return Machine{std::move(reader), *std::move(topology)};
-}
+using Machine = numarena::testing::FixtureMachine;
+Machine Load(const std::string& name) { return numarena::testing::LoadFixtureMachine(name); }
 
 }  // namespace
 

@@ -7,24 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "fixture_machine.hpp"
 #include "numarena/topology.hpp"
 
 namespace {
 
 constexpr std::uint64_t kKiB = 1024, kMiB = kKiB * 1024, kGiB = kMiB * 1024;
 
-struct Machine {
-  std::unique_ptr<numarena::SystemReader> reader;
-  numarena::Topology topology;
-};
-
-Machine Load(const std::string& name) {
-  std::string root = std::string(NUMARENA_FIXTURES) + "/" + name;
-  auto reader = numarena::MakeRootedReader(root + "/sys", root + "/proc");
-  auto topology = numarena::Topology::discover(*reader);
-  REQUIRE(topology.ok());
-  return Machine{std::move(reader), *std::move(topology)};
-}
+using Machine = numarena::testing::FixtureMachine;
+Machine Load(const std::string& name) { return numarena::testing::LoadFixtureMachine(name); }
 
 }  // namespace
 
