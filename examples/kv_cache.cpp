@@ -137,11 +137,14 @@ int main() {
           return;
         }
         WriteKv(pool, *seq, tokens, reused, tokens.size());  // prefill what is not cached
-        for (int step = 0; step < 32; ++step) {              // decode
+        // Written: the prompt's full spans may now be shared with other users' requests.
+        if (!pool.MarkComputed(*seq, tokens.size()).ok()) return;
+        for (int step = 0; step < 32; ++step) {  // decode
           results[u] += Attend(pool, *seq);
           tokens.push_back(5000 + step);
           if (!pool.Append(*seq, std::span(&tokens.back(), 1)).ok()) break;
           WriteKv(pool, *seq, tokens, tokens.size() - 1, tokens.size());
+          if (!pool.MarkComputed(*seq, tokens.size()).ok()) break;
           if (step % 8 == 0) {  // the budget would do this under pressure
             for (int node : pool.home_nodes()) pool.Demote(node, 16);
           }

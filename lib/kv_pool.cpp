@@ -12,6 +12,14 @@
 // Per node, a list lock guards the hot list and the hotness policy; the prefix index has
 // its own sharded locks; every sequence has its own lock. Storage is always called with no
 // lock held (see kv_slab.hpp), because a budget's reclaim hook may re-enter `Reclaim`.
+//
+// Prefix publication. A span is hashed when it fills (Append) but enters the prefix index
+// only in MarkComputed, after the caller has written its K/V. The insert happens under the
+// span's index shard mutex, and every lookup that can hand the span to another sequence
+// (AcquireCached) takes the same mutex, so the writer's row stores happen-before the
+// sharer's reads. A hashed span can be shared (Fork) before it is indexed, so `indexed` may
+// become true while several sequences hold the span: ReleaseSpan therefore decides between
+// the cached and the free path under that shard mutex whenever the span is hashed.
 #include "numarena/kv_pool.hpp"
 
 #include <algorithm>
@@ -72,7 +80,7 @@ struct SpanMeta {
   std::atomic<bool> indexed{false};  // in the prefix index (changes under its shard lock)
   // Written by the span's exclusive owner (refs == 1 and not indexed), read by owners.
   std::int32_t tokens = 0;
-  bool hashed = false;  // full, `hash` valid
+  bool hashed = false;  // was full once, `hash` is the hash of those tokens
   std::uint64_t hash = 0;
   std::uint64_t parent_hash = 0;
 };
@@ -92,6 +100,7 @@ struct Sequence {
   bool live = false;
   std::vector<std::uint32_t> spans;
   std::size_t tokens = 0;
+  std::size_t computed = 0;  // leading tokens whose K/V the caller declared written
 };
 
 struct SequenceChunk {
@@ -252,6 +261,7 @@ struct KvPool::Impl {
     s->live = true;
     s->spans.clear();
     s->tokens = 0;
+    s->computed = 0;
     live_sequences.fetch_add(1, std::memory_order_relaxed);
     return (static_cast<KvSequenceId>(s->generation.load()) << 32) | index;
   }
@@ -260,6 +270,7 @@ struct KvPool::Impl {
     s->live = false;
     s->spans.clear();
     s->tokens = 0;
+    s->computed = 0;
     s->generation.fetch_add(1, std::memory_order_release);
     live_sequences.fetch_sub(1, std::memory_order_relaxed);
     std::lock_guard lock(seq_mu);
@@ -304,6 +315,10 @@ struct KvPool::Impl {
 
   // Moves a cold block home when the hot tier has room. Returns whether it moved.
   bool TryPromoteLocked(KvBlockId id, BlockMeta& b) {
+    // Checked again now that MIGRATING is held: a caller that saw the block cold before
+    // claiming it may have lost a race with another pinner that promoted it meanwhile.
+    if (b.tier.load(std::memory_order_relaxed) != static_cast<std::uint8_t>(KvTier::kCold))
+      return false;
     HomeNode* home = home_of(static_cast<int>(HomeNodeOfBlock(id)));
     if (!home->hot->HasRoom()) return false;
     if (options.budget != nullptr && options.budget->state(home->node) >= NodeState::kWarn)
@@ -574,15 +589,23 @@ struct KvPool::Impl {
 
   void ReleaseSpan(std::uint32_t s) {
     SpanMeta& m = span(s);
-    if (m.indexed.load(std::memory_order_relaxed)) {
-      std::lock_guard lock(prefix.mutex_for(m.hash));
-      if (m.refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        m.state.store(kCached, std::memory_order_relaxed);
-        prefix.CacheLocked(m.hash, s);
+    // A hashed span may be indexed by another holder's MarkComputed at any moment, so the
+    // indexed check and the reference drop happen together under the shard mutex. (`hashed`
+    // and `hash` do not change while the span is shared.) A span never filled cannot be
+    // indexed: no lock.
+    std::unique_lock<std::mutex> index_lock;
+    if (m.hashed) {
+      index_lock = std::unique_lock(prefix.mutex_for(m.hash));
+      if (m.indexed.load(std::memory_order_relaxed)) {
+        if (m.refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+          m.state.store(kCached, std::memory_order_relaxed);
+          prefix.CacheLocked(m.hash, s);
+        }
+        return;
       }
-      return;
     }
     if (m.refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    if (index_lock.owns_lock()) index_lock.unlock();
     m.state.store(kFree, std::memory_order_relaxed);
     FreeShard& shard = free_shards[ThreadSlot() % kFreeShards];
     std::lock_guard lock(shard.mu);
@@ -633,7 +656,9 @@ struct KvPool::Impl {
     bool cow = false;
     if (offset != 0) {
       SpanMeta& last = span(s->spans.back());
-      // Shared, or in the prefix index (after a truncation): never write into it.
+      // Shared, or in the prefix index (after a truncation): never write into it. A sharer
+      // that indexed it and let go did so before its release decrement, which the acquire
+      // load of `refs` reads, so the `indexed` load after it sees the flag.
       cow = last.refs.load(std::memory_order_acquire) > 1 ||
             last.indexed.load(std::memory_order_relaxed);
     }
@@ -671,17 +696,34 @@ struct KvPool::Impl {
       const std::size_t n = std::min(tpb - off, tokens.size() - done);
       std::copy_n(tokens.data() + done, n, span_tokens(cur) + off);
       m.tokens = static_cast<std::int32_t>(off + n);
-      if (off + n == tpb) {
+      if (off + n == tpb) {  // full: hashed now, indexed once computed (MarkComputed)
         m.hash = kv::HashSpan(m.parent_hash, std::span<const std::int32_t>(span_tokens(cur), tpb));
         m.hashed = true;
-        std::lock_guard lock(prefix.mutex_for(m.hash));
-        if (prefix.InsertLocked(m.hash, cur)) m.indexed.store(true, std::memory_order_relaxed);
       }
       done += n;
       at += n;
     }
     s->tokens = at;
     return absl::OkStatus();
+  }
+
+  // Enters the full spans of the sequence's first `upto` tokens in the prefix index and
+  // raises its computed count, with `s->mu` held. Only spans past the old count can be new;
+  // ones already indexed (reused, or marked by a sharer) are skipped.
+  void PublishComputedLocked(Sequence* s, std::size_t upto) {
+    if (upto <= s->computed) return;
+    for (std::size_t i = s->computed / tpb; i < upto / tpb; ++i) {
+      const std::uint32_t sp = s->spans[i];
+      SpanMeta& m = span(sp);
+      // Spans inside the first `upto` <= length tokens are full, so they are hashed. The hash
+      // stays put: only an exclusive owner refills a span (a sharer copies it first).
+      std::lock_guard lock(prefix.mutex_for(m.hash));
+      if (m.indexed.load(std::memory_order_relaxed)) continue;
+      // The mutex release publishes the rows written before this call to whoever finds the
+      // span under the same mutex.
+      if (prefix.InsertLocked(m.hash, sp)) m.indexed.store(true, std::memory_order_relaxed);
+    }
+    s->computed = upto;
   }
 
   void FillPin(KvBlockPin& pin, KvBlockId id) const;
@@ -885,6 +927,7 @@ StatusOr<KvSequenceId> KvPool::CreateSequence(std::span<const std::int32_t> prom
     reused += p.tpb;
   }
   s->tokens = reused;
+  s->computed = reused;  // indexed spans are computed
   if (Status st = p.AppendLocked(s, prompt.subspan(reused)); !st.ok()) {
     for (std::uint32_t sp : s->spans) p.ReleaseSpan(sp);
     p.RetireSequence(*id, s);
@@ -900,6 +943,21 @@ Status KvPool::Append(KvSequenceId sequence, std::span<const std::int32_t> token
   std::lock_guard lock(s->mu);
   if (!s->live || impl_->sequence(sequence) != s) return impl_->NoSequence(sequence);
   return impl_->AppendLocked(s, tokens);
+}
+
+Status KvPool::MarkComputed(KvSequenceId sequence, std::size_t tokens) {
+  Impl& p = *impl_;
+  Sequence* s = p.sequence(sequence);
+  if (s == nullptr) return p.NoSequence(sequence);
+  std::lock_guard lock(s->mu);
+  if (!s->live || p.sequence(sequence) != s) return p.NoSequence(sequence);
+  if (tokens > s->tokens) {
+    return absl::OutOfRangeError(absl::StrCat("KV pool: cannot mark ", tokens,
+                                              " tokens computed in sequence ", sequence, " of ",
+                                              s->tokens, " tokens"));
+  }
+  p.PublishComputedLocked(s, tokens);
+  return absl::OkStatus();
 }
 
 Status KvPool::Truncate(KvSequenceId sequence, std::size_t tokens) {
@@ -919,6 +977,7 @@ Status KvPool::Truncate(KvSequenceId sequence, std::size_t tokens) {
     s->spans.pop_back();
   }
   s->tokens = tokens;
+  s->computed = std::min(s->computed, tokens);
   return absl::OkStatus();
 }
 
@@ -927,7 +986,7 @@ StatusOr<KvSequenceId> KvPool::Fork(KvSequenceId parent) {
   Sequence* s = p.sequence(parent);
   if (s == nullptr) return p.NoSequence(parent);
   std::vector<std::uint32_t> spans;
-  std::size_t tokens = 0;
+  std::size_t tokens = 0, computed = 0;
   {
     // Take the references under the parent's lock, then let it go: two sequences' locks
     // are never held together.
@@ -936,6 +995,7 @@ StatusOr<KvSequenceId> KvPool::Fork(KvSequenceId parent) {
     for (std::uint32_t sp : s->spans) p.span(sp).refs.fetch_add(1, std::memory_order_relaxed);
     spans = s->spans;
     tokens = s->tokens;
+    computed = s->computed;
   }
   auto child_id = p.NewSequence();
   if (!child_id.ok()) {
@@ -946,6 +1006,7 @@ StatusOr<KvSequenceId> KvPool::Fork(KvSequenceId parent) {
   std::lock_guard child_lock(child->mu);
   child->spans = std::move(spans);
   child->tokens = tokens;
+  child->computed = computed;
   return *child_id;
 }
 

@@ -1,6 +1,8 @@
 // KV-cache pool under concurrency (run under TSan): decode threads create sequences that
 // share prompt prefixes, fork, append, write and verify K/V, while another thread demotes
-// and reclaims. Every row must keep its contents through all of it.
+// and reclaims. Every row must keep its contents through all of it. Threads mark tokens
+// computed right after writing them, as a server would: a prefix hit may only hand out
+// spans whose rows were written before they were marked.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -47,12 +49,14 @@ TEST_CASE("concurrent sequences, prefix sharing, forks and tier moves keep data 
         continue;
       }
       kvtest::WriteTokens(pool, *seq, tokens, reused, tokens.size());
+      if (!pool.MarkComputed(*seq, tokens.size()).ok()) ++failures;
       auto child = pool.Fork(*seq);
       if (child.ok()) {
         auto child_tokens = tokens;
         child_tokens.push_back(-id);
         if (pool.Append(*child, std::vector<std::int32_t>{-id}).ok()) {
           kvtest::WriteTokens(pool, *child, child_tokens, tokens.size(), child_tokens.size());
+          if (!pool.MarkComputed(*child, child_tokens.size()).ok()) ++failures;
           bad += kvtest::CountBadRows(pool, *child, child_tokens);
         }
         (void)pool.FreeSequence(*child);
@@ -66,6 +70,7 @@ TEST_CASE("concurrent sequences, prefix sharing, forks and tier moves keep data 
           break;
         }
         kvtest::WriteTokens(pool, *seq, tokens, tokens.size() - 1, tokens.size());
+        if (!pool.MarkComputed(*seq, tokens.size()).ok()) ++failures;
       }
       bad += kvtest::CountBadRows(pool, *seq, tokens);
       (void)pool.FreeSequence(*seq);

@@ -208,6 +208,10 @@ TEST_CASE("block accounting: spans, blocks per node, release into cache and free
 
   REQUIRE(pool->Append(*seq, Tokens(3, 500)).ok());  // fills span 3 partially: 13 tokens
   CHECK(pool->Stats().spans_in_use == 4);
+  auto all_tokens = tokens;
+  for (std::int32_t t : Tokens(3, 500)) all_tokens.push_back(t);
+  kvtest::WriteTokens(*pool, *seq, all_tokens, 0, 13);
+  REQUIRE(pool->MarkComputed(*seq, 13).ok());  // spans 0..2 enter the prefix index
   REQUIRE(pool->Truncate(*seq, 5).ok());
   st = pool->Stats();
   CHECK(st.spans_in_use == 2);
@@ -231,7 +235,7 @@ TEST_CASE("block accounting: spans, blocks per node, release into cache and free
   CHECK(pool->Stats().spans_free == 0);
 }
 
-TEST_CASE("fork shares spans; appending copies the shared partial span") {
+TEST_CASE("fork shares spans, and appending copies the shared partial span") {
   auto storage = std::make_shared<kvtest::HeapStorage>();
   auto pool = MustCreate(SmallOptions(storage));
   auto tokens = Tokens(6);
@@ -278,6 +282,7 @@ TEST_CASE("prefix reuse: full spans are shared by hash of parent and tokens") {
   auto a = pool->CreateSequence(a_tokens);
   REQUIRE(a.ok());
   kvtest::WriteTokens(*pool, *a, a_tokens, 0, 12);
+  REQUIRE(pool->MarkComputed(*a, 12).ok());
   const auto a_blocks = *pool->Blocks(*a, 1, 0);
 
   // A live sequence's full spans are found.
@@ -292,6 +297,7 @@ TEST_CASE("prefix reuse: full spans are shared by hash of parent and tokens") {
   CHECK(b_blocks[1] == a_blocks[1]);
   CHECK(b_blocks[2] != a_blocks[2]);
   kvtest::WriteTokens(*pool, *b, b_tokens, 8, 10);
+  REQUIRE(pool->MarkComputed(*b, 10).ok());  // its last span is partial: never indexed
   CHECK(kvtest::CountBadRows(*pool, *b, b_tokens) == 0);
 
   // After every owner is gone the spans stay cached and are still found.
@@ -314,6 +320,113 @@ TEST_CASE("prefix reuse: full spans are shared by hash of parent and tokens") {
   CHECK(st.prefix_lookups == 3 + 3);  // b: hit, hit, miss; c: three hits
 }
 
+TEST_CASE("prefix index: a span is found only after MarkComputed covers it") {
+  auto storage = std::make_shared<kvtest::HeapStorage>();
+  auto pool = MustCreate(SmallOptions(storage));
+  const auto tokens = Tokens(10);  // 2 full spans + 2 tokens
+  auto a = pool->CreateSequence(tokens);
+  REQUIRE(a.ok());
+
+  // Created but not written: another request with the same prompt must compute its own.
+  CHECK(pool->CachedPrefixTokens(tokens) == 0);
+  std::size_t reused = 99;
+  auto b = pool->CreateSequence(tokens, &reused);
+  REQUIRE(b.ok());
+  CHECK(reused == 0);
+  CHECK(pool->Blocks(*b, 0, 0)->at(0) != pool->Blocks(*a, 0, 0)->at(0));
+  // Freed before it was computed: its spans hold no trustworthy K/V, so they are not cached.
+  REQUIRE(pool->FreeSequence(*b).ok());
+  CHECK(pool->Stats().spans_cached == 0);
+  CHECK(pool->CachedPrefixTokens(tokens) == 0);
+
+  // Only spans wholly inside the computed range are published.
+  kvtest::WriteTokens(*pool, *a, tokens, 0, 6);
+  REQUIRE(pool->MarkComputed(*a, 6).ok());
+  CHECK(pool->CachedPrefixTokens(tokens) == 4);
+  REQUIRE(pool->MarkComputed(*a, 3).ok());  // below the computed count: nothing changes
+  CHECK(pool->CachedPrefixTokens(tokens) == 4);
+  kvtest::WriteTokens(*pool, *a, tokens, 6, 10);
+  REQUIRE(pool->MarkComputed(*a, 10).ok());
+  CHECK(pool->CachedPrefixTokens(tokens) == 8);  // the partial third span is never indexed
+  CHECK(pool->MarkComputed(*a, 11).code() == absl::StatusCode::kOutOfRange);
+
+  // Now a request with the same prompt shares the written spans and reads their rows.
+  auto c = pool->CreateSequence(tokens, &reused);
+  REQUIRE(c.ok());
+  CHECK(reused == 8);
+  CHECK(pool->Blocks(*c, 1, 1)->at(1) == pool->Blocks(*a, 1, 1)->at(1));
+  kvtest::WriteTokens(*pool, *c, tokens, 8, 10);
+  CHECK(kvtest::CountBadRows(*pool, *c, tokens) == 0);
+
+  REQUIRE(pool->FreeSequence(*a).ok());
+  CHECK(pool->MarkComputed(*a, 1).code() == absl::StatusCode::kNotFound);
+  REQUIRE(pool->FreeSequence(*c).ok());
+  CHECK(pool->Stats().spans_cached == 2);
+}
+
+TEST_CASE("prefix index: forks and truncation publish only computed tokens") {
+  auto storage = std::make_shared<kvtest::HeapStorage>();
+  auto pool = MustCreate(SmallOptions(storage));
+  const auto tokens = Tokens(8);
+
+  SECTION("a fork marks shared spans computed after the parent is gone") {
+    auto parent = pool->CreateSequence(tokens);
+    REQUIRE(parent.ok());
+    auto child = pool->Fork(*parent);
+    REQUIRE(child.ok());
+    REQUIRE(pool->FreeSequence(*parent).ok());  // still held by the child: not cached
+    CHECK(pool->Stats().spans_cached == 0);
+    kvtest::WriteTokens(*pool, *child, tokens, 0, 8);
+    REQUIRE(pool->MarkComputed(*child, 8).ok());
+    CHECK(pool->CachedPrefixTokens(tokens) == 8);
+    REQUIRE(pool->FreeSequence(*child).ok());
+    CHECK(pool->Stats().spans_cached == 2);  // indexed after the fork, cached on release
+    CHECK(pool->Stats().spans_free == 0);
+  }
+  SECTION("a fork marks shared spans computed while the parent still holds them") {
+    auto parent = pool->CreateSequence(tokens);
+    REQUIRE(parent.ok());
+    auto child = pool->Fork(*parent);
+    REQUIRE(child.ok());
+    kvtest::WriteTokens(*pool, *child, tokens, 0, 8);
+    REQUIRE(pool->MarkComputed(*child, 8).ok());
+    REQUIRE(pool->FreeSequence(*child).ok());
+    CHECK(pool->Stats().spans_cached == 0);  // the parent holds them
+    REQUIRE(pool->FreeSequence(*parent).ok());
+    CHECK(pool->Stats().spans_cached == 2);
+  }
+  SECTION("truncation lowers the computed count") {
+    auto seq = pool->CreateSequence(tokens);
+    REQUIRE(seq.ok());
+    kvtest::WriteTokens(*pool, *seq, tokens, 0, 8);
+    REQUIRE(pool->MarkComputed(*seq, 8).ok());
+    REQUIRE(pool->Truncate(*seq, 4).ok());
+    auto other = Tokens(4);
+    for (std::int32_t t : Tokens(4, 700)) other.push_back(t);
+    REQUIRE(pool->Append(*seq, Tokens(4, 700)).ok());
+    kvtest::WriteTokens(*pool, *seq, other, 4, 8);
+    REQUIRE(pool->MarkComputed(*seq, 6).ok());
+    CHECK(pool->CachedPrefixTokens(other) == 4);
+    REQUIRE(pool->MarkComputed(*seq, 8).ok());  // would be a no-op had truncation kept 8
+    CHECK(pool->CachedPrefixTokens(other) == 8);
+    CHECK(pool->CachedPrefixTokens(tokens) == 8);  // the truncated span stays cached
+  }
+  SECTION("a span refilled after truncation is indexed by its new tokens") {
+    auto seq = pool->CreateSequence(Tokens(8, 5000));
+    REQUIRE(seq.ok());
+    REQUIRE(pool->Truncate(*seq, 6).ok());  // span 1 was full and hashed, never computed
+    auto refilled = Tokens(6, 5000);
+    refilled.push_back(1);
+    refilled.push_back(2);
+    REQUIRE(pool->Append(*seq, std::vector<std::int32_t>{1, 2}).ok());
+    kvtest::WriteTokens(*pool, *seq, refilled, 0, 8);
+    REQUIRE(pool->MarkComputed(*seq, 8).ok());
+    CHECK(pool->CachedPrefixTokens(refilled) == 8);
+    CHECK(pool->CachedPrefixTokens(Tokens(8, 5000)) == 4);
+    CHECK(kvtest::CountBadRows(*pool, *seq, refilled) == 0);
+  }
+}
+
 TEST_CASE("cached spans are evicted (LRU) when there is no memory left") {
   auto storage = std::make_shared<kvtest::HeapStorage>();
   auto o = SmallOptions(storage);
@@ -324,6 +437,8 @@ TEST_CASE("cached spans are evicted (LRU) when there is no memory left") {
   for (int i = 0; i < 3; ++i) {
     auto s = pool->CreateSequence(Tokens(4, 1000 * i));
     REQUIRE(s.ok());
+    kvtest::WriteTokens(*pool, *s, Tokens(4, 1000 * i), 0, 4);
+    REQUIRE(pool->MarkComputed(*s, 4).ok());
     seqs.push_back(*s);
   }
   auto full = pool->CreateSequence(Tokens(4, 5000));

@@ -102,7 +102,8 @@ numarena::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(NodeServerOpt
     auto sequence = server->pool_->CreateSequence(prompt);
     if (!sequence.ok()) return sequence.status();
     server->warm_.push_back(*sequence);
-    if (!server->WriteRows(*sequence, prompt, 0)) {
+    if (!server->WriteRows(*sequence, prompt, 0) ||
+        !server->pool_->MarkComputed(*sequence, prompt.size()).ok()) {
       return absl::InternalError("could not write the system prompt's K/V");
     }
   }
@@ -224,7 +225,9 @@ bool NodeServer::Prefill(Active& active) {
   active.tokens = active.request.prompt;
   reused_tokens_.fetch_add(reused, std::memory_order_relaxed);
   prefill_tokens_.fetch_add(active.tokens.size() - reused, std::memory_order_relaxed);
-  return WriteRows(active.sequence, active.tokens, reused);
+  // Once written, the prompt's full spans may be shared with later requests.
+  return WriteRows(active.sequence, active.tokens, reused) &&
+         pool_->MarkComputed(active.sequence, active.tokens.size()).ok();
 }
 
 bool NodeServer::WriteRows(numarena::KvSequenceId sequence, const std::vector<std::int32_t>& tokens,
@@ -295,7 +298,8 @@ bool NodeServer::DecodeStep(Active& active) {
   row_mismatches_.fetch_add(mismatches, std::memory_order_relaxed);
   generated_tokens_.fetch_add(1, std::memory_order_relaxed);
   ++active.generated;
-  return true;
+  // The new token's K/V is written in every layer: a span it completes may be shared.
+  return pool_->MarkComputed(active.sequence, active.tokens.size()).ok();
 }
 
 void NodeServer::Finish(Active& active, std::atomic<std::uint64_t>& outcome) {

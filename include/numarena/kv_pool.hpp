@@ -20,8 +20,10 @@
 //     the warn and trip lines: the pool demotes instead of failing.
 //   * Prefix reuse. A full span is indexed by the hash of (parent hash, its token ids); a new
 //     request whose prompt starts with the same tokens shares those spans (reference
-//     counted) instead of recomputing them. Spans of finished sequences stay cached until
-//     their memory is needed (lazy eviction).
+//     counted) instead of recomputing them. A span enters the index only once the caller
+//     says its K/V are written (`MarkComputed`), so a prefix hit never sees rows still being
+//     computed. Spans of finished sequences stay cached until their memory is needed (lazy
+//     eviction).
 //
 // Handles (`KvBlockId`, `KvSequenceId`) are stable; a block's data pointer is valid only
 // while it is pinned (`KvBlockPin`), and migration never moves a pinned block.
@@ -42,6 +44,8 @@
 //   auto pin = (*pool)->PinToken(*seq, /*layer=*/0, /*group=*/0, /*token=*/reused);
 //   std::memcpy(pin->key(/*layer_in_block=*/0, /*head_in_group=*/0, pin->token_in_block()),
 //               k_row, pin->row_bytes());
+//   // ... once every layer and head of the prompt is written, offer it for prefix reuse:
+//   (*pool)->MarkComputed(*seq, prompt_tokens.size());
 //   // attention for (layer 3, head group 1):
 //   (*pool)->ForEachBlock(*seq, 3, 1, [&](const numarena::KvBlockPin& block) { ... });
 //   (*pool)->FreeSequence(*seq);
@@ -331,25 +335,50 @@ class KvPool {
   const std::vector<int>& cold_nodes() const;
 
   // ---- sequences
-  // A new sequence holding `prompt`. Full spans whose prefix is cached are shared, and
-  // `reused_tokens` (optional) receives how many leading tokens already have K/V; the caller
-  // computes and writes the rest. ResourceExhausted when no memory is left (nothing is
-  // held then).
+  // A new sequence holding `prompt`. Full spans whose prefix is in the index are shared, and
+  // `reused_tokens` (optional) receives how many leading tokens already have K/V; those
+  // count as computed. The caller computes and writes the rest, then calls MarkComputed.
+  // ResourceExhausted when no memory is left (nothing is held then).
   [[nodiscard]] StatusOr<KvSequenceId> CreateSequence(std::span<const std::int32_t> prompt = {},
                                                       std::size_t* reused_tokens = nullptr);
   // Appends token ids, allocating spans as they fill. A shared partial last span is copied
-  // first (copy-on-write). When a span becomes full it is entered in the prefix index.
-  // The caller writes the tokens' K/V afterwards (PinToken). On ResourceExhausted the
-  // sequence is unchanged.
+  // first (copy-on-write). The caller writes the tokens' K/V afterwards (PinToken) and then
+  // calls MarkComputed. On ResourceExhausted the sequence is unchanged.
   [[nodiscard]] Status Append(KvSequenceId sequence, std::span<const std::int32_t> tokens);
-  // Drops tokens from the end so `tokens` remain (speculative decoding rollback).
+  // Declares that the K/V rows of the first `tokens` tokens of the sequence, every layer and
+  // every head, are written and final. Each full span inside that range enters the prefix
+  // index, so later CreateSequence/CachedPrefixTokens calls can find and share it; a span
+  // is never found before. A span whose prefix is already indexed (another sequence
+  // computed the same tokens first) stays private to its holders.
+  //
+  // Contract: every write to those rows must happen-before this call (for example, the
+  // thread that wrote them calls it, or it is called after joining the writers); after it,
+  // nobody may write those rows again, since another request may be reading them. The call
+  // synchronises with the prefix lookups that find the spans: a sequence that shares a span
+  // this way sees every row written before MarkComputed. The computed count only grows
+  // (a smaller `tokens` than already marked is a no-op) until Truncate shortens the
+  // sequence below it. A partial last span is never indexed. Spans of a sequence freed
+  // before they were marked hold no trustworthy K/V: they are freed, not cached.
+  // OutOfRange when `tokens` exceeds the sequence's length.
+  //
+  //   auto seq = pool->CreateSequence(prompt, &reused);
+  //   WritePrefill(*pool, *seq, prompt, reused);           // PinToken + memcpy, all layers
+  //   pool->MarkComputed(*seq, prompt.size()).IgnoreError();
+  //   // decode step: Append one token, write its K/V, then
+  //   pool->MarkComputed(*seq, prompt.size() + 1).IgnoreError();
+  [[nodiscard]] Status MarkComputed(KvSequenceId sequence, std::size_t tokens);
+  // Drops tokens from the end so `tokens` remain (speculative decoding rollback). The
+  // computed count is lowered to at most `tokens`.
   [[nodiscard]] Status Truncate(KvSequenceId sequence, std::size_t tokens);
-  // A new sequence sharing all of `parent`'s spans (reference counted).
+  // A new sequence sharing all of `parent`'s spans (reference counted), with the parent's
+  // computed count.
   [[nodiscard]] StatusOr<KvSequenceId> Fork(KvSequenceId parent);
-  // Releases the sequence; spans no one else holds become cached (full) or free.
+  // Releases the sequence; spans no one else holds become cached (full and in the prefix
+  // index) or free.
   [[nodiscard]] Status FreeSequence(KvSequenceId sequence);
   [[nodiscard]] StatusOr<std::size_t> Length(KvSequenceId sequence) const;
-  // How many leading tokens of `tokens` are covered by cached full spans (no side effects).
+  // How many leading tokens of `tokens` are covered by indexed (computed) full spans, live
+  // or cached (no side effects).
   std::size_t CachedPrefixTokens(std::span<const std::int32_t> tokens);
 
   // ---- blocks
