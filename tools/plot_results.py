@@ -6,11 +6,15 @@ Inputs are the files the benchmarks write (see bench/RESULTS.md for the commands
   decode.json             `numarena decode --json`             (schema numarena.decode/1)
   peers_bench.json,       Google Benchmark JSON of bench/peers_bench and
   peers_glibc_bench.json  bench/peers_glibc_bench (merged: glibc malloc is one more peer)
+  arena_bench.json        Google Benchmark JSON of bench/arena_bench
 
   tools/plot_results.py all DIR           every chart and DIR/tables.md from the files in DIR
   tools/plot_results.py bandwidth FILE OUT_DIR
   tools/plot_results.py peers FILE [FILE...] --out OUT_DIR   (also prints the ratio table)
   tools/plot_results.py decode FILE OUT_DIR
+  tools/plot_results.py arena FILE        the README's arena table: CPU ns per alloc+free
+                                          pair on one thread, two-thread scaling, and
+                                          issue 3's targets checked against the same run
   tools/plot_results.py same-shape DIR_A DIR_B   exit 1 unless the JSON files of two result
                                                  directories have the same structure (keys,
                                                  matrix size, configurations, benchmark names)
@@ -203,6 +207,79 @@ def plot_peers(groups, out_dir):
     return paths
 
 
+# ---- arena alloc+free pairs (bench/arena_bench) ----------------------------------------
+
+ARENA_PEERS = OrderedDict([
+    ("numarena", "numarena node arena"),
+    ("je_malloc", "jemalloc `malloc`"),
+    ("je_arena", "jemalloc `mallocx` on a plain arena"),
+    ("mimalloc", "mimalloc"),
+    ("memkind", "memkind node-bound kind (`MEMKIND_REGULAR`)"),
+    ("numa_onnode", "`numa_alloc_onnode` + `numa_free`"),
+])
+
+
+def size_label(size):
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} B"
+
+
+def arena_runs(doc):
+    """(peer, size, threads) -> (cpu ns per pair, real ns per pair) from arena_bench JSON."""
+    runs = {}
+    for b in doc.get("benchmarks", []):
+        if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
+            continue
+        parts = b.get("run_name", b["name"]).split("/")
+        if len(parts) < 2 or not parts[0].startswith("BM_"):
+            continue
+        scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}[b.get("time_unit", "ns")]
+        runs[(parts[0][3:], int(parts[1]), int(b.get("threads", 1)))] = (
+            b["cpu_time"] * scale, b["real_time"] * scale)
+    return runs
+
+
+def arena_table(doc):
+    runs = arena_runs(doc)
+    sizes = sorted({size for (_, size, _) in runs})
+    out = ["| CPU ns per pair, one thread (two-thread scaling) | " +
+           " | ".join(size_label(s) for s in sizes) + " |",
+           "|---" + "|---:" * len(sizes) + "|"]
+    for peer, label in ARENA_PEERS.items():
+        cells = []
+        for size in sizes:
+            one, two = runs.get((peer, size, 1)), runs.get((peer, size, 2))
+            if one is None:
+                cells.append("")
+                continue
+            cell = f"{one[0]:.0f}" if one[0] >= 100 else f"{one[0]:.3g}"
+            if two is not None and two[1] > 0:
+                cell += f" ({one[1] / two[1]:.2f}x)"
+            cells.append(cell)
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    checks = []
+    small = min(sizes) if sizes else None
+    if small is not None and ("numarena", small, 1) in runs:
+        ours = runs[("numarena", small, 1)][0]
+        if ("je_malloc", small, 1) in runs:
+            ratio = ours / runs[("je_malloc", small, 1)][0]
+            checks.append(f"- {size_label(small)}: {ratio:.2f}x jemalloc `malloc` "
+                          f"(target at most 1.5x: {'met' if ratio <= 1.5 else 'NOT met'})")
+        if ("memkind", small, 1) in runs:
+            speedup = runs[("memkind", small, 1)][0] / ours
+            checks.append(f"- {size_label(small)}: {speedup:.1f}x faster than memkind's node-bound "
+                          f"kind (target at least 2x: {'met' if speedup >= 2 else 'NOT met'})")
+    for size in sizes:
+        one, two = runs.get(("numarena", size, 1)), runs.get(("numarena", size, 2))
+        if one and two and two[1] > 0:
+            scaling = one[1] / two[1]
+            checks.append(f"- {size_label(size)}: two threads scale {scaling:.2f}x "
+                          f"(target at least 1.8x: {'met' if scaling >= 1.8 else 'NOT met'})")
+    return "\n".join(out) + "\n\n" + "\n".join(checks) + "\n"
+
+
 # ---- decode ------------------------------------------------------------------------------
 
 def decode_table(doc):
@@ -291,6 +368,8 @@ def main(argv):
     p = sub.add_parser("decode")
     p.add_argument("file")
     p.add_argument("out_dir")
+    p = sub.add_parser("arena")
+    p.add_argument("file")
     p = sub.add_parser("same-shape")
     p.add_argument("dir_a")
     p.add_argument("dir_b")
@@ -298,6 +377,10 @@ def main(argv):
 
     if args.command == "same-shape":
         return same_shape(args.dir_a, args.dir_b)
+
+    if args.command == "arena":
+        print(arena_table(load(args.file)))
+        return 0
 
     if args.command == "bandwidth":
         doc = load(args.file)
