@@ -80,7 +80,8 @@ struct SpanMeta {
   std::atomic<bool> indexed{false};  // in the prefix index (changes under its shard lock)
   // Written by the span's exclusive owner (refs == 1 and not indexed), read by owners.
   std::int32_t tokens = 0;
-  bool hashed = false;  // was full once, `hash` is the hash of those tokens
+  bool partial = false;  // free, with some blocks' memory dropped by a node's Reclaim
+  bool hashed = false;   // was full once, `hash` is the hash of those tokens
   std::uint64_t hash = 0;
   std::uint64_t parent_hash = 0;
 };
@@ -446,13 +447,18 @@ struct KvPool::Impl {
     SpanMeta& m = span(s);
     m.refs.store(1, std::memory_order_relaxed);
     m.tokens = 0;
+    m.partial = false;
     m.hashed = false;
     m.indexed.store(false, std::memory_order_relaxed);
     m.state.store(kInUse, std::memory_order_release);
   }
 
-  // Gives a span's block memory back (span holds no data any more).
-  void UnbackSpan(std::uint32_t s) {
+  // Frees the memory of the span's blocks whose data is on `node`, or of every block when
+  // `node` is -1 (the span holds no data any more). Returns how many blocks were freed;
+  // `left` (optional) tells whether any block of the span still has memory.
+  std::size_t DropBlocks(std::uint32_t s, int node, bool* left = nullptr) {
+    std::size_t dropped = 0;
+    bool kept = false;
     for (std::size_t i = 0; i < bps; ++i) {
       const KvBlockId id = block_id(s, static_cast<int>(i));
       BlockMeta& b = block(id);
@@ -463,15 +469,17 @@ struct KvPool::Impl {
            expected = 0) {
         std::this_thread::yield();
       }
-      if (b.tier.load(std::memory_order_relaxed) == static_cast<std::uint8_t>(KvTier::kNone)) {
+      const auto tier = static_cast<KvTier>(b.tier.load(std::memory_order_relaxed));
+      const int at = b.node.load(std::memory_order_relaxed);
+      if (tier == KvTier::kNone || (node >= 0 && at != node)) {
+        kept = kept || tier != KvTier::kNone;
         b.state.store(0, std::memory_order_release);
         continue;
       }
       const kv::Slot slot{b.data.load(std::memory_order_relaxed),
                           b.slab.load(std::memory_order_relaxed)};
-      const int node = b.node.load(std::memory_order_relaxed);
-      if (b.tier.load(std::memory_order_relaxed) == static_cast<std::uint8_t>(KvTier::kHot)) {
-        HomeNode* home = home_of(node);
+      if (tier == KvTier::kHot) {
+        HomeNode* home = home_of(at);
         {
           std::lock_guard lock(home->list_mu);
           home->policy->OnRemove(home->list, id, /*demoted=*/false);
@@ -479,12 +487,55 @@ struct KvPool::Impl {
         }
         home->hot->Free(slot);
       } else {
-        cold_of(node)->Free(slot);
+        cold_of(at)->Free(slot);
       }
       SetPlacement(b, {}, KvTier::kNone, -1);
       b.state.store(0, std::memory_order_release);
+      ++dropped;
     }
+    if (left != nullptr) *left = kept;
+    return dropped;
+  }
+
+  // Gives a span's block memory back (span holds no data any more).
+  void UnbackSpan(std::uint32_t s) {
+    DropBlocks(s, -1);
     span(s).state.store(kUnbacked, std::memory_order_relaxed);
+  }
+
+  // Returns an unowned span that held no data, or whose data was dropped, after DropBlocks:
+  // to the free lists when some of its blocks still have memory (allocation backs the rest
+  // first), else to the unbacked spans.
+  void ParkSpan(std::uint32_t s, bool backed_left, bool dropped_some) {
+    SpanMeta& m = span(s);
+    if (!backed_left) {
+      m.partial = false;
+      m.state.store(kUnbacked, std::memory_order_relaxed);
+      std::lock_guard lock(grow_mu);
+      unbacked.push_back(s);
+      return;
+    }
+    if (dropped_some) m.partial = true;
+    m.state.store(kFree, std::memory_order_relaxed);
+    FreeShard& shard = free_shards[ThreadSlot() % kFreeShards];
+    std::lock_guard lock(shard.mu);
+    shard.spans.push_back(s);
+  }
+
+  // Whether Reclaim may take the span's memory on `node`: some block has its data there
+  // (either tier) and no block is pinned or being moved. The second part also keeps Reclaim
+  // from waiting on a block that its own thread holds MIGRATING further up the stack (a
+  // demotion or promotion whose slab allocation ran the budget's reclaim hook).
+  bool ReclaimableOn(std::uint32_t s, int node) const {
+    bool on_node = false;
+    for (std::size_t i = 0; i < bps; ++i) {
+      const BlockMeta& b = block(block_id(s, static_cast<int>(i)));
+      if (b.state.load(std::memory_order_acquire) != 0) return false;
+      if (b.tier.load(std::memory_order_relaxed) != static_cast<std::uint8_t>(KvTier::kNone) &&
+          b.node.load(std::memory_order_relaxed) == node)
+        on_node = true;
+    }
+    return on_node;
   }
 
   // A span id whose blocks have no memory: a recycled one or a new one.
@@ -553,17 +604,39 @@ struct KvPool::Impl {
     return kNil;
   }
 
+  // Takes a free span whose memory on `node` Reclaim may drop (ReclaimableOn) off the free
+  // lists; kNil when there is none.
+  std::uint32_t TakeFreeSpanOn(int node) {
+    for (FreeShard& shard : free_shards) {
+      std::lock_guard lock(shard.mu);
+      for (std::size_t k = shard.spans.size(); k-- > 0;) {
+        const std::uint32_t s = shard.spans[k];
+        if (!ReclaimableOn(s, node)) continue;
+        shard.spans[k] = shard.spans.back();
+        shard.spans.pop_back();
+        return s;
+      }
+    }
+    return kNil;
+  }
+
   StatusOr<std::uint32_t> AllocateSpan() {
     std::uint32_t s = TakeFreeSpan();
-    if (s != kNil) {
+    if (s != kNil && !span(s).partial) {
       ActivateSpan(s);
       return s;
     }
-    auto fresh = NewUnbackedSpan();
-    if (!fresh.ok()) return fresh.status();
-    s = *fresh;
+    if (s == kNil) {
+      auto fresh = NewUnbackedSpan();
+      if (!fresh.ok()) return fresh.status();
+      s = *fresh;
+    }
     Status why;
     for (std::size_t i = 0; i < bps; ++i) {
+      // A partial free span kept the blocks on nodes a Reclaim did not ask for.
+      if (block(block_id(s, static_cast<int>(i))).tier.load(std::memory_order_relaxed) !=
+          static_cast<std::uint8_t>(KvTier::kNone))
+        continue;
       if (BackBlock(s, static_cast<int>(i), &why)) continue;
       // No memory in either tier: give back what this span got, reuse a cached span.
       UnbackSpan(s);
@@ -1160,30 +1233,48 @@ void KvPool::Unpin(KvBlockId block) { impl_->UnpinRaw(block); }
 std::size_t KvPool::Reclaim(int node, std::size_t bytes, KvUrgency urgency) {
   Impl& p = *impl_;
   HomeNode* home = p.home_of(node);
-  std::size_t released = 0;
-  if (home == nullptr) {  // a cold-tier node: only empty slabs can go
-    if (kv::SlabAllocator* c = p.cold_of(node)) released += c->ReleaseEmpty(0);
-    return released;
-  }
-  released += home->hot->ReleaseEmpty(0);
-  // Free spans hold memory but no data: drop theirs before demoting anything.
-  while (released < bytes) {
-    const std::uint32_t s = p.TakeFreeSpan();
+  kv::SlabAllocator* slabs = home != nullptr ? home->hot.get() : p.cold_of(node);
+  if (slabs == nullptr) return 0;
+  // Whatever this node's slabs gave back since the start (slabs empty only as a whole).
+  const std::uint64_t start = slabs->released_bytes();
+  auto released = [&] {
+    slabs->ReleaseEmpty(0);
+    return static_cast<std::size_t>(slabs->released_bytes() - start);
+  };
+
+  // Free spans hold memory but no data: drop their blocks on this node (their blocks on
+  // other nodes stay for the next allocation) before moving or dropping any data.
+  while (released() < bytes) {
+    const std::uint32_t s = p.TakeFreeSpanOn(node);
     if (s == kNil) break;
-    p.UnbackSpan(s);
-    {
-      std::lock_guard lock(p.grow_mu);
-      p.unbacked.push_back(s);
-    }
-    released += home->hot->ReleaseEmpty(0);
+    bool left = false;
+    const std::size_t dropped = p.DropBlocks(s, node, &left);
+    p.ParkSpan(s, left, dropped > 0);
   }
-  while (released < bytes) {
+  // Demote hot blocks (a home node with a cold tier).
+  while (home != nullptr && released() < bytes) {
     const std::size_t want = std::max<std::size_t>(
-        1, (bytes - released + p.layout.block_bytes - 1) / p.layout.block_bytes);
+        1, (bytes - released() + p.layout.block_bytes - 1) / p.layout.block_bytes);
     if (p.DemoteFrom(*home, std::min<std::size_t>(want, 64), urgency) == 0) break;
-    released += home->hot->ReleaseEmpty(0);
   }
-  return released;
+  // Still short: drop unreferenced cached prefix spans that have memory here, least
+  // recently released first. Background reclaim of a home node with a cold tier leaves them
+  // to rate-limited demotion, which keeps their data.
+  const bool may_evict = urgency == KvUrgency::kUrgent || home == nullptr || p.cold.empty();
+  while (may_evict && released() < bytes) {
+    const std::uint32_t s = p.prefix.EvictOldest(
+        [&p, node](std::uint32_t span) { return p.ReclaimableOn(span, node); },
+        [&p](std::uint32_t span) {  // under the span's index shard lock
+          p.span(span).indexed.store(false, std::memory_order_relaxed);
+          p.span(span).state.store(kFree, std::memory_order_relaxed);  // no new pins
+        });
+    if (s == kv::PrefixIndex::kNone) break;
+    p.cached_evictions.fetch_add(1, std::memory_order_relaxed);
+    bool left = false;
+    const std::size_t dropped = p.DropBlocks(s, node, &left);
+    p.ParkSpan(s, left, dropped > 0);
+  }
+  return released();
 }
 
 std::size_t KvPool::Demote(int node, std::size_t max_blocks, KvUrgency urgency) {

@@ -57,25 +57,40 @@ void PrefixIndex::UncacheLocked(std::uint64_t hash, std::uint32_t span) {
 }
 
 std::uint32_t PrefixIndex::EvictOne(const std::function<void(std::uint32_t)>& claim) {
+  return EvictOldest(nullptr, claim);
+}
+
+std::uint32_t PrefixIndex::EvictOldest(const std::function<bool(std::uint32_t)>& eligible,
+                                       const std::function<void(std::uint32_t)>& claim) {
+  // The oldest eligible entry of a shard's cached list (its front when all are eligible).
+  auto oldest = [&eligible](const Shard& s) -> const Shard::Cached* {
+    for (const Shard::Cached& c : s.lru)
+      if (!eligible || eligible(c.span)) return &c;
+    return nullptr;
+  };
   while (cached() != 0) {
-    // Find the shard whose oldest entry is oldest overall, then take it if it is still there.
+    // Find the shard whose oldest eligible entry is oldest overall, then take it if it is
+    // still there (and still eligible).
     std::size_t best = kShards;
-    std::uint64_t best_tick = 0;
+    Shard::Cached victim{};
     for (std::size_t k = 0; k < kShards; ++k) {
       std::lock_guard lock(shards_[k].mu);
-      if (shards_[k].lru.empty()) continue;
-      if (best == kShards || shards_[k].lru.front().tick < best_tick) {
+      const Shard::Cached* c = oldest(shards_[k]);
+      if (c != nullptr && (best == kShards || c->tick < victim.tick)) {
         best = k;
-        best_tick = shards_[k].lru.front().tick;
+        victim = *c;
       }
     }
     if (best == kShards) return kNone;
     Shard& s = shards_[best];
     std::lock_guard lock(s.mu);
-    if (s.lru.empty()) continue;  // reused meanwhile: look again
-    const Shard::Cached victim = s.lru.front();
-    s.lru.pop_front();
-    s.lru_position.erase(victim.span);
+    auto it = s.lru_position.find(victim.span);
+    if (it == s.lru_position.end() || it->second->tick != victim.tick ||
+        (eligible && !eligible(victim.span))) {
+      continue;  // reused (or re-cached, or changed) meanwhile: look again
+    }
+    s.lru.erase(it->second);
+    s.lru_position.erase(it);
     s.by_hash.erase(victim.hash);
     cached_.fetch_sub(1, std::memory_order_relaxed);
     indexed_.fetch_sub(1, std::memory_order_relaxed);

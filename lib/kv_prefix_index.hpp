@@ -47,6 +47,13 @@ class PrefixIndex {
   // the cached list, calling `claim(span)` under the shard's lock. kNone when nothing is
   // cached.
   std::uint32_t EvictOne(const std::function<void(std::uint32_t)>& claim);
+  // The same restricted to cached spans for which `eligible(span)` holds (called under the
+  // span's shard lock): the least recently cached eligible span is removed and claimed.
+  // kNone when no cached span is eligible. Walks each shard's cached list from its oldest
+  // entry until one is eligible, so it costs up to the number of cached spans: for
+  // reclaim, not for the allocation path.
+  std::uint32_t EvictOldest(const std::function<bool(std::uint32_t)>& eligible,
+                            const std::function<void(std::uint32_t)>& claim);
 
   std::size_t cached() const { return cached_.load(std::memory_order_relaxed); }
   std::size_t indexed() const { return indexed_.load(std::memory_order_relaxed); }

@@ -115,6 +115,7 @@ void SlabAllocator::TakeEmptySlabsLocked(std::size_t keep, std::vector<void*>& o
     unused_ids_.push_back(id);
     --empty_slabs_;
     --live_slabs_;
+    released_bytes_ += slab_bytes_;
   }
 }
 
@@ -126,6 +127,11 @@ std::size_t SlabAllocator::ReleaseEmpty(std::size_t keep) {
   }
   for (void* base : release) storage_->FreeSlab(node_, base, slab_bytes_);
   return release.size() * slab_bytes_;
+}
+
+std::uint64_t SlabAllocator::released_bytes() const {
+  std::lock_guard lock(mu_);
+  return released_bytes_;
 }
 
 std::size_t SlabAllocator::used_blocks() const {

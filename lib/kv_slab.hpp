@@ -42,6 +42,10 @@ class SlabAllocator {
   void Free(Slot slot);
   // Gives empty slabs back to the storage until at most `keep` remain; returns the bytes.
   std::size_t ReleaseEmpty(std::size_t keep);
+  // Bytes of slabs given back to the storage so far, by ReleaseEmpty or by a Free that left
+  // more than `retained_empty` empty slabs (the difference of two readings is what went
+  // back in between).
+  std::uint64_t released_bytes() const;
 
   int node() const { return node_; }
   std::size_t slab_bytes() const { return slab_bytes_; }
@@ -74,6 +78,7 @@ class SlabAllocator {
   std::size_t reserved_ = 0;  // slots promised to growing callers not yet mapped
   std::size_t live_slabs_ = 0;
   std::size_t empty_slabs_ = 0;
+  std::uint64_t released_bytes_ = 0;
 };
 
 }  // namespace numarena::kv

@@ -688,6 +688,217 @@ TEST_CASE("budget: the pool demotes at the warn and trip lines instead of failin
   }
 }
 
+namespace {
+
+// 4 KiB blocks (1 layer, `kv_heads` heads of 128 fp32, 4 tokens), one group per head, one
+// block per slab, so every freed block that empties its slab is exactly one slab of memory.
+KvPoolOptions PageBlockOptions(std::shared_ptr<kvtest::HeapStorage> storage,
+                               std::vector<int> home_nodes, int kv_heads = 1) {
+  KvPoolOptions o;
+  o.geometry = {.layers = 1,
+                .kv_heads = kv_heads,
+                .head_dim = 128,
+                .dtype = numarena::KvDType::kFp32,
+                .tokens_per_block = 4,
+                .heads_per_group = 1};
+  o.home_nodes = std::move(home_nodes);
+  o.cold_tier = KvColdTier::None();
+  o.storage = std::move(storage);
+  o.slab_bytes = 4096;
+  return o;
+}
+
+// A sequence of `tokens`, written and marked computed.
+numarena::KvSequenceId Computed(KvPool& pool, const std::vector<std::int32_t>& tokens) {
+  auto seq = pool.CreateSequence(tokens);
+  REQUIRE(seq.ok());
+  kvtest::WriteTokens(pool, *seq, tokens, 0, tokens.size());
+  REQUIRE(pool.MarkComputed(*seq, tokens.size()).ok());
+  return *seq;
+}
+
+}  // namespace
+
+TEST_CASE("reclaim: without a cold tier, cached prefix spans go, least recently released first") {
+  auto storage = std::make_shared<kvtest::HeapStorage>();
+  auto pool = MustCreate(PageBlockOptions(storage, {0}));
+  REQUIRE(pool->block_bytes() == 4096);
+  const auto live_tokens = Tokens(4, 9000);
+  const numarena::KvSequenceId live = Computed(*pool, live_tokens);
+  std::vector<KvBlockId> cached_blocks;
+  for (int i = 0; i < 6; ++i) {  // released in order 0..5: 0 is the least recent
+    const numarena::KvSequenceId seq = Computed(*pool, Tokens(4, 100 * i));
+    cached_blocks.push_back(pool->Blocks(seq, 0, 0)->at(0));
+    REQUIRE(pool->FreeSequence(seq).ok());
+  }
+  REQUIRE(pool->Stats().spans_cached == 6);
+  REQUIRE(storage->bytes(0) == 7 * 4096);
+
+  CHECK(pool->Reclaim(0, 2 * 4096) == 2 * 4096);
+  CHECK(storage->bytes(0) == 5 * 4096);
+  auto st = pool->Stats();
+  CHECK(st.spans_cached == 4);
+  CHECK(st.cached_evictions == 2);
+  CHECK(pool->CachedPrefixTokens(Tokens(4, 0)) == 0);
+  CHECK(pool->CachedPrefixTokens(Tokens(4, 100)) == 0);
+  for (int i = 2; i < 6; ++i) CHECK(pool->CachedPrefixTokens(Tokens(4, 100 * i)) == 4);
+
+  {
+    // A pinned cached span is skipped; background reclaim evicts too, as demotion cannot
+    // help without a cold tier. The live sequence's span is never a candidate.
+    auto pin = pool->Pin(cached_blocks[5]);
+    REQUIRE(pin.ok());
+    CHECK(pool->Reclaim(0, 100 * 4096, numarena::KvUrgency::kBackground) == 3 * 4096);
+    CHECK(pool->CachedPrefixTokens(Tokens(4, 500)) == 4);
+    CHECK(pool->CachedPrefixTokens(Tokens(4, 400)) == 0);
+  }
+  CHECK(pool->Reclaim(0, 100 * 4096) == 4096);
+  CHECK(pool->CachedPrefixTokens(Tokens(4, 500)) == 0);
+  CHECK(storage->bytes(0) == 4096);  // the live sequence's block
+  CHECK(pool->CachedPrefixTokens(live_tokens) == 4);
+  CHECK(kvtest::CountBadRows(*pool, live, live_tokens) == 0);
+  st = pool->Stats();
+  CHECK(st.spans_cached == 0);
+  CHECK(st.spans_in_use == 1);
+  CHECK(st.cached_evictions == 6);
+
+  // The pool allocates again afterwards, and an evicted prefix is computed anew.
+  std::size_t reused = 99;
+  auto again = pool->CreateSequence(Tokens(4, 0), &reused);
+  REQUIRE(again.ok());
+  CHECK(reused == 0);
+  CHECK(storage->bytes(0) == 2 * 4096);
+}
+
+TEST_CASE("reclaim: memory goes back only on the node asked for") {
+  auto storage = std::make_shared<kvtest::HeapStorage>();
+  auto o = PageBlockOptions(storage, {0, 1}, /*kv_heads=*/2);  // group 0 on node 0, 1 on 1
+  o.retained_empty_slabs = 0;  // a freed block's slab goes back to the storage at once
+  auto pool = MustCreate(o);
+  REQUIRE(pool->Stats().blocks_per_span == 2);
+
+  // Sequences freed before they were computed leave free spans (memory, no data).
+  std::vector<numarena::KvSequenceId> seqs;
+  for (int i = 0; i < 4; ++i) {
+    auto seq = pool->CreateSequence(Tokens(4, 100 * i));
+    REQUIRE(seq.ok());
+    seqs.push_back(*seq);
+  }
+  for (auto seq : seqs) REQUIRE(pool->FreeSequence(seq).ok());
+  REQUIRE(pool->Stats().spans_free == 4);
+  REQUIRE(storage->bytes(0) == 4 * 4096);
+  REQUIRE(storage->bytes(1) == 4 * 4096);
+
+  CHECK(pool->Reclaim(0, 2 * 4096) == 2 * 4096);
+  CHECK(storage->bytes(0) == 2 * 4096);
+  CHECK(storage->bytes(1) == 4 * 4096);  // node 1 keeps its blocks of those spans
+  CHECK(pool->Stats().spans_free == 4);
+
+  // Allocation backs the missing blocks of such spans again; nothing new on node 1.
+  seqs.clear();
+  std::vector<std::vector<std::int32_t>> tokens;
+  for (int i = 0; i < 4; ++i) {
+    tokens.push_back(Tokens(4, 1000 * (i + 1)));
+    seqs.push_back(Computed(*pool, tokens.back()));
+  }
+  CHECK(pool->Stats().spans_free == 0);
+  CHECK(storage->bytes(0) == 4 * 4096);
+  CHECK(storage->bytes(1) == 4 * 4096);
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    CHECK(kvtest::CountBadRows(*pool, seqs[i], tokens[i]) == 0);
+    for (int group = 0; group < 2; ++group) {
+      auto pin = pool->Pin(pool->Blocks(seqs[i], 0, group)->at(0));
+      REQUIRE(pin.ok());
+      CHECK(pin->node() == group);
+    }
+  }
+
+  // Cached spans: evicting them for node 0 frees only their node-0 blocks.
+  for (auto seq : seqs) REQUIRE(pool->FreeSequence(seq).ok());
+  REQUIRE(pool->Stats().spans_cached == 4);
+  CHECK(pool->Reclaim(0, 4 * 4096) == 4 * 4096);
+  CHECK(storage->bytes(0) == 0);
+  CHECK(storage->bytes(1) == 4 * 4096);
+  for (const auto& t : tokens) CHECK(pool->CachedPrefixTokens(t) == 0);
+  auto st = pool->Stats();
+  CHECK(st.spans_cached == 0);
+  CHECK(st.spans_free == 4);
+  CHECK(st.cached_evictions == 4);
+
+  // Then node 1: the free spans' last blocks go, and the spans hold no memory at all.
+  CHECK(pool->Reclaim(1, 4 * 4096) == 4 * 4096);
+  CHECK(storage->bytes(1) == 0);
+  CHECK(pool->Stats().spans_free == 0);
+  CHECK(pool->Reclaim(0, 4096) == 0);  // nothing left to give
+}
+
+TEST_CASE("reclaim: background demotes cached spans to the cold tier, urgent evicts them") {
+  auto storage = std::make_shared<kvtest::HeapStorage>();
+  auto o = PageBlockOptions(storage, {0});
+  o.cold_tier = KvColdTier::Node(1);
+  o.cold_blocks = 2;
+  auto pool = MustCreate(o);
+  std::vector<std::vector<std::int32_t>> tokens;
+  for (int i = 0; i < 4; ++i) {  // touched, and released, in order 0..3
+    tokens.push_back(Tokens(4, 100 * i));
+    REQUIRE(pool->FreeSequence(Computed(*pool, tokens.back())).ok());
+  }
+  REQUIRE(pool->Stats().spans_cached == 4);
+
+  // Background: the cold tier takes two blocks, then demotion stops; nothing is evicted.
+  CHECK(pool->Reclaim(0, 4 * 4096, numarena::KvUrgency::kBackground) == 2 * 4096);
+  auto st = pool->Stats();
+  CHECK(st.demotions == 2);
+  CHECK(st.cached_evictions == 0);
+  for (const auto& t : tokens) CHECK(pool->CachedPrefixTokens(t) == 4);
+
+  // Urgent: the cold tier is full, so the cached spans still on node 0 go (LRU among them).
+  CHECK(pool->Reclaim(0, 4096) == 4096);
+  CHECK(pool->Stats().cached_evictions == 1);
+  CHECK(pool->CachedPrefixTokens(tokens[0]) == 4);  // demoted first, kept cold
+  CHECK(pool->CachedPrefixTokens(tokens[1]) == 4);
+  CHECK(pool->CachedPrefixTokens(tokens[2]) == 0);
+  CHECK(pool->CachedPrefixTokens(tokens[3]) == 4);
+  std::size_t reused = 0;
+  auto seq = pool->CreateSequence(tokens[0], &reused);
+  REQUIRE(seq.ok());
+  CHECK(reused == 4);
+  CHECK(kvtest::CountBadRows(*pool, *seq, tokens[0]) == 0);
+}
+
+TEST_CASE("budget without a cold tier: cached prefix spans give way to other memory") {
+  numarena::BudgetOptions bo;
+  bo.mode = numarena::BudgetMode::kQuota;
+  bo.quotas = {{0, 64 * 4096}};  // warn at 51.2 pages, trip at 57.6
+  auto budget = numarena::Budget::Create(bo, std::vector<int>{0});
+  REQUIRE(budget.ok());
+  auto storage = std::make_shared<kvtest::HeapStorage>(budget->get());
+  auto o = PageBlockOptions(storage, {0});
+  o.budget = budget->get();
+  auto pool = MustCreate(o);
+
+  // Requests come and go; their prompts stay cached. Far more than the quota over time.
+  for (int i = 0; i < 120; ++i) {
+    INFO(i);
+    REQUIRE(pool->FreeSequence(Computed(*pool, Tokens(4, 100 * i))).ok());
+  }
+  auto st = pool->Stats();
+  CHECK(st.refusals == 0);
+  CHECK(st.cached_evictions > 0);
+  const auto snap = (*budget)->Snapshot();
+  const auto* n0 = snap.node(0);
+  REQUIRE(n0 != nullptr);
+  CHECK(n0->reclaim_freed > 0);
+  // The pool gave memory back instead of sitting at the trip line: another user of the
+  // node can still charge what the pool took beyond the warn line.
+  CHECK((*budget)->usage(0) < n0->trip_bytes);
+  REQUIRE((*budget)->Charge(0, 8 * 4096, numarena::Priority::kNormal).ok());
+  (*budget)->Release(0, 8 * 4096, numarena::Priority::kNormal);
+  // The most recent prompts are still cached.
+  CHECK(pool->CachedPrefixTokens(Tokens(4, 100 * 119)) == 4);
+  CHECK(pool->CachedPrefixTokens(Tokens(4, 0)) == 0);
+}
+
 TEST_CASE("arena storage: blocks come from the home node's arena") {
   KvPoolOptions o;
   o.geometry = {.layers = 2, .kv_heads = 2, .head_dim = 64, .tokens_per_block = 16};

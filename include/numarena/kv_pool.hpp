@@ -17,7 +17,8 @@
 //     promotes it when the hot tier has room, otherwise it is served from the cold tier.
 //   * Budget-driven. Hot memory is limited by a per-node block capacity, by the storage
 //     (a budget refusing memory), and by `Reclaim`, which a budget's reclaim hook calls at
-//     the warn and trip lines: the pool demotes instead of failing.
+//     the warn and trip lines: the pool demotes instead of failing, and gives up cached
+//     prefix spans when demotion cannot free enough.
 //   * Prefix reuse. A full span is indexed by the hash of (parent hash, its token ids); a new
 //     request whose prompt starts with the same tokens shares those spans (reference
 //     counted) instead of recomputing them. A span enters the index only once the caller
@@ -298,7 +299,7 @@ struct KvPoolStats {
 
   std::uint64_t prefix_lookups = 0;    // full spans looked up for reuse
   std::uint64_t prefix_hits = 0;       // of which found and shared
-  std::uint64_t cached_evictions = 0;  // cached spans dropped to make room
+  std::uint64_t cached_evictions = 0;  // cached spans dropped (for an allocation, or by Reclaim)
   std::uint64_t refusals = 0;          // allocations refused (ResourceExhausted)
   std::uint64_t copy_on_writes = 0;
 };
@@ -405,9 +406,24 @@ class KvPool {
                                     const std::function<void(const KvBlockPin&)>& visit);
 
   // ---- tiering
-  // Frees up to `bytes` of hot memory on `node`: releases retained empty slabs, drops free
-  // spans' memory, then demotes blocks by the hotness policy. Returns the bytes of hot
-  // slabs given back to the storage. This is what a budget's reclaim hook calls.
+  // Frees up to `bytes` of the pool's memory on `node` (a home node's hot tier, or a cold
+  // tier node), stopping as soon as that much went back. In order:
+  //   1. releases retained empty slabs;
+  //   2. drops the memory free spans hold on `node` (they hold no data; their blocks on
+  //      other nodes stay, and the next allocation that takes the span backs it again);
+  //   3. on a home node, demotes blocks to the cold tier by the hotness policy (kBackground:
+  //      at the rate limit);
+  //   4. evicts unreferenced cached prefix spans that have memory on `node`, least recently
+  //      released first: they leave the prefix index and their blocks on `node` are freed.
+  //      This runs for kUrgent, and for kBackground when demotion cannot help (no cold
+  //      tier, or `node` is a cold-tier node); spans with a pinned block are skipped.
+  // Memory on other nodes is never released, though demotion (3) takes cold-tier memory.
+  // Returns the bytes of slabs on `node` given back to the storage during the call. Slabs
+  // go back only when empty, so blocks freed in slabs that still hold live blocks return
+  // less than `bytes`. This is what a budget's reclaim hook calls.
+  //
+  //   // No cold tier: the budget's warn line is reached by dropping cached prefixes.
+  //   std::size_t freed = pool->Reclaim(/*node=*/0, std::size_t{64} << 20);
   std::size_t Reclaim(int node, std::size_t bytes, KvUrgency urgency = KvUrgency::kUrgent);
   // Demotes up to `max_blocks` hot blocks of `node` chosen by the hotness policy. Returns the
   // number demoted (0 without a cold tier, when every block is pinned, or when the rate
