@@ -36,6 +36,20 @@ namespace {
 std::atomic<Heap*> g_heaps[arena_internal::kMaxHeaps];
 std::atomic<int> g_heap_count{0};
 std::mutex g_create_mutex;
+// Set while this thread holds g_create_mutex. Creating a jemalloc arena commits memory, and
+// a capacity gate may reclaim on the committing thread, which frees, which may need a shard:
+// that nested call must not wait for the lock its own thread holds.
+thread_local bool t_holds_create_mutex = false;
+
+// g_create_mutex, marked as held by this thread.
+class CreateLock {
+ public:
+  CreateLock() : lock_(g_create_mutex) { t_holds_create_mutex = true; }
+  ~CreateLock() { t_holds_create_mutex = false; }
+
+ private:
+  std::lock_guard<std::mutex> lock_;
+};
 
 NodePages* PagesOf(extent_hooks_t* hooks) { return reinterpret_cast<Heap*>(hooks)->pages; }
 
@@ -78,34 +92,6 @@ bool HookMerge(extent_hooks_t* hooks, void* addr_a, size_t, void* addr_b, size_t
   return !PagesOf(hooks)->SameRange(addr_a, addr_b);
 }
 
-// ---- thread caches ------------------------------------------------------------------------
-
-thread_local bool t_thread_exiting = false;
-
-// Destroys this thread's explicit tcaches when the thread exits.
-struct ThreadCacheOwner {
-  bool armed = false;
-  ~ThreadCacheOwner() {
-    t_thread_exiting = true;
-    DestroyFrontCaches();  // into the explicit tcaches, before those are destroyed
-    for (int& flags : arena_internal::thread_flags) {
-      if (int tcache = arena_internal::TcacheIdOf(flags); tcache >= 0) {
-        unsigned id = static_cast<unsigned>(tcache);
-        mallctl("tcache.destroy", nullptr, nullptr, &id, sizeof id);
-      }
-      flags = 0;
-    }
-  }
-};
-thread_local ThreadCacheOwner t_cache_owner;
-
-// The thread's place in the round robin over each heap's shards.
-int ThreadOrdinal() {
-  static std::atomic<int> next{0};
-  thread_local int ordinal = next.fetch_add(1, std::memory_order_relaxed);
-  return ordinal;
-}
-
 // Makes one more jemalloc arena over `heap`'s hooks. Caller holds g_create_mutex.
 StatusOr<unsigned> CreateJemallocArena(Heap& heap, const std::string& what) {
   unsigned arena_index = 0;
@@ -119,27 +105,78 @@ StatusOr<unsigned> CreateJemallocArena(Heap& heap, const std::string& what) {
   return ErrnoToStatus(err, absl::StrCat(what, ": mallctl(arenas.create)"));
 }
 
-// The jemalloc arena of `heap`'s shard for this thread, creating it when needed; shard 0's
-// when another cannot be made (jemalloc's arena table is full, or the node is).
-unsigned ShardArenaForThread(Heap& heap) {
-  int shard = ThreadOrdinal() % heap.shard_limit;
+// Assigns the calling thread to `heap`'s least used shard, creating that shard's arena when
+// needed (shard 0 when another cannot be made: jemalloc's arena table or the node is full),
+// and returns the shard's jemalloc arena index.
+unsigned JoinShard(Heap& heap) {
+  if (t_holds_create_mutex) {  // nested in an arena creation on this thread: see above
+    heap.shard_threads[0].fetch_add(1, std::memory_order_relaxed);
+    return static_cast<unsigned>(heap.shard_arena[0].load(std::memory_order_acquire));
+  }
+  // Once per (thread, heap): choosing under the lock keeps two threads that start together
+  // from both picking the same free shard.
+  CreateLock lock;
+  int shard = 0;
+  for (int s = 1; s < heap.shard_limit; ++s) {
+    if (heap.shard_threads[s].load(std::memory_order_relaxed) <
+        heap.shard_threads[shard].load(std::memory_order_relaxed)) {
+      shard = s;
+    }
+  }
   int index = heap.shard_arena[shard].load(std::memory_order_acquire);
-  if (index >= 0) return static_cast<unsigned>(index);
-  std::lock_guard<std::mutex> lock(g_create_mutex);
-  index = heap.shard_arena[shard].load(std::memory_order_acquire);
   if (index < 0) {
     StatusOr<unsigned> created = CreateJemallocArena(heap, "numarena heap shard");
-    if (!created.ok()) return static_cast<unsigned>(heap.shard_arena[0].load());
-    index = static_cast<int>(*created);
-    heap.shard_arena[shard].store(index, std::memory_order_release);
+    if (created.ok()) {
+      index = static_cast<int>(*created);
+      heap.shard_arena[shard].store(index, std::memory_order_release);
+    } else {
+      shard = 0;
+      index = heap.shard_arena[0].load(std::memory_order_acquire);
+    }
   }
+  heap.shard_threads[shard].fetch_add(1, std::memory_order_relaxed);
   return static_cast<unsigned>(index);
 }
+
+// The exiting thread leaves the shard its `flags` (MALLOCX_ARENA bits) name.
+void LeaveShard(Heap& heap, int flags) {
+  int arena_index = ((flags >> 20) & 0xfff) - 1;
+  for (int s = 0; s < kMaxShards; ++s) {
+    if (heap.shard_arena[s].load(std::memory_order_acquire) == arena_index) {
+      heap.shard_threads[s].fetch_sub(1, std::memory_order_relaxed);
+      return;
+    }
+  }
+}
+
+// ---- thread caches ------------------------------------------------------------------------
+
+thread_local bool t_thread_exiting = false;
+
+// Destroys this thread's explicit tcaches when the thread exits.
+struct ThreadCacheOwner {
+  bool armed = false;
+  ~ThreadCacheOwner() {
+    t_thread_exiting = true;
+    DestroyFrontCaches();  // into the explicit tcaches, before those are destroyed
+    for (int heap = 0; heap < arena_internal::kMaxHeaps; ++heap) {
+      int& flags = arena_internal::thread_flags[heap];
+      if (flags == 0) continue;
+      if (Heap* owner = g_heaps[heap].load(std::memory_order_acquire)) LeaveShard(*owner, flags);
+      if (int tcache = arena_internal::TcacheIdOf(flags); tcache >= 0) {
+        unsigned id = static_cast<unsigned>(tcache);
+        mallctl("tcache.destroy", nullptr, nullptr, &id, sizeof id);
+      }
+      flags = 0;
+    }
+  }
+};
+thread_local ThreadCacheOwner t_cache_owner;
 
 }  // namespace
 
 StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options) {
-  std::lock_guard<std::mutex> lock(g_create_mutex);
+  CreateLock lock;
   InitFrontCacheClasses();
   int id = g_heap_count.load(std::memory_order_relaxed);
   if (id >= arena_internal::kMaxHeaps) {
@@ -159,6 +196,7 @@ StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options)
   heap->shard_limit =
       static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, kMaxShards));
   for (std::atomic<int>& shard : heap->shard_arena) shard.store(-1, std::memory_order_relaxed);
+  for (std::atomic<int>& threads : heap->shard_threads) threads.store(0, std::memory_order_relaxed);
   StatusOr<unsigned> first =
       CreateJemallocArena(*heap, absl::StrCat("arena for ", placement.ToString()));
   if (!first.ok()) return first.status();
@@ -192,7 +230,7 @@ int EnsureThreadCache(int heap) noexcept {
   } else {
     flags = MALLOCX_TCACHE_NONE;  // jemalloc's explicit cache table is full: uncached
   }
-  flags |= MALLOCX_ARENA(ShardArenaForThread(owner));
+  flags |= MALLOCX_ARENA(JoinShard(owner));
   arena_internal::thread_flags[heap] = flags;
   CreateFrontCache(heap);
   return flags;

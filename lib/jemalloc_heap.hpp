@@ -3,9 +3,9 @@
 // numarena's arenas are built from heaps: a Bind or interleave arena has one, a Preferred or
 // Local arena one per node it has used. Each heap owns one set of extent hooks (embedded in
 // the Heap, so a hook finds its provider from the hooks pointer jemalloc passes back) and up
-// to kMaxShards jemalloc arenas made with mallctl("arenas.create") over those hooks; threads
-// are spread over the shards round robin so large allocations, which take an arena lock, do
-// not serialize two threads. Each thread gets its own jemalloc thread cache per heap
+// to kMaxShards jemalloc arenas made with mallctl("arenas.create") over those hooks; each
+// thread takes the shard with the fewest live threads, so large allocations, which take an
+// arena lock, do not serialize two threads. Each thread gets its own jemalloc thread cache per heap
 // (mallctl("tcache.create"), used with MALLOCX_TCACHE and destroyed when the thread exits).
 // jemalloc's default thread cache is shared by all arenas and would hand an object freed
 // into one node's arena to a caller of another node's arena (jemalloc issues #1016, #518);
@@ -39,9 +39,9 @@ namespace numarena {
 
 // jemalloc arenas per heap at most. Large allocations bypass thread caches and take their
 // arena's lock, so threads sharing one arena serialize on it; like jemalloc's own malloc,
-// which spreads threads over 4 arenas per CPU, a heap spreads its threads round robin over
-// up to this many arenas (all with the same hooks, so the same provider and node), created
-// when a thread first needs one.
+// which spreads threads over 4 arenas per CPU, a heap spreads its threads over up to this
+// many arenas (all with the same hooks, so the same provider and node), created when a
+// thread first needs one.
 inline constexpr int kMaxShards = 8;
 
 struct Heap {
@@ -51,6 +51,9 @@ struct Heap {
   int shard_limit = 1;  // shards this heap may create: min(kMaxShards, CPUs of the process)
   // jemalloc arena index of each shard, -1 until created. Shard 0 exists with the heap.
   std::atomic<int> shard_arena[kMaxShards];
+  // Live threads assigned to each shard: a new thread takes the least used one, so two busy
+  // threads never share a shard while another is free.
+  std::atomic<int> shard_threads[kMaxShards];
 };
 
 // The heap's shards that exist now, as jemalloc arena indexes.

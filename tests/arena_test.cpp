@@ -343,6 +343,31 @@ TEST_CASE("purge and thread exit return front-cached objects to jemalloc") {
   CHECK(arena->stats().allocated == baseline);
 }
 
+TEST_CASE("live threads get their own jemalloc arena shard while there are CPUs for it") {
+  // Large allocations take their jemalloc arena's lock: two busy threads on one node arena
+  // must not share one. Both threads stay alive until both have been assigned.
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 9}}));
+  int heap = numarena::arena_internal::HeapOf(arena->allocate(64));
+  std::atomic<int> assigned{0};
+  int arena_bits[2] = {0, 0};
+  auto worker = [&](int i) {
+    void* p = arena->allocate(std::size_t{1} << 20);  // large: served by the shard itself
+    arena_bits[i] = numarena::arena_internal::thread_flags[heap] >> 20;
+    assigned.fetch_add(1);
+    while (assigned.load() < 2) std::this_thread::yield();
+    numarena::deallocate(p);
+  };
+  std::thread a(worker, 0), b(worker, 1);
+  a.join();
+  b.join();
+  CHECK(arena_bits[0] != 0);
+  CHECK(arena_bits[1] != 0);
+  if (std::thread::hardware_concurrency() >= 2) {
+    CHECK(arena_bits[0] != arena_bits[1]);
+    CHECK(arena->stats().jemalloc_arenas >= 2);
+  }
+}
+
 TEST_CASE("the capacity gate refuses, is charged by priority and released on purge") {
   Arena* arena = Get(Policy::Bind({0}, numarena::BindMode::kAdvisory));  // fresh heap? shared ok
   Arena* fresh = Get(Policy::WeightedInterleave({{0, 2}}));
