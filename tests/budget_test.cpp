@@ -486,7 +486,7 @@ TEST_CASE("A hook that allocates does not start another reclaim") {
   CHECK(calls == 2);
 }
 
-TEST_CASE("Removed hooks are not called; a hook may remove itself") {
+TEST_CASE("Removed hooks are not called, a hook may remove itself") {
   auto budget = QuotaBudget();
   Budget& b = *budget;
   int a = 0, c = 0;

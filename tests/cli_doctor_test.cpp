@@ -66,7 +66,7 @@ TEST_CASE("doctor --check: a server far from its GPU", "[cli][doctor]") {
                        0) == 0);
 }
 
-TEST_CASE("doctor: the report exits 0 and explains; --json is one object", "[cli][doctor]") {
+TEST_CASE("doctor: the report exits 0 and explains, --json is one object", "[cli][doctor]") {
   auto run = RunCli("doctor " + FixtureRoot("ops-bad"));
   CHECK(run.exit_code == 0);
   CHECK(run.out.rfind("numarena doctor: 4 problems, 2 notes, 2 checks passed\n", 0) == 0);

@@ -343,7 +343,7 @@ TEST_CASE("topo fails with exit 2 and one line naming the file") {
   }
 }
 
-TEST_CASE("topo usage errors exit 2; --help exits 0") {
+TEST_CASE("topo usage errors exit 2, --help exits 0") {
   Run unknown = RunCli("topo --frobnicate");
   CHECK(unknown.exit_code == 2);
   CHECK_THAT(unknown.err, Catch::Contains("unknown option '--frobnicate'"));

@@ -106,7 +106,7 @@ TEST_CASE("page interleave over one node puts every page there") {
   CHECK(buffer->ExpectedNode(buffer->size() - 1) == HostNode());
 }
 
-TEST_CASE("large buffers are 2 MiB aligned; huge pages make page interleave unpredictable") {
+TEST_CASE("large buffers are 2 MiB aligned, huge pages make page interleave unpredictable") {
   const std::size_t bytes = 2 * kHugePage + 5;
   auto huge = AllocateInterleaved(bytes, Policy::Interleave({HostNode()}));
   REQUIRE(huge.ok());
@@ -201,7 +201,7 @@ TEST_CASE("buffers are move-only owners") {
   static_assert(!std::is_copy_constructible_v<InterleavedBuffer>);
 }
 
-TEST_CASE("strict policies fail with the kernel's EPERM; advisory ones fall back and say so") {
+TEST_CASE("strict policies fail with the kernel's EPERM, advisory ones fall back and say so") {
   const std::size_t bytes = 64 * kPage;
   const auto chunked = [](BindMode mode) {
     return Policy::WeightedInterleave({{HostNode(), 1}}, mode, 16 * kPage);

@@ -105,7 +105,7 @@ TEST_CASE("a committed span is aligned, zero, tagged and resident on its node af
   CHECK(counts->on(0) == counts->total_pages);
 }
 
-TEST_CASE("decommit purges but keeps the range mapped and bound; recommit charges again") {
+TEST_CASE("decommit purges but keeps the range mapped and bound, recommit charges again") {
   RecordingGate gate;
   GateScope scope(&gate);
   NodePages* pages = Make(Policy::Bind(0));
@@ -206,7 +206,7 @@ TEST_CASE("the free-memory guard refuses more than the node holds and names the 
   numarena::ThreadSpanFailure().Clear();
 }
 
-TEST_CASE("a Strict placement the kernel refuses fails at creation; Advisory falls back") {
+TEST_CASE("a Strict placement the kernel refuses fails at creation, Advisory falls back") {
   // Node 1 does not exist on this host: mbind says EINVAL.
   const int offline = 1;
   auto strict = NodePages::Create(Policy::Bind(offline), {}, next_owner++);

@@ -160,7 +160,7 @@ TEST_CASE("reserved address space is aligned, committed on demand and decommitte
   CHECK(Contains(s, "errno " + std::to_string(ENOMEM)));
 }
 
-TEST_CASE("MapAnonymous honours alignment; RangeIsMapped sees holes") {
+TEST_CASE("MapAnonymous honours alignment, RangeIsMapped sees holes") {
   const std::size_t kAlign = std::size_t{2} << 20;
   Mapping map(kAlign / kPage, kAlign);
   CHECK(reinterpret_cast<std::uintptr_t>(map.data) % kAlign == 0);
@@ -372,7 +372,7 @@ TEST_CASE("QueryPageNodes and MovePages report per page, check their arguments")
   CHECK(Contains(s, "errno " + std::to_string(ENODEV)));
 }
 
-TEST_CASE("thread affinity: read, pin, restore; a bad CPU id is named") {
+TEST_CASE("thread affinity: read, pin, restore, a bad CPU id is named") {
   auto before = prim::ThreadAffinity();
   REQUIRE(before.ok());
   REQUIRE_FALSE(before->empty());

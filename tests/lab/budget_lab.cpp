@@ -152,7 +152,7 @@ void FreeAll(std::vector<void*>& held) {
   held.clear();
 }
 
-TEST_CASE("a full node walks through the states; Strict Bind past trip fails cleanly") {
+TEST_CASE("a full node walks through the states, Strict Bind past trip fails cleanly") {
   const Nodes nodes = PickNodes();
   InstalledBudget installed;
   Budget& b = *installed.budget;
