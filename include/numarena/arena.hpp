@@ -80,7 +80,9 @@ struct ArenaOptions {
 // ("stats.arenas.<i>.*" after an "epoch" refresh) except `committed`, which is the page
 // provider's own count of bytes charged against the capacity gate.
 struct ArenaStats {
-  std::size_t allocated = 0;  // bytes in live allocations (small + large)
+  // Bytes in live allocations (small + large), counting objects that sit freed in thread
+  // caches (jemalloc's and numarena's front cache) until purge() or thread exit.
+  std::size_t allocated = 0;
   std::size_t active = 0;     // bytes in pages holding live allocations
   std::size_t resident = 0;   // bytes jemalloc believes are resident (upper bound)
   std::size_t mapped = 0;     // bytes of provider spans jemalloc holds (active + dirty + ...)
@@ -227,7 +229,9 @@ class Arena {
   const ArenaOptions& options() const { return options_; }
 
   // Returns the arena's unused dirty pages to the kernel now (instead of after jemalloc's
-  // decay time) and releases their charge on the capacity gate.
+  // decay time) and releases their charge on the capacity gate. Objects freed into the
+  // calling thread's caches go back first; other threads' cached objects (at most about
+  // 8 KiB per size class and thread) stay until those threads allocate, free or exit.
   void purge();
 
   // A snapshot of the arena's counters. Costs a few mallctl calls; not for hot paths.
