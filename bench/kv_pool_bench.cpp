@@ -3,7 +3,8 @@
 //   BM_KvAllocateFree    one span (all layers x head groups) allocated and freed: Append of
 //                        a block of tokens + Truncate back; 1 and 2 threads. Target <= 50 ns.
 //   BM_KvPinUnpin        pin + unpin of a hot block; 1 and 2 threads.
-//   BM_KvPrefixLookup    lookup of a cached full span by prefix hash; 1 and 2 threads.
+//   BM_KvPrefixLookup    lookup of a cached (computed) full span by prefix hash; 1 and 2
+//                        threads. Fails unless every lookup finds the span.
 //   BM_KvDemotePromote   demotion and promotion throughput of warm blocks, with memcpy of
 //                        the same blocks between the same tiers' memory measured in the same
 //                        function: counters demote_vs_memcpy, promote_vs_memcpy. Target 0.7.
@@ -88,7 +89,12 @@ void BM_KvPinUnpin(benchmark::State& state) {
   std::vector<std::int32_t> tokens(16, 7 + state.thread_index());
   tokens[0] = -100 - state.thread_index();
   auto seq = pool->CreateSequence(tokens);
-  const numarena::KvBlockId id = pool->Blocks(*seq, 0, 0)->at(0);
+  std::vector<numarena::KvBlockId> ids;
+  if (!seq.ok() || !pool->Blocks(*seq, 0, 0, &ids).ok() || ids.empty()) {
+    state.SkipWithError("no sequence to pin");
+    return;
+  }
+  const numarena::KvBlockId id = ids[0];
   for (auto _ : state) {
     auto pin = pool->Pin(id);
     benchmark::DoNotOptimize(pin->data());
@@ -106,10 +112,24 @@ void BM_KvPrefixLookup(benchmark::State& state) {
     return t;
   }();
   if (state.thread_index() == 0) {
+    // A span is found by prefix only once its K/V are declared written (the benchmark does
+    // not read them, so it does not write them either).
     auto seq = pool->CreateSequence(prompt);
-    (void)pool->FreeSequence(*seq);  // cached
+    if (!seq.ok() || !pool->MarkComputed(*seq, prompt.size()).ok() ||
+        !pool->FreeSequence(*seq).ok()) {  // cached
+      state.SkipWithError("could not cache the prompt's span");
+    }
   }
-  for (auto _ : state) benchmark::DoNotOptimize(pool->CachedPrefixTokens(prompt));
+  // Threads enter the loop together, after thread 0's setup. Every lookup must cover the
+  // whole prompt: a lookup that finds nothing costs one hash and would time only that.
+  std::size_t misses = 0;
+  for (auto _ : state) {
+    const std::size_t covered = pool->CachedPrefixTokens(prompt);
+    benchmark::DoNotOptimize(covered);
+    misses += covered != prompt.size();
+  }
+  if (misses != 0 && !state.error_occurred())
+    state.SkipWithError("a lookup did not find the cached prefix");
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_KvPrefixLookup)->Threads(1)->Threads(2)->UseRealTime();
@@ -129,7 +149,11 @@ void BM_KvDemotePromote(benchmark::State& state) {
   auto pool = MakePool(g, true, /*retained=*/1000);
   const std::size_t blocks = 256;
   auto seq = pool->CreateSequence(std::vector<std::int32_t>(blocks * 16, 3));
-  auto ids = *pool->Blocks(*seq, 0, 0);
+  std::vector<numarena::KvBlockId> ids;
+  if (!seq.ok() || !pool->Blocks(*seq, 0, 0, &ids).ok()) {
+    state.SkipWithError("no sequence");
+    return;
+  }
   for (auto id : ids) std::memset(pool->Pin(id)->data(), 1, pool->block_bytes());
   // Warm both tiers once (page faults are measured elsewhere).
   pool->Demote(0, blocks);

@@ -357,12 +357,12 @@ StatusOr<ConfigurationResult> RunConfiguration(const Configuration& config, cons
   auto for_blocks =
       [&](KvSequenceId seq, int layer, int group, std::size_t length,
           const std::function<void(std::size_t, int, const KvBlockPin&)>& visit) -> Status {
-    auto blocks = pool.Blocks(seq, layer, group);
-    if (!blocks.ok()) return blocks.status();
-    for (std::size_t b = 0; b < blocks->size(); ++b) {
+    std::vector<KvBlockId> blocks;
+    if (Status st = pool.Blocks(seq, layer, group, &blocks); !st.ok()) return st;
+    for (std::size_t b = 0; b < blocks.size(); ++b) {
       const std::size_t first = b * kTokensPerBlock;
       if (first >= length) break;
-      auto pin = pool.Pin((*blocks)[b]);
+      auto pin = pool.Pin(blocks[b]);
       if (!pin.ok()) return pin.status();
       visit(first, static_cast<int>(std::min<std::size_t>(kTokensPerBlock, length - first)), *pin);
     }
@@ -436,6 +436,9 @@ StatusOr<ConfigurationResult> RunConfiguration(const Configuration& config, cons
     for (const Status& st : worker_status) {
       if (!st.ok()) return st;
     }
+    // Every layer and group of the prompt is written (the workers are done): offer its full
+    // spans for prefix reuse, as a server does after prefill.
+    if (Status st = pool.MarkComputed(id, prompt); !st.ok()) return st;
     ttft_ms.push_back(Ms(Clock::now() - batch_begin));
     next_token[s] = static_cast<std::int32_t>(prompts[s].back() + 1);
   }
@@ -492,6 +495,11 @@ StatusOr<ConfigurationResult> RunConfiguration(const Configuration& config, cons
     for (const Status& st : worker_status) {
       if (!st.ok()) return st;
     }
+    // The new token's K/V are written in every layer and group: mark them computed, so a
+    // span this token filled becomes shareable by prefix.
+    for (int s = 0; s < o.sequences; ++s) {
+      if (Status st = pool.MarkComputed(sequences[s], length); !st.ok()) return st;
+    }
     // The next token of each sequence from its outputs (a stand-in for sampling).
     for (int s = 0; s < o.sequences; ++s) {
       double sum = 0;
@@ -519,12 +527,12 @@ StatusOr<ConfigurationResult> RunConfiguration(const Configuration& config, cons
 
   // Where the KV pages are, against the node whose CPU read them.
   std::size_t local = 0;
+  std::vector<KvBlockId> blocks;
   for (int s = 0; s < o.sequences; ++s) {
     for (int g = 0; g < groups; ++g) {
       for (int layer = 0; layer < o.layers; ++layer) {
-        auto blocks = pool.Blocks(sequences[s], layer, g);
-        if (!blocks.ok()) return blocks.status();
-        for (KvBlockId block : *blocks) {
+        if (Status st = pool.Blocks(sequences[s], layer, g, &blocks); !st.ok()) return st;
+        for (KvBlockId block : blocks) {
           auto pin = pool.Pin(block);
           if (!pin.ok()) return pin.status();
           auto counts = page_nodes(pin->data(), pool.block_bytes());

@@ -13,6 +13,14 @@
 // its own sharded locks; every sequence has its own lock. Storage is always called with no
 // lock held (see kv_slab.hpp), because a budget's reclaim hook may re-enter `Reclaim`.
 //
+// Pins by block id. `Pin(id)` takes the pin reference first and checks the span's state
+// afterwards, letting go when the span is not in use or cached. A pin held keeps the
+// block's memory (DropBlocks waits for it), so a pin that passes the check points at memory
+// that stays until unpin. A cached span leaves the cache (evicted by Reclaim or by an
+// allocation that found no memory) only through ClaimCached, which claims every block
+// (0 -> MIGRATING) before changing the span's state: a pinned span is skipped, and a pin
+// that waited for the claim finds the span free and backs out.
+//
 // Prefix publication. A span is hashed when it fills (Append) but enters the prefix index
 // only in MarkComputed, after the caller has written its K/V. The insert happens under the
 // span's index shard mutex, and every lookup that can hand the span to another sequence
@@ -279,8 +287,16 @@ struct KvPool::Impl {
   }
 
   // ---- pins
-  // Pins `id`; promotes it first when it is cold, `promote` is set and there is room.
-  void PinRaw(KvBlockId id, bool promote) {
+  // Whether blocks of span `s` may be pinned: it belongs to a sequence or to the cache.
+  bool Pinnable(std::uint32_t s) const {
+    const std::uint8_t st = span(s).state.load(std::memory_order_acquire);
+    return st == kInUse || st == kCached;
+  }
+
+  // Takes a pin reference on `id` (waiting while it moves); promotes it first when it is
+  // cold, `promote` is set, its span is pinnable and there is room. Neither touches the
+  // hotness nor counts the pin (NotePin does).
+  void AcquirePin(KvBlockId id, bool promote) {
     BlockMeta& b = block(id);
     for (;;) {
       std::uint32_t st = b.state.load(std::memory_order_acquire);
@@ -291,7 +307,10 @@ struct KvPool::Impl {
       if (st == 0 && promote && options.promote_on_touch &&
           b.tier.load(std::memory_order_relaxed) == static_cast<std::uint8_t>(KvTier::kCold)) {
         if (b.state.compare_exchange_weak(st, kMigrating, std::memory_order_acquire)) {
-          TryPromoteLocked(id, b);
+          // A Pin racing with the span's free or eviction backs out afterwards: never take
+          // hot memory for such a block. Spans leave the cache only while every block is
+          // claimed (ClaimCached), so with MIGRATING held this check cannot go stale that way.
+          if (Pinnable(static_cast<std::uint32_t>(id / bps))) TryPromoteLocked(id, b);
           b.state.store(1, std::memory_order_release);
           break;
         }
@@ -299,6 +318,11 @@ struct KvPool::Impl {
       }
       if (b.state.compare_exchange_weak(st, st + 1, std::memory_order_acquire)) break;
     }
+  }
+
+  // Records an access of a pinned block: hotness and the per-tier pin counters.
+  void NotePin(KvBlockId id) {
+    BlockMeta& b = block(id);
     kv::Touch(b.hot, Tick());
     StatStripe& s = stripe();
     if (b.tier.load(std::memory_order_relaxed) == static_cast<std::uint8_t>(KvTier::kHot)) {
@@ -306,6 +330,13 @@ struct KvPool::Impl {
     } else {
       s.cold_pins.fetch_add(1, std::memory_order_relaxed);
     }
+  }
+
+  // Pins a block the caller knows stays owned (its sequence's lock is held, or it is the
+  // caller's own span).
+  void PinRaw(KvBlockId id, bool promote) {
+    AcquirePin(id, promote);
+    NotePin(id);
   }
   void UnpinRaw(KvBlockId id) { block(id).state.fetch_sub(1, std::memory_order_release); }
 
@@ -522,20 +553,59 @@ struct KvPool::Impl {
     shard.spans.push_back(s);
   }
 
-  // Whether Reclaim may take the span's memory on `node`: some block has its data there
-  // (either tier) and no block is pinned or being moved. The second part also keeps Reclaim
-  // from waiting on a block that its own thread holds MIGRATING further up the stack (a
-  // demotion or promotion whose slab allocation ran the budget's reclaim hook).
+  // Whether Reclaim or an allocation may take the span's memory on `node` (-1: on any
+  // node): some block has its data there (either tier) and no block is pinned or being
+  // moved. The second part also keeps Reclaim from waiting on a block that its own thread
+  // holds MIGRATING further up the stack (a demotion or promotion whose slab allocation ran
+  // the budget's reclaim hook). A cheap test: a pin may come right after it (ClaimCached
+  // settles that for cached spans).
   bool ReclaimableOn(std::uint32_t s, int node) const {
     bool on_node = false;
     for (std::size_t i = 0; i < bps; ++i) {
       const BlockMeta& b = block(block_id(s, static_cast<int>(i)));
       if (b.state.load(std::memory_order_acquire) != 0) return false;
       if (b.tier.load(std::memory_order_relaxed) != static_cast<std::uint8_t>(KvTier::kNone) &&
-          b.node.load(std::memory_order_relaxed) == node)
+          (node < 0 || b.node.load(std::memory_order_relaxed) == node))
         on_node = true;
     }
     return on_node;
+  }
+
+  // Takes cached span `s` out of the cache for its evictor, under the span's index shard
+  // lock, unless one of its blocks is pinned or being moved. Every block is claimed
+  // (0 -> MIGRATING) before the span's state changes, so a pin either came first (the claim
+  // fails and the span stays cached) or waits for the claim and then finds the span free
+  // (Pin backs out): a reader's pin never sees its block evicted or handed to a new owner.
+  bool ClaimCached(std::uint32_t s) {
+    std::size_t claimed = 0;
+    for (; claimed < bps; ++claimed) {
+      std::uint32_t expected = 0;
+      if (!block(block_id(s, static_cast<int>(claimed)))
+               .state.compare_exchange_strong(expected, kMigrating, std::memory_order_acquire))
+        break;
+    }
+    const bool all = claimed == bps;
+    if (all) {
+      SpanMeta& m = span(s);
+      m.indexed.store(false, std::memory_order_relaxed);
+      m.state.store(kFree, std::memory_order_relaxed);  // not pinnable, on no free list
+    }
+    for (std::size_t i = 0; i < claimed; ++i)
+      block(block_id(s, static_cast<int>(i))).state.store(0, std::memory_order_release);
+    return all;
+  }
+
+  // Evicts the least recently released cached span that has memory on `node` (-1: anywhere)
+  // and no pinned or moving block: it leaves the prefix index and belongs to the caller
+  // (state kFree, on no free list) to drop or reuse. kNil when no cached span qualifies.
+  // Both evictions, Reclaim's and an allocation's that found no memory, go through here.
+  std::uint32_t EvictCached(int node) {
+    const std::uint32_t s =
+        prefix.EvictOldest([this, node](std::uint32_t c) { return ReclaimableOn(c, node); },
+                           [this](std::uint32_t c) { return ClaimCached(c); });
+    if (s == kv::PrefixIndex::kNone) return kNil;
+    cached_evictions.fetch_add(1, std::memory_order_relaxed);
+    return s;
   }
 
   // A span id whose blocks have no memory: a recycled one or a new one.
@@ -644,10 +714,9 @@ struct KvPool::Impl {
         std::lock_guard lock(grow_mu);
         unbacked.push_back(s);
       }
-      const std::uint32_t evicted = prefix.EvictOne(
-          [this](std::uint32_t e) { span(e).indexed.store(false, std::memory_order_relaxed); });
-      if (evicted != kv::PrefixIndex::kNone) {
-        cached_evictions.fetch_add(1, std::memory_order_relaxed);
+      // Cached spans keep all their blocks' memory: an evicted one is ready as it is.
+      const std::uint32_t evicted = EvictCached(-1);
+      if (evicted != kNil) {
         ActivateSpan(evicted);
         return evicted;
       }
@@ -1134,18 +1203,20 @@ Status CheckLayerGroup(const kv::Layout& layout, int layer, int group) {
 }
 }  // namespace
 
-StatusOr<std::vector<KvBlockId>> KvPool::Blocks(KvSequenceId sequence, int layer, int group) const {
+Status KvPool::Blocks(KvSequenceId sequence, int layer, int group,
+                      std::vector<KvBlockId>* out) const {
   Impl& p = *impl_;
+  if (out == nullptr) return absl::InvalidArgumentError("KV pool: Blocks needs an output vector");
+  out->clear();
   if (Status st = CheckLayerGroup(p.layout, layer, group); !st.ok()) return st;
   Sequence* s = p.sequence(sequence);
   if (s == nullptr) return p.NoSequence(sequence);
   std::lock_guard lock(s->mu);
   if (!s->live || p.sequence(sequence) != s) return p.NoSequence(sequence);
   const int index = p.layout.BlockIndex(layer / p.layout.geometry.layers_per_block, group);
-  std::vector<KvBlockId> ids;
-  ids.reserve(s->spans.size());
-  for (std::uint32_t sp : s->spans) ids.push_back(p.block_id(sp, index));
-  return ids;
+  out->reserve(s->spans.size());
+  for (std::uint32_t sp : s->spans) out->push_back(p.block_id(sp, index));
+  return absl::OkStatus();
 }
 
 StatusOr<KvBlockPin> KvPool::Pin(KvBlockId block) {
@@ -1153,15 +1224,23 @@ StatusOr<KvBlockPin> KvPool::Pin(KvBlockId block) {
   if (!p.valid_block(block)) {
     return absl::InvalidArgumentError(absl::StrCat("KV pool: block ", block, " does not exist"));
   }
-  const std::uint8_t st =
-      p.span(static_cast<std::uint32_t>(block / p.bps)).state.load(std::memory_order_acquire);
-  if (st != kInUse && st != kCached) {
+  // Pin first, check second. Checking first would leave a window in which the span is freed
+  // and its memory dropped or reused before the pin lands. With the reference held, the
+  // block's memory cannot be dropped (DropBlocks waits for pins) and a cached span cannot be
+  // evicted (ClaimCached fails); the span still belonging to a sequence or the cache after
+  // that means the pin is good. Otherwise let go: the block is free, unbacked or recycled
+  // mid-allocation.
+  p.AcquirePin(block, /*promote=*/true);
+  if (!p.Pinnable(static_cast<std::uint32_t>(block / p.bps)) ||
+      p.block(block).tier.load(std::memory_order_relaxed) ==
+          static_cast<std::uint8_t>(KvTier::kNone)) {
+    p.UnpinRaw(block);
     return absl::FailedPreconditionError(
         absl::StrCat("KV pool: block ", block,
                      " belongs to no sequence or cache; pin blocks of live "
                      "sequences only"));
   }
-  p.PinRaw(block, /*promote=*/true);
+  p.NotePin(block);
   KvBlockPin pin;
   pin.pool_ = this;
   p.FillPin(pin, block);
@@ -1262,14 +1341,8 @@ std::size_t KvPool::Reclaim(int node, std::size_t bytes, KvUrgency urgency) {
   // to rate-limited demotion, which keeps their data.
   const bool may_evict = urgency == KvUrgency::kUrgent || home == nullptr || p.cold.empty();
   while (may_evict && released() < bytes) {
-    const std::uint32_t s = p.prefix.EvictOldest(
-        [&p, node](std::uint32_t span) { return p.ReclaimableOn(span, node); },
-        [&p](std::uint32_t span) {  // under the span's index shard lock
-          p.span(span).indexed.store(false, std::memory_order_relaxed);
-          p.span(span).state.store(kFree, std::memory_order_relaxed);  // no new pins
-        });
-    if (s == kv::PrefixIndex::kNone) break;
-    p.cached_evictions.fetch_add(1, std::memory_order_relaxed);
+    const std::uint32_t s = p.EvictCached(node);
+    if (s == kNil) break;
     bool left = false;
     const std::size_t dropped = p.DropBlocks(s, node, &left);
     p.ParkSpan(s, left, dropped > 0);
@@ -1343,19 +1416,17 @@ Status KvPool::PromoteBlock(KvBlockId id) {
     return absl::InvalidArgumentError(absl::StrCat("KV pool: block ", id, " does not exist"));
   }
   BlockMeta& b = p.block(id);
-  const std::uint8_t span_state =
-      p.span(static_cast<std::uint32_t>(id / p.bps)).state.load(std::memory_order_acquire);
-  if (span_state != kInUse && span_state != kCached) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("KV pool: block ", id, " belongs to no sequence or cache"));
-  }
   std::uint32_t expected = 0;
   if (!b.state.compare_exchange_strong(expected, kMigrating, std::memory_order_acquire)) {
     return absl::FailedPreconditionError(
         absl::StrCat("KV pool: block ", id, " is pinned or being moved"));
   }
+  // Checked with the block claimed, as Pin does, so a span being evicted is not promoted.
   Status result;
-  if (b.tier.load(std::memory_order_relaxed) != static_cast<std::uint8_t>(KvTier::kCold)) {
+  if (!p.Pinnable(static_cast<std::uint32_t>(id / p.bps))) {
+    result = absl::FailedPreconditionError(
+        absl::StrCat("KV pool: block ", id, " belongs to no sequence or cache"));
+  } else if (b.tier.load(std::memory_order_relaxed) != static_cast<std::uint8_t>(KvTier::kCold)) {
     result = absl::FailedPreconditionError(
         absl::StrCat("KV pool: block ", id, " is not in the cold tier"));
   } else if (!p.TryPromoteLocked(id, b)) {

@@ -56,16 +56,12 @@ void PrefixIndex::UncacheLocked(std::uint64_t hash, std::uint32_t span) {
   cached_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-std::uint32_t PrefixIndex::EvictOne(const std::function<void(std::uint32_t)>& claim) {
-  return EvictOldest(nullptr, claim);
-}
-
 std::uint32_t PrefixIndex::EvictOldest(const std::function<bool(std::uint32_t)>& eligible,
-                                       const std::function<void(std::uint32_t)>& claim) {
+                                       const std::function<bool(std::uint32_t)>& try_claim) {
   // The oldest eligible entry of a shard's cached list (its front when all are eligible).
   auto oldest = [&eligible](const Shard& s) -> const Shard::Cached* {
     for (const Shard::Cached& c : s.lru)
-      if (!eligible || eligible(c.span)) return &c;
+      if (eligible(c.span)) return &c;
     return nullptr;
   };
   while (cached() != 0) {
@@ -85,16 +81,15 @@ std::uint32_t PrefixIndex::EvictOldest(const std::function<bool(std::uint32_t)>&
     Shard& s = shards_[best];
     std::lock_guard lock(s.mu);
     auto it = s.lru_position.find(victim.span);
-    if (it == s.lru_position.end() || it->second->tick != victim.tick ||
-        (eligible && !eligible(victim.span))) {
-      continue;  // reused (or re-cached, or changed) meanwhile: look again
+    if (it == s.lru_position.end() || it->second->tick != victim.tick || !eligible(victim.span) ||
+        !try_claim(victim.span)) {
+      continue;  // reused, re-cached, pinned or moved meanwhile: look again
     }
     s.lru.erase(it->second);
     s.lru_position.erase(it);
     s.by_hash.erase(victim.hash);
     cached_.fetch_sub(1, std::memory_order_relaxed);
     indexed_.fetch_sub(1, std::memory_order_relaxed);
-    claim(victim.span);
     return victim.span;
   }
   return kNone;

@@ -43,17 +43,17 @@ class PrefixIndex {
   // Takes a cached span off the cached list (it is owned again).
   void UncacheLocked(std::uint64_t hash, std::uint32_t span);
 
-  // Removes the least recently cached span (oldest head over all shards) from the index and
-  // the cached list, calling `claim(span)` under the shard's lock. kNone when nothing is
-  // cached.
-  std::uint32_t EvictOne(const std::function<void(std::uint32_t)>& claim);
-  // The same restricted to cached spans for which `eligible(span)` holds (called under the
-  // span's shard lock): the least recently cached eligible span is removed and claimed.
-  // kNone when no cached span is eligible. Walks each shard's cached list from its oldest
-  // entry until one is eligible, so it costs up to the number of cached spans: for
-  // reclaim, not for the allocation path.
+  // Removes the least recently cached span for which `eligible(span)` holds from the index
+  // and the cached list, and returns it; kNone when no cached span is eligible or claimable.
+  // `eligible` is a cheap test, called under the span's shard lock while searching and again
+  // for the chosen span; `try_claim(span)` is then called under that lock and may refuse (the
+  // span stays cached and the search goes on, so it must refuse only for a reason that
+  // `eligible` sees next time, such as a block pinned meanwhile). Once it returns true the
+  // span is gone from the index. Walks each shard's cached list from its oldest entry until
+  // one is eligible: O(shards) when the oldest spans are eligible, up to the number of
+  // cached spans when many are not.
   std::uint32_t EvictOldest(const std::function<bool(std::uint32_t)>& eligible,
-                            const std::function<void(std::uint32_t)>& claim);
+                            const std::function<bool(std::uint32_t)>& try_claim);
 
   std::size_t cached() const { return cached_.load(std::memory_order_relaxed); }
   std::size_t indexed() const { return indexed_.load(std::memory_order_relaxed); }

@@ -110,3 +110,118 @@ TEST_CASE("concurrent sequences, prefix sharing, forks and tier moves keep data 
   CHECK(st.prefix_hits > 0);
   CHECK(st.demotions > 0);
 }
+
+// Pins by block id against frees, Reclaim and allocations that must evict (both tiers full):
+// a pin must only be granted for a block that has memory, and a granted pin must hold the
+// block in place (no drop, no move) until it is released. Owners keep their own rows intact
+// through all of it, so neither an eviction nor a reclaim took a span someone still owns. A
+// pinner does not read the rows: a pin held while its span is freed keeps the memory, not
+// the contents, which the span's next owner writes.
+//
+// Before the fixes, Pin checked the span's state and only then pinned, so it could pin a
+// block whose span was freed and dropped in between (a pin with no memory), and an
+// allocation's eviction took cached spans whatever their pins. The first shows up here as
+// `bad_pins` when the interleaving happens (not on every run); the second is tested
+// deterministically in kv_pool_test.cpp.
+TEST_CASE("pins by block id race safely with frees, reclaim and eviction for allocation") {
+  auto storage = std::make_shared<kvtest::HeapStorage>();
+  numarena::KvPoolOptions o;
+  o.geometry = {.layers = 1,
+                .kv_heads = 2,
+                .head_dim = 8,
+                .dtype = numarena::KvDType::kFp16,
+                .tokens_per_block = 4,
+                .heads_per_group = 1};
+  o.home_nodes = {0, 1};
+  o.cold_tier = numarena::KvColdTier::Node(2);
+  o.hot_blocks_per_node = 8;  // 8 spans hot, 8 blocks cold: allocations evict cached spans
+  o.cold_blocks = 8;
+  o.retained_empty_slabs = 0;  // an emptied slab goes back to the storage at once
+  o.storage = storage;
+  auto created = numarena::KvPool::Create(o);
+  REQUIRE(created.ok());
+  numarena::KvPool& pool = **created;
+
+  constexpr std::size_t kSlots = 16;  // block ids the owners publish for the pinners
+  std::atomic<numarena::KvBlockId> slots[kSlots];
+  for (auto& s : slots) s.store(0);
+  std::atomic<bool> stop{false};
+  std::atomic<std::size_t> bad_rows{0}, bad_pins{0}, granted{0}, refused{0}, rounds{0};
+
+  // Owners run 400 rounds each, and on until the pinners have had both outcomes often
+  // (threads may start late on a loaded machine); at most 20000 rounds.
+  auto owner = [&](int id) {
+    std::mt19937 rng(static_cast<unsigned>(100 + id));
+    for (int round = 0; round < 20000; ++round) {
+      if (round >= 400 && granted.load() >= 1000 && refused.load() >= 1000) break;
+      // One of four 4-token prefixes (prefix hits on cached spans), then 1..5 own tokens.
+      std::vector<std::int32_t> tokens;
+      const int prefix = static_cast<int>(rng() % 4);
+      for (int i = 0; i < 4; ++i) tokens.push_back(prefix * 100 + i);
+      const std::size_t extra = 1 + rng() % 5;
+      for (std::size_t i = 0; i < extra; ++i) tokens.push_back(50000 + id * 1000 + round);
+      std::size_t reused = 0;
+      auto seq = pool.CreateSequence(tokens, &reused);
+      if (!seq.ok()) continue;  // everything pinned or owned just now
+      kvtest::WriteTokens(pool, *seq, tokens, reused, tokens.size());
+      // Mostly computed (its full spans are cached when freed), sometimes not (freed).
+      if (rng() % 4 != 0) (void)pool.MarkComputed(*seq, tokens.size());
+      for (int g = 0; g < pool.head_groups(); ++g) {
+        for (numarena::KvBlockId b : kvtest::BlockIds(pool, *seq, 0, g))
+          slots[rng() % kSlots].store(b, std::memory_order_relaxed);
+      }
+      std::this_thread::yield();
+      bad_rows += kvtest::CountBadRows(pool, *seq, tokens);
+      (void)pool.FreeSequence(*seq);
+      ++rounds;
+    }
+  };
+  auto pinner = [&](int id) {
+    std::mt19937 rng(static_cast<unsigned>(200 + id));
+    while (!stop.load(std::memory_order_relaxed)) {
+      const numarena::KvBlockId b = slots[rng() % kSlots].load(std::memory_order_relaxed);
+      auto pin = pool.Pin(b);
+      if (!pin.ok()) {
+        ++refused;
+        continue;
+      }
+      ++granted;
+      bool ok = pin->data() != nullptr && pin->tier() != numarena::KvTier::kNone;
+      for (int look = 0; ok && look < 3; ++look) {  // held: the block neither goes nor moves
+        const auto where = pool.Locate(b);
+        ok = where.ok() && where->tier == pin->tier() && where->node == pin->node() &&
+             where->pins >= 1;
+        std::this_thread::yield();
+      }
+      if (!ok) ++bad_pins;
+    }
+  };
+  std::thread reclaimer([&] {
+    std::mt19937 rng(9);
+    while (!stop.load(std::memory_order_relaxed)) {
+      const int node = static_cast<int>(rng() % 3);
+      pool.Reclaim(node, 1024,
+                   rng() % 2 ? numarena::KvUrgency::kUrgent : numarena::KvUrgency::kBackground);
+      if (rng() % 2) pool.Demote(static_cast<int>(rng() % 2), 1 + rng() % 4);
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> pinners;
+  for (int i = 0; i < 2; ++i) pinners.emplace_back(pinner, i);
+  std::vector<std::thread> owners;
+  for (int i = 0; i < 2; ++i) owners.emplace_back(owner, i);
+  for (auto& t : owners) t.join();
+  stop = true;
+  for (auto& t : pinners) t.join();
+  reclaimer.join();
+
+  CHECK(bad_pins.load() == 0);
+  CHECK(bad_rows.load() == 0);
+  CHECK(granted.load() >= 1000);
+  CHECK(refused.load() >= 1000);
+  CHECK(rounds.load() > 400);  // most rounds found memory
+  const auto st = pool.Stats();
+  CHECK(st.pinned_blocks == 0);
+  CHECK(st.spans_in_use == 0);
+  CHECK(st.cached_evictions > 0);
+}

@@ -191,10 +191,10 @@ TEST_CASE("block accounting: spans, blocks per node, release into cache and free
   REQUIRE(st.nodes.size() == 3);
   CHECK(st.nodes[0].hot_blocks == 6);  // group 0, 2 layers, 3 spans
   CHECK(st.nodes[1].hot_blocks == 6);
-  auto blocks = pool->Blocks(*seq, 1, 1);
-  REQUIRE(blocks.ok());
-  CHECK(blocks->size() == 3);
-  for (KvBlockId id : *blocks) {
+  std::vector<KvBlockId> blocks;
+  REQUIRE(pool->Blocks(*seq, 1, 1, &blocks).ok());
+  CHECK(blocks.size() == 3);
+  for (KvBlockId id : blocks) {
     auto pin = pool->Pin(id);
     REQUIRE(pin.ok());
     CHECK(pin->node() == 1);
@@ -245,14 +245,14 @@ TEST_CASE("fork shares spans, and appending copies the shared partial span") {
   auto child = pool->Fork(*parent);
   REQUIRE(child.ok());
   CHECK(pool->Stats().spans_in_use == 2);  // shared, not copied
-  CHECK(*pool->Blocks(*child, 0, 0) == *pool->Blocks(*parent, 0, 0));
+  CHECK(kvtest::BlockIds(*pool, *child, 0, 0) == kvtest::BlockIds(*pool, *parent, 0, 0));
 
   auto child_tokens = tokens;
   child_tokens.push_back(777);
   REQUIRE(pool->Append(*child, std::vector<std::int32_t>{777}).ok());
   kvtest::WriteTokens(*pool, *child, child_tokens, 6, 7);
-  auto pb = *pool->Blocks(*parent, 0, 0);
-  auto cb = *pool->Blocks(*child, 0, 0);
+  auto pb = kvtest::BlockIds(*pool, *parent, 0, 0);
+  auto cb = kvtest::BlockIds(*pool, *child, 0, 0);
   CHECK(pb[0] == cb[0]);  // the full span is still shared
   CHECK(pb[1] != cb[1]);  // the partial one was copied
   CHECK(pool->Stats().copy_on_writes == 1);
@@ -265,7 +265,7 @@ TEST_CASE("fork shares spans, and appending copies the shared partial span") {
   REQUIRE(pool->Append(*parent, std::vector<std::int32_t>{888}).ok());
   kvtest::WriteTokens(*pool, *parent, parent_tokens, 6, 7);
   CHECK(pool->Stats().copy_on_writes == 1);
-  CHECK(*pool->Blocks(*parent, 0, 0) == pb);
+  CHECK(kvtest::BlockIds(*pool, *parent, 0, 0) == pb);
   CHECK(kvtest::CountBadRows(*pool, *child, child_tokens) == 0);
   CHECK(kvtest::CountBadRows(*pool, *parent, parent_tokens) == 0);
 
@@ -283,7 +283,7 @@ TEST_CASE("prefix reuse: full spans are shared by hash of parent and tokens") {
   REQUIRE(a.ok());
   kvtest::WriteTokens(*pool, *a, a_tokens, 0, 12);
   REQUIRE(pool->MarkComputed(*a, 12).ok());
-  const auto a_blocks = *pool->Blocks(*a, 1, 0);
+  const auto a_blocks = kvtest::BlockIds(*pool, *a, 1, 0);
 
   // A live sequence's full spans are found.
   auto b_tokens = Tokens(10);
@@ -292,7 +292,7 @@ TEST_CASE("prefix reuse: full spans are shared by hash of parent and tokens") {
   auto b = pool->CreateSequence(b_tokens, &reused);
   REQUIRE(b.ok());
   CHECK(reused == 8);
-  auto b_blocks = *pool->Blocks(*b, 1, 0);
+  auto b_blocks = kvtest::BlockIds(*pool, *b, 1, 0);
   CHECK(b_blocks[0] == a_blocks[0]);
   CHECK(b_blocks[1] == a_blocks[1]);
   CHECK(b_blocks[2] != a_blocks[2]);
@@ -308,7 +308,7 @@ TEST_CASE("prefix reuse: full spans are shared by hash of parent and tokens") {
   auto c = pool->CreateSequence(a_tokens, &reused);
   REQUIRE(c.ok());
   CHECK(reused == 12);
-  CHECK(*pool->Blocks(*c, 1, 0) == a_blocks);
+  CHECK(kvtest::BlockIds(*pool, *c, 1, 0) == a_blocks);
   CHECK(kvtest::CountBadRows(*pool, *c, a_tokens) == 0);
 
   // Same tokens after a different first span: different parent hash, no reuse.
@@ -333,7 +333,7 @@ TEST_CASE("prefix index: a span is found only after MarkComputed covers it") {
   auto b = pool->CreateSequence(tokens, &reused);
   REQUIRE(b.ok());
   CHECK(reused == 0);
-  CHECK(pool->Blocks(*b, 0, 0)->at(0) != pool->Blocks(*a, 0, 0)->at(0));
+  CHECK(kvtest::BlockIds(*pool, *b, 0, 0).at(0) != kvtest::BlockIds(*pool, *a, 0, 0).at(0));
   // Freed before it was computed: its spans hold no trustworthy K/V, so they are not cached.
   REQUIRE(pool->FreeSequence(*b).ok());
   CHECK(pool->Stats().spans_cached == 0);
@@ -354,7 +354,7 @@ TEST_CASE("prefix index: a span is found only after MarkComputed covers it") {
   auto c = pool->CreateSequence(tokens, &reused);
   REQUIRE(c.ok());
   CHECK(reused == 8);
-  CHECK(pool->Blocks(*c, 1, 1)->at(1) == pool->Blocks(*a, 1, 1)->at(1));
+  CHECK(kvtest::BlockIds(*pool, *c, 1, 1).at(1) == kvtest::BlockIds(*pool, *a, 1, 1).at(1));
   kvtest::WriteTokens(*pool, *c, tokens, 8, 10);
   CHECK(kvtest::CountBadRows(*pool, *c, tokens) == 0);
 
@@ -454,6 +454,102 @@ TEST_CASE("cached spans are evicted (LRU) when there is no memory left") {
   CHECK(pool->CachedPrefixTokens(Tokens(4, 1000)) == 0);  // released first: evicted
 }
 
+TEST_CASE("eviction for an allocation skips cached spans whose blocks are pinned") {
+  auto storage = std::make_shared<kvtest::HeapStorage>();
+  auto o = SmallOptions(storage);
+  o.cold_tier = KvColdTier::None();
+  o.hot_blocks_per_node = 6;  // 3 spans
+  auto pool = MustCreate(o);
+  std::vector<KvBlockId> first_block;  // layer 0, group 0 of each span
+  for (int i = 0; i < 3; ++i) {
+    auto s = pool->CreateSequence(Tokens(4, 1000 * i));
+    REQUIRE(s.ok());
+    kvtest::WriteTokens(*pool, *s, Tokens(4, 1000 * i), 0, 4);
+    REQUIRE(pool->MarkComputed(*s, 4).ok());
+    first_block.push_back(kvtest::BlockIds(*pool, *s, 0, 0).at(0));
+    REQUIRE(pool->FreeSequence(*s).ok());  // cached; span 0 is the least recently released
+  }
+  REQUIRE(pool->Stats().spans_cached == 3);
+
+  {
+    // A reader pins the oldest cached span's block: an allocation that finds no memory
+    // evicts the next oldest instead, and the pinned rows keep their contents.
+    auto pin = pool->Pin(first_block[0]);
+    REQUIRE(pin.ok());
+    const std::vector<std::byte> before(pin->data(), pin->data() + pool->block_bytes());
+    auto s = pool->CreateSequence(Tokens(4, 5000));
+    REQUIRE(s.ok());
+    kvtest::WriteTokens(*pool, *s, Tokens(4, 5000), 0, 4);
+    CHECK(std::equal(before.begin(), before.end(), pin->data()));
+    CHECK(pool->Stats().cached_evictions == 1);
+    CHECK(pool->CachedPrefixTokens(Tokens(4, 0)) == 4);     // pinned: kept
+    CHECK(pool->CachedPrefixTokens(Tokens(4, 1000)) == 0);  // evicted
+    CHECK(pool->CachedPrefixTokens(Tokens(4, 2000)) == 4);
+
+    // Every cached span pinned: nothing to evict, so the allocation is refused and both
+    // cached spans stay.
+    auto pin2 = pool->Pin(first_block[2]);
+    REQUIRE(pin2.ok());
+    auto refused = pool->CreateSequence(Tokens(4, 6000));
+    CHECK(refused.status().code() == absl::StatusCode::kResourceExhausted);
+    CHECK(pool->Stats().cached_evictions == 1);
+    CHECK(pool->CachedPrefixTokens(Tokens(4, 0)) == 4);
+    CHECK(pool->CachedPrefixTokens(Tokens(4, 2000)) == 4);
+    REQUIRE(pool->FreeSequence(*s).ok());  // span 5000 is not computed: freed, not cached
+  }
+  // Unpinned, the oldest cached span is the victim again (after the free span).
+  auto a = pool->CreateSequence(Tokens(4, 7000));
+  REQUIRE(a.ok());
+  CHECK(pool->Stats().cached_evictions == 1);  // took the free span
+  auto b = pool->CreateSequence(Tokens(4, 8000));
+  REQUIRE(b.ok());
+  CHECK(pool->Stats().cached_evictions == 2);
+  CHECK(pool->CachedPrefixTokens(Tokens(4, 0)) == 0);
+  CHECK(pool->CachedPrefixTokens(Tokens(4, 2000)) == 4);
+}
+
+TEST_CASE("pin by id: a freed block is refused, and Blocks fills the caller's vector") {
+  auto storage = std::make_shared<kvtest::HeapStorage>();
+  auto o = SmallOptions(storage);
+  o.cold_tier = KvColdTier::None();
+  auto pool = MustCreate(o);
+  auto seq = pool->CreateSequence(Tokens(6));  // 2 spans, the last one partial
+  REQUIRE(seq.ok());
+
+  std::vector<KvBlockId> ids{7, 7, 7};
+  REQUIRE(pool->Blocks(*seq, 1, 1, &ids).ok());  // replaces what was there
+  REQUIRE(ids.size() == 2);
+  CHECK(ids[0] != ids[1]);
+  for (KvBlockId id : ids) {  // the caller's vector: nothing dangles
+    auto pin = pool->Pin(id);
+    REQUIRE(pin.ok());
+    CHECK(pin->data() != nullptr);
+    CHECK(pin->group() == 1);
+    CHECK(pin->first_layer() == 1);
+  }
+  CHECK(pool->Blocks(*seq, 2, 0, &ids).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(ids.empty());
+  CHECK(pool->Blocks(*seq, 0, 0, nullptr).code() == absl::StatusCode::kInvalidArgument);
+
+  REQUIRE(pool->Blocks(*seq, 0, 0, &ids).ok());
+  const KvBlockId first = ids.at(0);
+  REQUIRE(pool->FreeSequence(*seq).ok());  // not computed: its spans are free, not cached
+  CHECK(pool->Blocks(*seq, 0, 0, &ids).code() == absl::StatusCode::kNotFound);
+  CHECK(ids.empty());
+
+  // The block's span is free: Pin refuses it and leaves no pin behind, before and after
+  // Reclaim dropped its memory.
+  CHECK(pool->Pin(first).status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(pool->Locate(first)->pins == 0);
+  CHECK(pool->Reclaim(0, SIZE_MAX) > 0);
+  CHECK(pool->Locate(first)->tier == KvTier::kNone);
+  CHECK(pool->Pin(first).status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(pool->Locate(first)->pins == 0);
+  CHECK(pool->Stats().pinned_blocks == 0);
+  CHECK(pool->Stats().hot_pins == 2);  // only the pins that were taken count
+  CHECK(pool->Pin(1u << 30).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
 namespace {
 
 // One home node, one group, one layer: every span is one block. Sequences A, B, C, ...
@@ -470,7 +566,7 @@ struct OrderFixture {
     for (int i = 0; i < count; ++i) {
       auto s = pool->CreateSequence(Tokens(4, 100 * i));
       REQUIRE(s.ok());
-      blocks.push_back(pool->Blocks(*s, 0, 0)->at(0));
+      blocks.push_back(kvtest::BlockIds(*pool, *s, 0, 0).at(0));
     }
   }
   void Touch(int i) { REQUIRE(pool->Pin(blocks[i]).ok()); }
@@ -542,7 +638,7 @@ TEST_CASE("tiers: demote, promote on touch, served cold when the hot tier is ful
   auto seq = pool->CreateSequence(tokens);
   REQUIRE(seq.ok());
   kvtest::WriteTokens(*pool, *seq, tokens, 0, 8);
-  const KvBlockId b0 = pool->Blocks(*seq, 0, 0)->at(0);
+  const KvBlockId b0 = kvtest::BlockIds(*pool, *seq, 0, 0).at(0);
 
   REQUIRE(pool->DemoteBlock(b0).ok());
   CHECK(pool->Locate(b0)->tier == KvTier::kCold);
@@ -615,8 +711,7 @@ TEST_CASE("data integrity across 100,000 random demote/promote cycles") {
     seqs.push_back(*s);
     for (int layer = 0; layer < 2; ++layer)
       for (int group = 0; group < 2; ++group)
-        for (KvBlockId id : std::vector<KvBlockId>(*pool->Blocks(*s, layer, group)))
-          blocks.push_back(id);
+        for (KvBlockId id : kvtest::BlockIds(*pool, *s, layer, group)) blocks.push_back(id);
   }
   std::mt19937 rng(42);
   std::size_t demoted = 0, promoted = 0;
@@ -681,7 +776,7 @@ TEST_CASE("budget: the pool demotes at the warn and trip lines instead of failin
   CHECK(st.cold_blocks > 0);
   CHECK(st.hot_blocks + st.cold_blocks == 60 * 4);
   // Nothing is promoted into a node past its warn line.
-  const KvBlockId first = pool->Blocks(seqs[0], 0, 0)->at(0);
+  const KvBlockId first = kvtest::BlockIds(*pool, seqs[0], 0, 0).at(0);
   REQUIRE(pool->Locate(first)->tier == KvTier::kCold);
   if ((*budget)->state(0) >= numarena::NodeState::kWarn) {
     CHECK(pool->Pin(first)->tier() == KvTier::kCold);
@@ -728,7 +823,7 @@ TEST_CASE("reclaim: without a cold tier, cached prefix spans go, least recently 
   std::vector<KvBlockId> cached_blocks;
   for (int i = 0; i < 6; ++i) {  // released in order 0..5: 0 is the least recent
     const numarena::KvSequenceId seq = Computed(*pool, Tokens(4, 100 * i));
-    cached_blocks.push_back(pool->Blocks(seq, 0, 0)->at(0));
+    cached_blocks.push_back(kvtest::BlockIds(*pool, seq, 0, 0).at(0));
     REQUIRE(pool->FreeSequence(seq).ok());
   }
   REQUIRE(pool->Stats().spans_cached == 6);
@@ -807,7 +902,7 @@ TEST_CASE("reclaim: memory goes back only on the node asked for") {
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     CHECK(kvtest::CountBadRows(*pool, seqs[i], tokens[i]) == 0);
     for (int group = 0; group < 2; ++group) {
-      auto pin = pool->Pin(pool->Blocks(seqs[i], 0, group)->at(0));
+      auto pin = pool->Pin(kvtest::BlockIds(*pool, seqs[i], 0, group).at(0));
       REQUIRE(pin.ok());
       CHECK(pin->node() == group);
     }
@@ -910,7 +1005,7 @@ TEST_CASE("arena storage: blocks come from the home node's arena") {
   REQUIRE(seq.ok());
   kvtest::WriteTokens(*pool, *seq, tokens, 0, tokens.size());
   CHECK(kvtest::CountBadRows(*pool, *seq, tokens) == 0);
-  for (KvBlockId id : std::vector<KvBlockId>(*pool->Blocks(*seq, 1, 0))) {
+  for (KvBlockId id : kvtest::BlockIds(*pool, *seq, 1, 0)) {
     auto pin = pool->Pin(id);
     REQUIRE(pin.ok());
     CHECK(numarena::node_of(pin->data()) == 0);

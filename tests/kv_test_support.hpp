@@ -6,6 +6,9 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "numarena/capacity.hpp"
 #include "numarena/kv_pool.hpp"
@@ -70,6 +73,17 @@ inline std::uint8_t RowByte(std::int32_t token, std::size_t position, int layer,
                     static_cast<std::uint64_t>(layer * 131 + head * 7 + kv) * 0x94D049BB133111EBull;
   h ^= h >> 29;
   return static_cast<std::uint8_t>((h >> ((i % 8) * 8)) + i);
+}
+
+// Block ids of (sequence, layer, group) in token order, through KvPool::Blocks; throws
+// when it fails. Returned by value, so `for (auto id : BlockIds(...))` is safe.
+inline std::vector<numarena::KvBlockId> BlockIds(const numarena::KvPool& pool,
+                                                 numarena::KvSequenceId sequence, int layer,
+                                                 int group) {
+  std::vector<numarena::KvBlockId> ids;
+  if (numarena::Status st = pool.Blocks(sequence, layer, group, &ids); !st.ok())
+    throw std::runtime_error(std::string(st.message()));
+  return ids;
 }
 
 // Writes K and V of tokens [from, to) of `sequence` (whose ids are `tokens`).

@@ -24,7 +24,7 @@
 //     counted) instead of recomputing them. A span enters the index only once the caller
 //     says its K/V are written (`MarkComputed`), so a prefix hit never sees rows still being
 //     computed. Spans of finished sequences stay cached until their memory is needed (lazy
-//     eviction).
+//     eviction, least recently released first; a cached span with a pinned block stays).
 //
 // Handles (`KvBlockId`, `KvSequenceId`) are stable; a block's data pointer is valid only
 // while it is pinned (`KvBlockPin`), and migration never moves a pinned block.
@@ -383,11 +383,26 @@ class KvPool {
   std::size_t CachedPrefixTokens(std::span<const std::int32_t> tokens);
 
   // ---- blocks
-  // Block ids of a sequence for (layer, group), in token order.
-  [[nodiscard]] StatusOr<std::vector<KvBlockId>> Blocks(KvSequenceId sequence, int layer,
-                                                        int group) const;
+  // Replaces the contents of `*out` with the block ids of a sequence for (layer, group), in
+  // token order (`*out` is left empty on error). The ids land in a vector the caller owns,
+  // so iterating them cannot dangle, and one vector can be reused across calls:
+  //
+  //   std::vector<numarena::KvBlockId> ids;
+  //   if (Status st = pool->Blocks(seq, layer, group, &ids); !st.ok()) return st;
+  //   for (numarena::KvBlockId id : ids) { auto pin = pool->Pin(id); ... }
+  //
+  // The ids are a snapshot: they stay the sequence's only while it is not appended to,
+  // truncated or freed. ForEachBlock pins them under the sequence's lock instead.
+  [[nodiscard]] Status Blocks(KvSequenceId sequence, int layer, int group,
+                              std::vector<KvBlockId>* out) const;
   // Pins a block (promoting it first when it is cold, promote_on_touch is set and the hot
-  // tier has room). FailedPrecondition when the block belongs to no sequence or cache.
+  // tier has room). FailedPrecondition when the block belongs to no sequence or cache. Safe
+  // against the block's sequence being freed, or its cached span evicted, at the same time:
+  // either the pin is taken while the block still belongs to a sequence or the cache, and
+  // then its memory stays and a cached span is not evicted until unpin, or Pin fails. A pin
+  // held while its sequence is freed keeps the memory but not the contents: once the span
+  // is reused, its new owner writes there. Block ids are reused with their spans, so an id
+  // kept after its sequence was freed may pin another sequence's block.
   [[nodiscard]] StatusOr<KvBlockPin> Pin(KvBlockId block);
   // Where a block is now, without pinning it or counting an access (stats, tests).
   struct BlockLocation {
@@ -416,7 +431,8 @@ class KvPool {
   //   4. evicts unreferenced cached prefix spans that have memory on `node`, least recently
   //      released first: they leave the prefix index and their blocks on `node` are freed.
   //      This runs for kUrgent, and for kBackground when demotion cannot help (no cold
-  //      tier, or `node` is a cold-tier node); spans with a pinned block are skipped.
+  //      tier, or `node` is a cold-tier node); spans with a pinned or moving block are
+  //      skipped (as they are when an allocation that found no memory evicts one).
   // Memory on other nodes is never released, though demotion (3) takes cold-tier memory.
   // Returns the bytes of slabs on `node` given back to the storage during the call. Slabs
   // go back only when empty, so blocks freed in slabs that still hold live blocks return

@@ -63,7 +63,7 @@ std::vector<KvBlockId> AllBlocks(KvPool& pool, numarena::KvSequenceId seq) {
   std::vector<KvBlockId> ids;
   for (int layer = 0; layer < pool.geometry().layers; ++layer)
     for (int g = 0; g < pool.head_groups(); ++g)
-      for (KvBlockId id : std::vector<KvBlockId>(*pool.Blocks(seq, layer, g))) ids.push_back(id);
+      for (KvBlockId id : kvtest::BlockIds(pool, seq, layer, g)) ids.push_back(id);
   return ids;
 }
 
@@ -95,7 +95,7 @@ TEST_CASE("snc4: head-first placement puts every block of group g on its home no
       for (int g = 0; g < 4; ++g) {
         const int home = lab.cpu_node_ids()[static_cast<std::size_t>(g)];
         REQUIRE((*pool)->group_node(g) == home);
-        for (KvBlockId id : std::vector<KvBlockId>(*(*pool)->Blocks(seq, layer, g))) {
+        for (KvBlockId id : kvtest::BlockIds(**pool, seq, layer, g)) {
           RequireBlockOn(**pool, id, home, KvTier::kHot);
           ++checked;
         }
@@ -136,7 +136,7 @@ TEST_CASE("cxl: demoted blocks go to the memory-only node and promoted ones come
   for (KvBlockId id : blocks) REQUIRE((*pool)->PromoteBlock(id).ok());
   for (int layer = 0; layer < 2; ++layer)
     for (int g = 0; g < (*pool)->head_groups(); ++g)
-      for (KvBlockId id : std::vector<KvBlockId>(*(*pool)->Blocks(*seq, layer, g)))
+      for (KvBlockId id : kvtest::BlockIds(**pool, *seq, layer, g))
         RequireBlockOn(**pool, id, (*pool)->group_node(g), KvTier::kHot);
   CHECK(kvtest::CountBadRows(**pool, *seq, tokens) == 0);
   const auto st = (*pool)->Stats();
