@@ -41,15 +41,17 @@
 //   if (!pool.ok()) { std::cerr << pool.status() << "\n"; return 1; }
 //   std::size_t reused = 0;
 //   auto seq = (*pool)->CreateSequence(prompt_tokens, &reused);  // shares cached prefix spans
+//   if (!seq.ok()) return seq.status();
 //   // ... compute K/V for prompt_tokens[reused..] and write them:
 //   auto pin = (*pool)->PinToken(*seq, /*layer=*/0, /*group=*/0, /*token=*/reused);
+//   if (!pin.ok()) return pin.status();
 //   std::memcpy(pin->key(/*layer_in_block=*/0, /*head_in_group=*/0, pin->token_in_block()),
 //               k_row, pin->row_bytes());
 //   // ... once every layer and head of the prompt is written, offer it for prefix reuse:
-//   (*pool)->MarkComputed(*seq, prompt_tokens.size());
+//   if (Status s = (*pool)->MarkComputed(*seq, prompt_tokens.size()); !s.ok()) return s;
 //   // attention for (layer 3, head group 1):
-//   (*pool)->ForEachBlock(*seq, 3, 1, [&](const numarena::KvBlockPin& block) { ... });
-//   (*pool)->FreeSequence(*seq);
+//   Status s = (*pool)->ForEachBlock(*seq, 3, 1, [&](const numarena::KvBlockPin& block) { ... });
+//   s.Update((*pool)->FreeSequence(*seq));
 #pragma once
 
 #include <atomic>
