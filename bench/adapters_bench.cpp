@@ -4,6 +4,7 @@
 //
 //   build/bench/adapters_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only
 #include <new>
+#include <optional>
 
 #include "adapter_workloads.hpp"
 #include "numarena/allocator.hpp"
@@ -25,16 +26,18 @@ void BM_PushBack_StdAllocatorJemalloc(benchmark::State& state) {
 }
 
 void BM_TensorFill_NumarenaTensorBuffer(benchmark::State& state) {
+  // Keep the TensorBuffer API in the measured path: create one per iteration, fill its
+  // memory, destroy it.
+  std::optional<numarena::TensorBuffer> tensor;
   TensorFill(
       state,
-      [](std::size_t bytes) -> void* {
-        // Keep the TensorBuffer API in the measured path: allocate, then hand ownership over.
+      [&](std::size_t bytes) -> void* {
         auto buffer = numarena::TensorBuffer::OnNode(bytes, 0);
         if (!buffer.ok()) return nullptr;
-        auto* holder = new numarena::TensorBuffer(std::move(*buffer));
-        return holder;
+        tensor.emplace(std::move(*buffer));
+        return tensor->data();
       },
-      [](void* holder, std::size_t) { delete static_cast<numarena::TensorBuffer*>(holder); });
+      [&](void*, std::size_t) { tensor.reset(); });
 }
 void BM_TensorFill_StdAllocatorJemalloc(benchmark::State& state) {
   TensorFill(
