@@ -46,8 +46,6 @@ std::string Escape(std::string_view text, bool quote) {
   return out;
 }
 
-absl::string_view Abs(std::string_view s) { return absl::string_view(s.data(), s.size()); }
-
 }  // namespace
 
 std::string FormatMetricValue(double value) {
