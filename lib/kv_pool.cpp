@@ -244,6 +244,20 @@ struct KvPool::Impl {
         absl::StrCat("KV pool: sequence ", id, " does not exist (never created or already freed)"));
   }
 
+  // The live sequence `id` with its mutex held (checked again under the lock: the id may be
+  // freed between the lookup and the lock), or NotFound.
+  struct LockedSequence {
+    Sequence* sequence;
+    std::unique_lock<std::mutex> lock;
+  };
+  StatusOr<LockedSequence> LockLive(KvSequenceId id) const {
+    Sequence* s = sequence(id);
+    if (s == nullptr) return NoSequence(id);
+    std::unique_lock lock(s->mu);
+    if (!s->live || sequence(id) != s) return NoSequence(id);
+    return LockedSequence{s, std::move(lock)};
+  }
+
   // Lock order: a sequence's mutex may be held when taking seq_mu (RetireSequence), never
   // the reverse, so the new sequence is locked only after seq_mu is released.
   StatusOr<KvSequenceId> NewSequence() {
@@ -1080,19 +1094,17 @@ StatusOr<KvSequenceId> KvPool::CreateSequence(std::span<const std::int32_t> prom
 }
 
 Status KvPool::Append(KvSequenceId sequence, std::span<const std::int32_t> tokens) {
-  Sequence* s = impl_->sequence(sequence);
-  if (s == nullptr) return impl_->NoSequence(sequence);
-  std::lock_guard lock(s->mu);
-  if (!s->live || impl_->sequence(sequence) != s) return impl_->NoSequence(sequence);
+  auto locked = impl_->LockLive(sequence);
+  if (!locked.ok()) return locked.status();
+  Sequence* s = locked->sequence;
   return impl_->AppendLocked(s, tokens);
 }
 
 Status KvPool::MarkComputed(KvSequenceId sequence, std::size_t tokens) {
   Impl& p = *impl_;
-  Sequence* s = p.sequence(sequence);
-  if (s == nullptr) return p.NoSequence(sequence);
-  std::lock_guard lock(s->mu);
-  if (!s->live || p.sequence(sequence) != s) return p.NoSequence(sequence);
+  auto locked = p.LockLive(sequence);
+  if (!locked.ok()) return locked.status();
+  Sequence* s = locked->sequence;
   if (tokens > s->tokens) {
     return absl::OutOfRangeError(absl::StrCat("KV pool: cannot mark ", tokens,
                                               " tokens computed in sequence ", sequence, " of ",
@@ -1104,10 +1116,9 @@ Status KvPool::MarkComputed(KvSequenceId sequence, std::size_t tokens) {
 
 Status KvPool::Truncate(KvSequenceId sequence, std::size_t tokens) {
   Impl& p = *impl_;
-  Sequence* s = p.sequence(sequence);
-  if (s == nullptr) return p.NoSequence(sequence);
-  std::lock_guard lock(s->mu);
-  if (!s->live || p.sequence(sequence) != s) return p.NoSequence(sequence);
+  auto locked = p.LockLive(sequence);
+  if (!locked.ok()) return locked.status();
+  Sequence* s = locked->sequence;
   if (tokens > s->tokens) {
     return absl::InvalidArgumentError(absl::StrCat("KV pool: cannot truncate sequence ", sequence,
                                                    " of ", s->tokens, " tokens to ", tokens,
@@ -1154,20 +1165,18 @@ StatusOr<KvSequenceId> KvPool::Fork(KvSequenceId parent) {
 
 Status KvPool::FreeSequence(KvSequenceId sequence) {
   Impl& p = *impl_;
-  Sequence* s = p.sequence(sequence);
-  if (s == nullptr) return p.NoSequence(sequence);
-  std::lock_guard lock(s->mu);
-  if (!s->live || p.sequence(sequence) != s) return p.NoSequence(sequence);
+  auto locked = p.LockLive(sequence);
+  if (!locked.ok()) return locked.status();
+  Sequence* s = locked->sequence;
   for (std::uint32_t sp : s->spans) p.ReleaseSpan(sp);
   p.RetireSequence(sequence, s);
   return absl::OkStatus();
 }
 
 StatusOr<std::size_t> KvPool::Length(KvSequenceId sequence) const {
-  Sequence* s = impl_->sequence(sequence);
-  if (s == nullptr) return impl_->NoSequence(sequence);
-  std::lock_guard lock(s->mu);
-  if (!s->live || impl_->sequence(sequence) != s) return impl_->NoSequence(sequence);
+  auto locked = impl_->LockLive(sequence);
+  if (!locked.ok()) return locked.status();
+  Sequence* s = locked->sequence;
   return s->tokens;
 }
 
@@ -1209,10 +1218,9 @@ Status KvPool::Blocks(KvSequenceId sequence, int layer, int group,
   if (out == nullptr) return absl::InvalidArgumentError("KV pool: Blocks needs an output vector");
   out->clear();
   if (Status st = CheckLayerGroup(p.layout, layer, group); !st.ok()) return st;
-  Sequence* s = p.sequence(sequence);
-  if (s == nullptr) return p.NoSequence(sequence);
-  std::lock_guard lock(s->mu);
-  if (!s->live || p.sequence(sequence) != s) return p.NoSequence(sequence);
+  auto locked = p.LockLive(sequence);
+  if (!locked.ok()) return locked.status();
+  Sequence* s = locked->sequence;
   const int index = p.layout.BlockIndex(layer / p.layout.geometry.layers_per_block, group);
   out->reserve(s->spans.size());
   for (std::uint32_t sp : s->spans) out->push_back(p.block_id(sp, index));
@@ -1264,10 +1272,9 @@ StatusOr<KvBlockPin> KvPool::PinToken(KvSequenceId sequence, int layer, int grou
                                       std::size_t token) {
   Impl& p = *impl_;
   if (Status st = CheckLayerGroup(p.layout, layer, group); !st.ok()) return st;
-  Sequence* s = p.sequence(sequence);
-  if (s == nullptr) return p.NoSequence(sequence);
-  std::lock_guard lock(s->mu);
-  if (!s->live || p.sequence(sequence) != s) return p.NoSequence(sequence);
+  auto locked = p.LockLive(sequence);
+  if (!locked.ok()) return locked.status();
+  Sequence* s = locked->sequence;
   if (token >= s->tokens) {
     return absl::OutOfRangeError(absl::StrCat("KV pool: token ", token, " is beyond sequence ",
                                               sequence, " of ", s->tokens, " tokens"));
@@ -1289,10 +1296,9 @@ Status KvPool::ForEachBlock(KvSequenceId sequence, int layer, int group,
                             const std::function<void(const KvBlockPin&)>& visit) {
   Impl& p = *impl_;
   if (Status st = CheckLayerGroup(p.layout, layer, group); !st.ok()) return st;
-  Sequence* s = p.sequence(sequence);
-  if (s == nullptr) return p.NoSequence(sequence);
-  std::lock_guard lock(s->mu);
-  if (!s->live || p.sequence(sequence) != s) return p.NoSequence(sequence);
+  auto locked = p.LockLive(sequence);
+  if (!locked.ok()) return locked.status();
+  Sequence* s = locked->sequence;
   const int index = p.layout.BlockIndex(layer / p.layout.geometry.layers_per_block, group);
   for (std::size_t i = 0; i < s->spans.size(); ++i) {
     const KvBlockId id = p.block_id(s->spans[i], index);
