@@ -556,8 +556,8 @@ struct KvPool::Impl {
 
   // Frees the memory of the span's blocks whose data is on `node`, or of every block when
   // `node` is -1 (the span holds no data any more). Returns how many blocks were freed;
-  // `left` (optional) tells whether any block of the span still has memory.
-  std::size_t DropBlocks(std::uint32_t s, int node, bool* left = nullptr) {
+  // `left` tells whether any block of the span still has memory.
+  std::size_t DropBlocks(std::uint32_t s, int node, bool* left) {
     std::size_t dropped = 0;
     bool kept = false;
     for (std::size_t i = 0; i < bps; ++i) {
@@ -594,20 +594,16 @@ struct KvPool::Impl {
       b.state.store(0, std::memory_order_release);
       ++dropped;
     }
-    if (left != nullptr) *left = kept;
+    *left = kept;
     return dropped;
   }
 
-  // Gives a span's block memory back (span holds no data any more).
-  void UnbackSpan(std::uint32_t s) {
-    DropBlocks(s, -1);
-    span(s).state.store(kUnbacked, std::memory_order_relaxed);
-  }
-
-  // Returns an unowned span that held no data, or whose data was dropped, after DropBlocks:
-  // to the free lists when some of its blocks still have memory (allocation backs the rest
-  // first), else to the unbacked spans.
-  void ParkSpan(std::uint32_t s, bool backed_left, bool dropped_some) {
+  // Drops the memory of unowned span `s` on `node` (-1: everywhere; see DropBlocks) and puts
+  // the span where it now belongs: the free lists when some of its blocks still have memory
+  // (allocation backs the rest first), else the unbacked spans.
+  void DropAndPark(std::uint32_t s, int node) {
+    bool backed_left = false;
+    const bool dropped_some = DropBlocks(s, node, &backed_left) > 0;
     SpanMeta& m = span(s);
     if (!backed_left) {
       m.partial = false;
@@ -779,11 +775,7 @@ struct KvPool::Impl {
         continue;
       if (BackBlock(s, static_cast<int>(i), &why)) continue;
       // No memory in either tier: give back what this span got, reuse a cached span.
-      UnbackSpan(s);
-      {
-        std::lock_guard lock(grow_mu);
-        unbacked.push_back(s);
-      }
+      DropAndPark(s, -1);
       // Cached spans keep all their blocks' memory: an evicted one is ready as it is.
       const std::uint32_t evicted = EvictCached(-1);
       if (evicted != kNil) {
@@ -1388,9 +1380,7 @@ std::size_t KvPool::Reclaim(int node, std::size_t bytes, KvUrgency urgency) {
   while (released() < bytes) {
     const std::uint32_t s = p.TakeFreeSpanOn(node);
     if (s == kNil) break;
-    bool left = false;
-    const std::size_t dropped = p.DropBlocks(s, node, &left);
-    p.ParkSpan(s, left, dropped > 0);
+    p.DropAndPark(s, node);
   }
   // Demote hot blocks (a home node with a cold tier).
   while (home != nullptr && released() < bytes) {
@@ -1405,9 +1395,7 @@ std::size_t KvPool::Reclaim(int node, std::size_t bytes, KvUrgency urgency) {
   while (may_evict && released() < bytes) {
     const std::uint32_t s = p.EvictCached(node);
     if (s == kNil) break;
-    bool left = false;
-    const std::size_t dropped = p.DropBlocks(s, node, &left);
-    p.ParkSpan(s, left, dropped > 0);
+    p.DropAndPark(s, node);
   }
   return released();
 }
