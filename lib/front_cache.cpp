@@ -74,10 +74,11 @@ void BuildClassTables() {
   g_front_enabled = true;
 }
 
-// Hands `list`'s objects back to jemalloc until `keep` remain.
+// Hands `list`'s objects back to jemalloc until `keep` remain. A front cache exists only
+// while the thread's flags for its heap are set (EnsureThreadCache creates it after them,
+// DestroyFrontCaches runs before they are cleared).
 void Drain(int heap, FrontList& list, std::uint32_t keep) {
-  int flags = arena_internal::thread_flags[heap];
-  if (flags == 0) flags = MALLOCX_TCACHE_NONE;
+  const int flags = arena_internal::thread_flags[heap];
   while (list.count > keep) {
     void* p = list.head;
     list.head = *static_cast<void**>(p);
@@ -122,15 +123,12 @@ void DestroyFrontCaches() noexcept {
 namespace arena_internal {
 
 void FrontOverflow(int heap, FrontList& list, void* p) noexcept {
-  Drain(heap, list, list.limit / 2);
-  if (list.count < list.limit) {
-    *static_cast<void**>(p) = list.head;
-    list.head = p;
-    ++list.count;
+  if (list.limit == 0) {  // the uncached list
+    dallocx(p, thread_flags[heap]);
     return;
   }
-  int flags = thread_flags[heap];  // the uncached list (limit 0)
-  dallocx(p, flags == 0 ? MALLOCX_TCACHE_NONE : flags);
+  Drain(heap, list, list.limit / 2);
+  FrontPush(heap, list, p);  // room now: no second overflow
 }
 
 }  // namespace arena_internal
