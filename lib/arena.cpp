@@ -228,15 +228,8 @@ void* Arena::AllocateWithFallback(std::size_t size, std::size_t alignment, bool 
       }
       int heap = HeapForNode(node, error);
       if (heap < 0) return nullptr;
-      bool plain = alignment <= alignof(std::max_align_t);
-      if (plain && size <= arena_internal::kFrontMaxSize) {
-        if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
-          if (void* p = arena_internal::FrontPop(cache, size)) return p;
-        }
-      }
-      int flags = arena_internal::thread_flags[heap];
-      if (flags != 0 && plain && size < kFastLimit) {
-        if (void* p = mallocx(size, flags)) return p;
+      if (alignment <= alignof(std::max_align_t) && size < kFastLimit) {
+        if (void* p = arena_internal::AllocateFromThreadCaches(heap, size)) return p;
       }
       return AllocateOnHeap(heap, size, alignment, error);
     }

@@ -171,6 +171,19 @@ inline void FrontPush(int heap, FrontList& list, void* p) noexcept {
   list.head = p;
   ++list.count;
 }
+
+// `size` bytes (1 <= size < kLargeAlignThreshold, default alignment) from this thread's caches
+// for `heap`: its front cache, else jemalloc with the thread's flags. nullptr when the thread
+// has no flags for the heap yet or jemalloc failed (its hooks recorded why).
+inline void* AllocateFromThreadCaches(int heap, std::size_t size) noexcept {
+  if (size <= kFrontMaxSize) {
+    if (FrontCache* cache = front_caches[heap]) {
+      if (void* p = FrontPop(cache, size)) return p;
+    }
+  }
+  const int flags = thread_flags[heap];
+  return flags != 0 ? mallocx(size, flags) : nullptr;
+}
 }  // namespace arena_internal
 
 class Arena {
@@ -198,16 +211,8 @@ class Arena {
   void* allocate(std::size_t size, std::size_t alignment = alignof(std::max_align_t)) noexcept {
     if (has_fast_path_ && alignment <= alignof(std::max_align_t) &&
         (alignment & (alignment - 1)) == 0 && size - 1 < kFastLimit) {
-      if (size <= arena_internal::kFrontMaxSize) {
-        if (arena_internal::FrontCache* cache = arena_internal::front_caches[primary_heap_]) {
-          if (void* p = arena_internal::FrontPop(cache, size)) return p;
-        }
-      }
-      int flags = arena_internal::thread_flags[primary_heap_];
-      if (flags != 0) {
-        if (void* p = mallocx(size, flags)) return p;
-        return AllocateAfterFastMiss(size);
-      }
+      if (void* p = arena_internal::AllocateFromThreadCaches(primary_heap_, size)) return p;
+      if (arena_internal::thread_flags[primary_heap_] != 0) return AllocateAfterFastMiss(size);
     }
     return AllocateSlow(size, alignment);
   }
