@@ -140,7 +140,7 @@ unsigned JoinShard(Heap& heap) {
 
 // The exiting thread leaves the shard its `flags` (MALLOCX_ARENA bits) name.
 void LeaveShard(Heap& heap, int flags) {
-  int arena_index = ((flags >> 20) & 0xfff) - 1;
+  const int arena_index = arena_internal::ArenaIndexOf(flags);
   for (int s = 0; s < kMaxShards; ++s) {
     if (heap.shard_arena[s].load(std::memory_order_acquire) == arena_index) {
       heap.shard_threads[s].fetch_sub(1, std::memory_order_relaxed);

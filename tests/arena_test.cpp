@@ -349,10 +349,11 @@ TEST_CASE("live threads get their own jemalloc arena shard while there are CPUs 
   Arena* arena = Get(Policy::WeightedInterleave({{0, 9}}));
   int heap = numarena::arena_internal::HeapOf(arena->allocate(64));
   std::atomic<int> assigned{0};
-  int arena_bits[2] = {0, 0};
+  int jemalloc_arena[2] = {-1, -1};
   auto worker = [&](int i) {
     void* p = arena->allocate(std::size_t{1} << 20);  // large: served by the shard itself
-    arena_bits[i] = numarena::arena_internal::thread_flags[heap] >> 20;
+    jemalloc_arena[i] =
+        numarena::arena_internal::ArenaIndexOf(numarena::arena_internal::thread_flags[heap]);
     assigned.fetch_add(1);
     while (assigned.load() < 2) std::this_thread::yield();
     numarena::deallocate(p);
@@ -360,10 +361,10 @@ TEST_CASE("live threads get their own jemalloc arena shard while there are CPUs 
   std::thread a(worker, 0), b(worker, 1);
   a.join();
   b.join();
-  CHECK(arena_bits[0] != 0);
-  CHECK(arena_bits[1] != 0);
+  CHECK(jemalloc_arena[0] >= 0);
+  CHECK(jemalloc_arena[1] >= 0);
   if (std::thread::hardware_concurrency() >= 2) {
-    CHECK(arena_bits[0] != arena_bits[1]);
+    CHECK(jemalloc_arena[0] != jemalloc_arena[1]);
     CHECK(arena->stats().jemalloc_arenas >= 2);
   }
 }

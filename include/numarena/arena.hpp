@@ -114,6 +114,8 @@ extern std::atomic<std::uint16_t> granule_heap[kGranuleCount];
 extern thread_local constinit int thread_flags[kMaxHeaps];
 // The tcache id in thread_flags: -1 for MALLOCX_TCACHE_NONE, -2 when unset.
 inline int TcacheIdOf(int flags) { return ((flags >> 8) & 0xfff) - 2; }
+// The jemalloc arena index in thread_flags (MALLOCX_ARENA): -1 when unset.
+inline int ArenaIndexOf(int flags) { return ((flags >> 20) & 0xfff) - 1; }
 
 inline int HeapOf(const void* p) {
   std::uintptr_t granule = reinterpret_cast<std::uintptr_t>(p) >> kGranuleShift;

@@ -1,15 +1,19 @@
 // Arenas in the NUMA lab: every page of every size from each node's arena is on that node
 // (memory-only nodes included), a node's arena never hands out objects freed into another
-// node's arena, interleave spreads pages evenly and weighted interleave 3:1 gives 3:1.
+// node's arena, threads on the arena's other jemalloc arena shards place their pages on the
+// node too, interleave spreads pages evenly and weighted interleave 3:1 gives 3:1.
 // Memory is written (faulted in) from a CPU on the farthest other node wherever one exists,
 // so a page on the right node proves the binding, not first-touch locality. Expectations come
 // from the topology QEMU was given (lab_support.hpp), not from numarena's discovery.
 // lab-topologies: 2s snc4 cxl
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
+#include <thread>
 #include <vector>
 
 #include "lab_support.hpp"
@@ -93,6 +97,70 @@ TEST_CASE("objects freed into node A's arena are never returned by node B's aren
           for (void* p : objects) deallocate(p);
         }
       }
+    }
+  }
+}
+
+TEST_CASE("threads on different shards of a node's arena place every page on that node") {
+  // Each live thread joins the least used of the heap's jemalloc arenas (shards); all share
+  // the node's page provider. Two workers alive together, beside the main thread that used
+  // the arena first, must get two different shards (every lab machine has 2+ CPUs), and every
+  // page either allocates, touched from the farthest node's CPUs, must be on the arena's node.
+  const auto& lab = lab::Expected();
+  for (const auto& target : lab.nodes) {
+    DYNAMIC_SECTION("node " << target.id) {
+      auto arena = Arena::ForNode(target.id);
+      REQUIRE(arena.ok());
+      deallocate((*arena)->allocate(64));  // the main thread takes its shard first
+      std::optional<int> toucher = lab.farthest_cpu_node(target.id);
+      struct Result {
+        int jemalloc_arena = -1;
+        std::size_t pages = 0, wrong = 0, failures = 0;
+      } results[2];
+      std::atomic<int> allocated{0};
+      auto worker = [&](Result& out) {
+        std::optional<lab::PinnedTo> pin;
+        if (toucher) pin.emplace(lab.node(*toucher).cpus);
+        std::vector<std::pair<void*, std::size_t>> blocks;
+        for (std::size_t size : {std::size_t{64}, std::size_t{64} << 10, 2 * kMiB, 8 * kMiB}) {
+          void* p = (*arena)->allocate(size);
+          if (p == nullptr) {
+            ++out.failures;
+            continue;
+          }
+          std::memset(p, 0x5a, size);
+          blocks.emplace_back(p, size);
+        }
+        if (!blocks.empty()) {
+          int heap = arena_internal::HeapOf(blocks.front().first);
+          out.jemalloc_arena = arena_internal::ArenaIndexOf(arena_internal::thread_flags[heap]);
+        }
+        allocated.fetch_add(1);
+        while (allocated.load() < 2) std::this_thread::yield();  // both alive when joining
+        for (auto [p, size] : blocks) {
+          auto nodes = page_node_list(p, size);
+          if (!nodes.ok()) {
+            ++out.failures;
+            continue;
+          }
+          for (int n : *nodes) {
+            ++out.pages;
+            out.wrong += n != target.id;
+          }
+          deallocate(p);
+        }
+      };
+      std::thread first(worker, std::ref(results[0])), second(worker, std::ref(results[1]));
+      first.join();
+      second.join();
+      for (const Result& r : results) {
+        CHECK(r.failures == 0);
+        CHECK(r.pages >= (2 + 8) * kMiB / 4096);
+        CHECK(r.wrong == 0);
+        CHECK(r.jemalloc_arena >= 0);
+      }
+      CHECK(results[0].jemalloc_arena != results[1].jemalloc_arena);
+      CHECK((*arena)->stats().jemalloc_arenas >= 2);
     }
   }
 }
