@@ -37,6 +37,7 @@
 #include <optional>
 #include <thread>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "kv_hotness.hpp"
 #include "kv_layout.hpp"
@@ -82,7 +83,14 @@ struct BlockMeta {
   kv::HotMeta hot;
 };
 
-struct SpanMeta {
+// False sharing. Neighbouring spans, sequences and free lists usually belong to different
+// threads, so each sits on its own pair of cache lines (128 bytes: the adjacent-line
+// prefetcher moves lines in pairs), and a sequence keeps its span list inline rather than
+// in a small heap block that the allocator may pack next to another thread's. Sharing made
+// two threads' allocate+free run at a quarter of one thread's speed each.
+constexpr std::size_t kNoFalseSharing = 128;
+
+struct alignas(kNoFalseSharing) SpanMeta {
   std::atomic<std::uint32_t> refs{0};
   std::atomic<std::uint8_t> state{kUnbacked};
   std::atomic<bool> indexed{false};  // in the prefix index (changes under its shard lock)
@@ -103,11 +111,14 @@ struct Chunk {
   std::unique_ptr<std::int32_t[]> tokens;
 };
 
-struct Sequence {
+// A sequence's spans in order; inline up to 16 spans (256 tokens at the default block size).
+using SpanList = absl::InlinedVector<std::uint32_t, 16>;
+
+struct alignas(kNoFalseSharing) Sequence {
   std::mutex mu;
   std::atomic<std::uint32_t> generation{1};
   bool live = false;
-  std::vector<std::uint32_t> spans;
+  SpanList spans;
   std::size_t tokens = 0;
   std::size_t computed = 0;  // leading tokens whose K/V the caller declared written
 };
@@ -116,12 +127,15 @@ struct SequenceChunk {
   Sequence sequences[kSpansPerChunk];
 };
 
-struct alignas(64) FreeShard {
+struct alignas(kNoFalseSharing) FreeShard {
+  // Reserved up front: a shard's first small buffer would come from whichever thread pushed
+  // first and could share a line with another shard's.
+  FreeShard() { spans.reserve(256); }
   SpinLock mu;
   std::vector<std::uint32_t> spans;
 };
 
-struct alignas(64) StatStripe {
+struct alignas(kNoFalseSharing) StatStripe {
   std::atomic<std::uint64_t> hot_pins{0};
   std::atomic<std::uint64_t> cold_pins{0};
 };
@@ -867,7 +881,7 @@ struct KvPool::Impl {
             last.indexed.load(std::memory_order_relaxed);
     }
     // Get every span first so a refusal leaves the sequence as it was.
-    std::vector<std::uint32_t> fresh;
+    absl::InlinedVector<std::uint32_t, 4> fresh;
     const std::size_t needed = spans_after - spans_before + (cow ? 1 : 0);
     for (std::size_t i = 0; i < needed; ++i) {
       auto got = AllocateSpan();
@@ -1186,7 +1200,7 @@ StatusOr<KvSequenceId> KvPool::Fork(KvSequenceId parent) {
   Impl& p = *impl_;
   Sequence* s = p.sequence(parent);
   if (s == nullptr) return p.NoSequence(parent);
-  std::vector<std::uint32_t> spans;
+  SpanList spans;
   std::size_t tokens = 0, computed = 0;
   {
     // Take the references under the parent's lock, then let it go: two sequences' locks

@@ -314,7 +314,9 @@ enum class KvUrgency : unsigned char {
   kUrgent,      // now, regardless of the rate limit
 };
 
-class KvPool {
+// Aligned to its own pair of cache lines so that every call's read of the implementation
+// pointer never shares a line with another thread's writes (a small heap object would).
+class alignas(128) KvPool {
  public:
   // Validates the options and builds the pool. InvalidArgument names what is wrong: zero
   // layers/heads/head_dim/tokens, a group or layer range that does not divide, an unknown or
