@@ -5,6 +5,9 @@
 //   BM_KvPinUnpin        pin + unpin of a hot block; 1 and 2 threads.
 //   BM_KvPrefixLookup    lookup of a cached (computed) full span by prefix hash; 1 and 2
 //                        threads. Fails unless every lookup finds the span.
+//   BM_KvSharePrefix     a new sequence that shares a computed 4-span (64-token) prompt,
+//                        which another sequence holds, then freed; 1 and 2 threads. Fails
+//                        unless every sequence reuses all 64 tokens.
 //   BM_KvDemotePromote   demotion and promotion throughput of warm blocks, with memcpy of
 //                        the same blocks between the same tiers' memory measured in the same
 //                        function: counters demote_vs_memcpy, promote_vs_memcpy. Target 0.7.
@@ -133,6 +136,36 @@ void BM_KvPrefixLookup(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_KvPrefixLookup)->Threads(1)->Threads(2)->UseRealTime();
+
+void BM_KvSharePrefix(benchmark::State& state) {
+  KvPool* pool = SharedPool();
+  static std::vector<std::int32_t> prompt = [] {
+    std::vector<std::int32_t> t(64);
+    std::iota(t.begin(), t.end(), 9000);
+    return t;
+  }();
+  // The prompt stays held by one live sequence, as a popular system prompt is in a server.
+  static numarena::KvSequenceId holder = [&] {
+    auto seq = pool->CreateSequence(prompt);
+    if (!seq.ok() || !pool->MarkComputed(*seq, prompt.size()).ok()) std::abort();
+    return *seq;
+  }();
+  benchmark::DoNotOptimize(holder);
+  std::size_t partial = 0;
+  for (auto _ : state) {
+    std::size_t reused = 0;
+    auto seq = pool->CreateSequence(prompt, &reused);
+    if (!seq.ok() || !pool->FreeSequence(*seq).ok()) {
+      state.SkipWithError("create or free failed");
+      break;
+    }
+    partial += reused != prompt.size();
+  }
+  if (partial != 0 && !state.error_occurred())
+    state.SkipWithError("a sequence did not reuse the whole prompt");
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_KvSharePrefix)->Threads(1)->Threads(2)->UseRealTime();
 
 double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();

@@ -23,11 +23,20 @@
 //
 // Prefix publication. A span is hashed when it fills (Append) but enters the prefix index
 // only in MarkComputed, after the caller has written its K/V. The insert happens under the
-// span's index shard mutex, and every lookup that can hand the span to another sequence
-// (AcquireCached) takes the same mutex, so the writer's row stores happen-before the
-// sharer's reads. A hashed span can be shared (Fork) before it is indexed, so `indexed` may
-// become true while several sequences hold the span: ReleaseSpan therefore decides between
-// the cached and the free path under that shard mutex whenever the span is hashed.
+// span's index shard mutex and sets the INDEXED bit of the span's reference word with a
+// release; a lookup that hands the span to another sequence (AcquireCached) either takes the
+// same mutex or adds its reference with an acquire CAS that requires that bit, so the
+// writer's row stores happen-before the sharer's reads either way. A hashed span can be
+// shared (Fork) before it is indexed, so the bit may be set while several sequences hold the
+// span: ReleaseSpan therefore decides between the cached and the free path under that shard
+// mutex whenever the span is hashed.
+//
+// Sharing a popular prompt takes no lock while some sequence holds it: AcquireCached finds
+// the span in the lock-free index and adds a holder only if the reference word shows it
+// indexed and held (never from 0, so the cached list, which needs the mutex, is not
+// involved). It then checks hash, parent and tokens; when the id was evicted and reused for
+// another prefix meanwhile, it lets go again. Since an unindexed word is never touched by a
+// lookup, an unindexed span's sole holder may drop its reference with a plain store.
 #include "numarena/kv_pool.hpp"
 
 #include <algorithm>
@@ -44,6 +53,7 @@
 #include "kv_placement.hpp"
 #include "kv_prefix_index.hpp"
 #include "kv_slab.hpp"
+#include "kv_testing.hpp"
 #include "numarena/budget.hpp"
 #include "numarena/topology.hpp"
 
@@ -108,10 +118,14 @@ struct BlockMeta {
 // two threads' allocate+free run at a quarter of one thread's speed each.
 constexpr std::size_t kNoFalseSharing = 128;
 
+// A span's reference word: its holder count, plus kIndexedBit while it is in the prefix
+// index (set and cleared under its index shard lock).
+constexpr std::uint32_t kIndexedBit = 1u << 31;
+constexpr std::uint32_t Holders(std::uint32_t refs) { return refs & ~kIndexedBit; }
+
 struct alignas(kNoFalseSharing) SpanMeta {
-  std::atomic<std::uint32_t> refs{0};
+  std::atomic<std::uint32_t> refs{0};  // holders | kIndexedBit
   std::atomic<std::uint8_t> state{kUnbacked};
-  std::atomic<bool> indexed{false};  // in the prefix index (changes under its shard lock)
   // Written by the span's exclusive owner (refs == 1 and not indexed), read by owners.
   std::int32_t tokens = 0;
   bool partial = false;  // free, with some blocks' memory dropped by a node's Reclaim
@@ -145,17 +159,25 @@ struct SequenceChunk {
   Sequence sequences[kSpansPerChunk];
 };
 
+// A free list of span ids (or of sequence slots), one per thread-slot stripe.
 struct alignas(kNoFalseSharing) FreeShard {
   // Reserved up front: a shard's first small buffer would come from whichever thread pushed
   // first and could share a line with another shard's.
-  FreeShard() { spans.reserve(256); }
+  FreeShard() { ids.reserve(256); }
   SpinLock mu;
-  std::vector<std::uint32_t> spans;
+  std::vector<std::uint32_t> ids;  // span ids, or sequence indices
 };
 
+// Counters that every request or pin bumps, striped by thread slot: one pool-wide counter
+// was a cache line that every thread wrote (the two prefix counters alone made sharing a
+// prompt from two threads slower than from one).
 struct alignas(kNoFalseSharing) StatStripe {
   std::atomic<std::uint64_t> hot_pins{0};
   std::atomic<std::uint64_t> cold_pins{0};
+  std::atomic<std::uint64_t> prefix_lookups{0};
+  std::atomic<std::uint64_t> prefix_hits{0};
+  std::atomic<std::uint64_t> sequences_created{0};
+  std::atomic<std::uint64_t> sequences_freed{0};
 };
 
 // A small number per live thread, for striping counters and free lists. Slots are recycled
@@ -239,16 +261,15 @@ struct KvPool::Impl {
   std::unique_ptr<std::atomic<SequenceChunk*>[]> seq_chunks {
     new std::atomic<SequenceChunk*>[ kMaxChunks ]()
   };
-  std::mutex seq_mu;
+  std::mutex seq_grow_mu;  // creating sequence slots (rare once the pool is warm)
   std::uint32_t seq_created = 0;
-  std::vector<std::uint32_t> seq_free;
-  std::atomic<std::size_t> live_sequences{0};
+  FreeShard free_sequences[kFreeShards];  // retired sequence slots, per thread slot
 
   std::atomic<std::uint64_t> clock{1};
   StatStripe stripes[kStatStripes];
   std::atomic<std::uint64_t> demotions{0}, promotions{0}, bytes_demoted{0}, bytes_promoted{0};
   std::atomic<std::uint64_t> demotion_ns{0}, promotion_ns{0};
-  std::atomic<std::uint64_t> prefix_lookups{0}, prefix_hits{0}, cached_evictions{0};
+  std::atomic<std::uint64_t> cached_evictions{0};
   std::atomic<std::uint64_t> refusals{0}, copy_on_writes{0};
 
   std::uint64_t budget_hook = 0;  // id of the reclaim hook on options.budget, 0 when none
@@ -346,24 +367,29 @@ struct KvPool::Impl {
     return LockedSequence{s, std::move(lock)};
   }
 
-  // Lock order: a sequence's mutex may be held when taking seq_mu (RetireSequence), never
-  // the reverse, so the new sequence is locked only after seq_mu is released.
+  // A sequence slot: a retired one from this thread's list (or another's), else a new one.
+  // Lock order: a sequence's lock may be held when taking a list's lock (RetireSequence),
+  // never the reverse, so the new sequence is locked only after the list is let go.
   StatusOr<KvSequenceId> NewSequence() {
-    std::uint32_t index;
-    {
-      std::lock_guard lock(seq_mu);
-      if (!seq_free.empty()) {
-        index = seq_free.back();
-        seq_free.pop_back();
-      } else {
-        index = seq_created;
-        if (index / kSpansPerChunk >= kMaxChunks) {
-          return absl::ResourceExhaustedError("KV pool: too many live sequences");
-        }
-        if (index % kSpansPerChunk == 0)
-          seq_chunks[index / kSpansPerChunk].store(new SequenceChunk, std::memory_order_release);
-        ++seq_created;
+    std::uint32_t index = kNil;
+    const std::size_t mine = ThreadSlot() % kFreeShards;
+    for (std::size_t k = 0; k < kFreeShards && index == kNil; ++k) {
+      FreeShard& shard = free_sequences[(mine + k) % kFreeShards];
+      std::lock_guard lock(shard.mu);
+      if (!shard.ids.empty()) {
+        index = shard.ids.back();
+        shard.ids.pop_back();
       }
+    }
+    if (index == kNil) {
+      std::lock_guard lock(seq_grow_mu);
+      index = seq_created;
+      if (index / kSpansPerChunk >= kMaxChunks) {
+        return absl::ResourceExhaustedError("KV pool: too many live sequences");
+      }
+      if (index % kSpansPerChunk == 0)
+        seq_chunks[index / kSpansPerChunk].store(new SequenceChunk, std::memory_order_release);
+      ++seq_created;
     }
     Sequence* s = &seq_chunks[index / kSpansPerChunk]
                        .load(std::memory_order_acquire)
@@ -373,7 +399,7 @@ struct KvPool::Impl {
     s->spans.clear();
     s->tokens = 0;
     s->computed = 0;
-    live_sequences.fetch_add(1, std::memory_order_relaxed);
+    stripe().sequences_created.fetch_add(1, std::memory_order_relaxed);
     return (static_cast<KvSequenceId>(s->generation.load()) << 32) | index;
   }
 
@@ -383,9 +409,10 @@ struct KvPool::Impl {
     s->tokens = 0;
     s->computed = 0;
     s->generation.fetch_add(1, std::memory_order_release);
-    live_sequences.fetch_sub(1, std::memory_order_relaxed);
-    std::lock_guard lock(seq_mu);
-    seq_free.push_back(static_cast<std::uint32_t>(id & 0xffffffffu));
+    stripe().sequences_freed.fetch_add(1, std::memory_order_relaxed);
+    FreeShard& shard = free_sequences[ThreadSlot() % kFreeShards];
+    std::lock_guard lock(shard.mu);
+    shard.ids.push_back(static_cast<std::uint32_t>(id & 0xffffffffu));
   }
 
   // ---- pins
@@ -582,7 +609,6 @@ struct KvPool::Impl {
     m.tokens = 0;
     m.partial = false;
     m.hashed = false;
-    m.indexed.store(false, std::memory_order_relaxed);
     m.state.store(kInUse, std::memory_order_release);
   }
 
@@ -648,7 +674,7 @@ struct KvPool::Impl {
     m.state.store(kFree, std::memory_order_relaxed);
     FreeShard& shard = free_shards[ThreadSlot() % kFreeShards];
     std::lock_guard lock(shard.mu);
-    shard.spans.push_back(s);
+    shard.ids.push_back(s);
   }
 
   // Whether Reclaim or an allocation may take the span's memory on `node` (-1: on any
@@ -685,7 +711,7 @@ struct KvPool::Impl {
     const bool all = claimed == bps;
     if (all) {
       SpanMeta& m = span(s);
-      m.indexed.store(false, std::memory_order_relaxed);
+      m.refs.store(0, std::memory_order_relaxed);       // cached: no holders; now out of the index
       m.state.store(kFree, std::memory_order_relaxed);  // not pinnable, on no free list
     }
     for (std::size_t i = 0; i < claimed; ++i)
@@ -763,9 +789,9 @@ struct KvPool::Impl {
     for (std::size_t k = 0; k < kFreeShards; ++k) {
       FreeShard& shard = free_shards[(mine + k) % kFreeShards];
       std::lock_guard lock(shard.mu);
-      if (!shard.spans.empty()) {
-        const std::uint32_t s = shard.spans.back();
-        shard.spans.pop_back();
+      if (!shard.ids.empty()) {
+        const std::uint32_t s = shard.ids.back();
+        shard.ids.pop_back();
         return s;
       }
     }
@@ -777,11 +803,11 @@ struct KvPool::Impl {
   std::uint32_t TakeFreeSpanOn(int node) {
     for (FreeShard& shard : free_shards) {
       std::lock_guard lock(shard.mu);
-      for (std::size_t k = shard.spans.size(); k-- > 0;) {
-        const std::uint32_t s = shard.spans[k];
+      for (std::size_t k = shard.ids.size(); k-- > 0;) {
+        const std::uint32_t s = shard.ids[k];
         if (!ReclaimableOn(s, node)) continue;
-        shard.spans[k] = shard.spans.back();
-        shard.spans.pop_back();
+        shard.ids[k] = shard.ids.back();
+        shard.ids.pop_back();
         return s;
       }
     }
@@ -825,6 +851,13 @@ struct KvPool::Impl {
 
   void ReleaseSpan(std::uint32_t s) {
     SpanMeta& m = span(s);
+    // Not the last holder: nothing to decide, no lock (a shared prompt's spans are released
+    // by every request that used them).
+    for (std::uint32_t refs = m.refs.load(std::memory_order_relaxed); Holders(refs) > 1;) {
+      if (m.refs.compare_exchange_weak(refs, refs - 1, std::memory_order_release,
+                                       std::memory_order_relaxed))
+        return;
+    }
     // A hashed span may be indexed by another holder's MarkComputed at any moment, so the
     // indexed check and the reference drop happen together under the shard mutex. (`hashed`
     // and `hash` do not change while the span is shared.) A span never filled cannot be
@@ -832,16 +865,18 @@ struct KvPool::Impl {
     std::unique_lock<std::mutex> index_lock;
     if (m.hashed) {
       index_lock = std::unique_lock(prefix.mutex_for(m.hash));
-      if (m.indexed.load(std::memory_order_relaxed)) {
-        if (m.refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      if (m.refs.load(std::memory_order_relaxed) & kIndexedBit) {
+        // A lock-free AcquireCached may add a holder meanwhile, but never from 0 holders.
+        if (Holders(m.refs.fetch_sub(1, std::memory_order_acq_rel)) == 1) {
           m.state.store(kCached, std::memory_order_relaxed);
           prefix.CacheLocked(m.hash, s);
         }
         return;
       }
     }
-    // The sole holder needs no read-modify-write: a new reference comes only from a holder
-    // (Fork) or from the prefix index, which this span is not in.
+    // Not indexed (and it cannot become so now: that needs this lock or another holder), so
+    // a new reference can only come from another holder (Fork): the sole holder needs no
+    // read-modify-write.
     if (m.refs.load(std::memory_order_acquire) == 1) {
       m.refs.store(0, std::memory_order_relaxed);
     } else if (m.refs.fetch_sub(1, std::memory_order_acq_rel) != 1) {
@@ -851,12 +886,36 @@ struct KvPool::Impl {
     m.state.store(kFree, std::memory_order_relaxed);
     FreeShard& shard = free_shards[ThreadSlot() % kFreeShards];
     std::lock_guard lock(shard.mu);
-    shard.spans.push_back(s);
+    shard.ids.push_back(s);
+  }
+
+  // Whether indexed span `s` holds exactly this prefix. Its caller holds a reference on it
+  // or its index shard lock, so these fields stay put while they are read.
+  bool HoldsPrefix(std::uint32_t s, std::uint64_t parent, std::span<const std::int32_t> tokens,
+                   std::uint64_t hash) const {
+    const SpanMeta& m = span(s);
+    return m.hash == hash && m.parent_hash == parent &&
+           std::equal(tokens.begin(), tokens.end(), span_tokens(s));
   }
 
   // Looks a full span up by its prefix; shares it when found.
   std::uint32_t AcquireCached(std::uint64_t parent, std::span<const std::int32_t> tokens,
                               std::uint64_t hash) {
+    // Lock-free when a sequence holds the span (see the top of this file).
+    const std::uint32_t seen = prefix.Find(hash);
+    if (seen == kv::PrefixIndex::kNone) return kNil;
+    if (auto* hook = kv::testing::after_prefix_find.load(std::memory_order_relaxed)) hook(seen);
+    SpanMeta& held = span(seen);
+    for (std::uint32_t refs = held.refs.load(std::memory_order_relaxed);
+         (refs & kIndexedBit) && Holders(refs) > 0;) {
+      if (!held.refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acquire,
+                                           std::memory_order_relaxed))
+        continue;
+      if (HoldsPrefix(seen, parent, tokens, hash)) return seen;
+      ReleaseSpan(seen);  // evicted and reused for another prefix meanwhile, or a collision
+      break;
+    }
+    // Unheld (cached, so it must leave the cached list) or just changed: under the lock.
     std::lock_guard lock(prefix.mutex_for(hash));
     const std::uint32_t s = prefix.FindLocked(hash);
     if (s == kv::PrefixIndex::kNone) return kNil;
@@ -864,7 +923,7 @@ struct KvPool::Impl {
     if (m.parent_hash != parent || !std::equal(tokens.begin(), tokens.end(), span_tokens(s))) {
       return kNil;  // a hash collision: never share another prompt's K/V
     }
-    if (m.refs.fetch_add(1, std::memory_order_acq_rel) == 0) {
+    if (Holders(m.refs.fetch_add(1, std::memory_order_acq_rel)) == 0) {
       prefix.UncacheLocked(hash, s);
       m.state.store(kInUse, std::memory_order_relaxed);
     }
@@ -901,8 +960,8 @@ struct KvPool::Impl {
       // Shared, or in the prefix index (after a truncation): never write into it. A sharer
       // that indexed it and let go did so before its release decrement, which the acquire
       // load of `refs` reads, so the `indexed` load after it sees the flag.
-      cow = last.refs.load(std::memory_order_acquire) > 1 ||
-            last.indexed.load(std::memory_order_relaxed);
+      const std::uint32_t refs = last.refs.load(std::memory_order_acquire);
+      cow = Holders(refs) > 1 || (refs & kIndexedBit);
     }
     // Get every span first so a refusal leaves the sequence as it was.
     absl::InlinedVector<std::uint32_t, 4> fresh;
@@ -960,10 +1019,10 @@ struct KvPool::Impl {
       // Spans inside the first `upto` <= length tokens are full, so they are hashed. The hash
       // stays put: only an exclusive owner refills a span (a sharer copies it first).
       std::lock_guard lock(prefix.mutex_for(m.hash));
-      if (m.indexed.load(std::memory_order_relaxed)) continue;
-      // The mutex release publishes the rows written before this call to whoever finds the
-      // span under the same mutex.
-      if (prefix.InsertLocked(m.hash, sp)) m.indexed.store(true, std::memory_order_relaxed);
+      if (m.refs.load(std::memory_order_relaxed) & kIndexedBit) continue;
+      // The release (and the mutex's) publishes the rows written before this call to whoever
+      // shares the span: with an acquire CAS on the word, or under the same mutex.
+      if (prefix.InsertLocked(m.hash, sp)) m.refs.fetch_or(kIndexedBit, std::memory_order_release);
     }
     s->computed = upto;
   }
@@ -1157,16 +1216,21 @@ StatusOr<KvSequenceId> KvPool::CreateSequence(std::span<const std::int32_t> prom
   std::lock_guard lock(s->mu);
   std::uint64_t parent = kv::kRootPrefixHash;
   std::size_t reused = 0;
+  std::uint64_t lookups = 0;
   while (reused + p.tpb <= prompt.size()) {
     const auto chunk = prompt.subspan(reused, p.tpb);
     const std::uint64_t hash = kv::HashSpan(parent, chunk);
-    p.prefix_lookups.fetch_add(1, std::memory_order_relaxed);
+    ++lookups;
     const std::uint32_t found = p.AcquireCached(parent, chunk, hash);
     if (found == kNil) break;
-    p.prefix_hits.fetch_add(1, std::memory_order_relaxed);
     s->spans.push_back(found);
     parent = hash;
     reused += p.tpb;
+  }
+  if (lookups > 0) {
+    StatStripe& stripe = p.stripe();
+    stripe.prefix_lookups.fetch_add(lookups, std::memory_order_relaxed);
+    stripe.prefix_hits.fetch_add(reused / p.tpb, std::memory_order_relaxed);
   }
   s->tokens = reused;
   s->computed = reused;  // indexed spans are computed
@@ -1266,18 +1330,15 @@ StatusOr<std::size_t> KvPool::Length(KvSequenceId sequence) const {
   return s->tokens;
 }
 
-std::size_t KvPool::CachedPrefixTokens(std::span<const std::int32_t> tokens) {
-  Impl& p = *impl_;
+std::size_t KvPool::CachedPrefixTokens(std::span<const std::int32_t> tokens) const {
+  const Impl& p = *impl_;
   std::uint64_t parent = kv::kRootPrefixHash;
   std::size_t covered = 0;
   while (covered + p.tpb <= tokens.size()) {
-    const auto chunk = tokens.subspan(covered, p.tpb);
-    const std::uint64_t hash = kv::HashSpan(parent, chunk);
-    std::lock_guard lock(p.prefix.mutex_for(hash));
-    const std::uint32_t s = p.prefix.FindLocked(hash);
-    if (s == kv::PrefixIndex::kNone || p.span(s).parent_hash != parent ||
-        !std::equal(chunk.begin(), chunk.end(), p.span_tokens(s)))
-      break;
+    const std::uint64_t hash = kv::HashSpan(parent, tokens.subspan(covered, p.tpb));
+    // No token comparison here: reading an indexed span's token ids without the shard lock
+    // would race with its eviction and reuse.
+    if (p.prefix.Find(hash) == kv::PrefixIndex::kNone) break;
     parent = hash;
     covered += p.tpb;
   }
@@ -1575,11 +1636,17 @@ KvPoolStats KvPool::Stats() const {
       }
     }
   }
-  st.sequences = p.live_sequences.load(std::memory_order_relaxed);
+  std::uint64_t created = 0, freed = 0;
   for (const StatStripe& s : p.stripes) {
     st.hot_pins += s.hot_pins.load(std::memory_order_relaxed);
     st.cold_pins += s.cold_pins.load(std::memory_order_relaxed);
+    st.prefix_lookups += s.prefix_lookups.load(std::memory_order_relaxed);
+    st.prefix_hits += s.prefix_hits.load(std::memory_order_relaxed);
+    created += s.sequences_created.load(std::memory_order_relaxed);
+    freed += s.sequences_freed.load(std::memory_order_relaxed);
   }
+  // Stripes are read one after another, so a free may be seen without its creation.
+  st.sequences = created > freed ? created - freed : 0;
   const double pins = static_cast<double>(st.hot_pins + st.cold_pins);
   if (pins > 0) {
     st.hot_hit_rate = static_cast<double>(st.hot_pins) / pins;
@@ -1593,8 +1660,6 @@ KvPoolStats KvPool::Stats() const {
     st.demotion_mbps = static_cast<double>(st.bytes_demoted) * 1e3 / p.demotion_ns.load();
   if (p.promotion_ns.load() > 0)
     st.promotion_mbps = static_cast<double>(st.bytes_promoted) * 1e3 / p.promotion_ns.load();
-  st.prefix_lookups = p.prefix_lookups.load();
-  st.prefix_hits = p.prefix_hits.load();
   st.cached_evictions = p.cached_evictions.load();
   st.refusals = p.refusals.load();
   st.copy_on_writes = p.copy_on_writes.load();

@@ -25,17 +25,15 @@ std::uint64_t HashSpan(std::uint64_t parent, std::span<const std::int32_t> token
                    static_cast<std::uint32_t>(tokens[i + 1]));
   }
   if (i < tokens.size()) h = Mix(h, static_cast<std::uint32_t>(tokens[i]));
-  return h;
+  return h < ReadMostlyMap::kFirstKey ? h + ReadMostlyMap::kFirstKey : h;
 }
 
 std::uint32_t PrefixIndex::FindLocked(std::uint64_t hash) const {
-  const Shard& s = shard(hash);
-  auto it = s.by_hash.find(hash);
-  return it == s.by_hash.end() ? kNone : it->second;
+  return shard(hash).by_hash.Find(hash);
 }
 
 bool PrefixIndex::InsertLocked(std::uint64_t hash, std::uint32_t span) {
-  const bool inserted = shard(hash).by_hash.emplace(hash, span).second;
+  const bool inserted = shard(hash).by_hash.Insert(hash, span);
   if (inserted) indexed_.fetch_add(1, std::memory_order_relaxed);
   return inserted;
 }
@@ -87,7 +85,7 @@ std::uint32_t PrefixIndex::EvictOldest(const std::function<bool(std::uint32_t)>&
     }
     s.lru.erase(it->second);
     s.lru_position.erase(it);
-    s.by_hash.erase(victim.hash);
+    s.by_hash.Erase(victim.hash);
     cached_.fetch_sub(1, std::memory_order_relaxed);
     indexed_.fetch_sub(1, std::memory_order_relaxed);
     return victim.span;

@@ -5,8 +5,10 @@
 // hash, so a hash collision can never hand out the wrong K/V). A span no sequence owns any
 // more stays in the index as *cached*, on a least-recently-released list, until its memory is
 // needed (lazy eviction, as vLLM's free queue does). The index is sharded by hash; each
-// shard's mutex also guards the reference count transitions of its spans that touch the
-// cached list (0 -> 1 on reuse, 1 -> 0 on release), so reuse and eviction cannot race.
+// shard's mutex serialises its writers and also guards the reference count transitions of
+// its spans that touch the cached list (0 -> 1 on reuse, 1 -> 0 on release), so reuse and
+// eviction cannot race. Asking whether a hash is indexed (`Find`) takes no lock at all (see
+// kv_read_mostly_map.hpp), so many threads can check the same popular prompt at once.
 #pragma once
 
 #include <atomic>
@@ -19,20 +21,27 @@
 #include <span>
 
 #include "absl/container/flat_hash_map.h"
+#include "kv_read_mostly_map.hpp"
 
 namespace numarena::kv {
 
 inline constexpr std::uint64_t kRootPrefixHash = 0x6b76'706f'6f6c'0001ull;  // "kvpool"
 
-// Hash of a full span: parent hash and token ids (deterministic across processes).
+// Hash of a full span: parent hash and token ids (deterministic across processes; never
+// below ReadMostlyMap::kFirstKey).
 std::uint64_t HashSpan(std::uint64_t parent, std::span<const std::int32_t> tokens);
 
 class PrefixIndex {
  public:
   static constexpr std::size_t kShards = 16;
-  static constexpr std::uint32_t kNone = 0xffffffffu;
+  static constexpr std::uint32_t kNone = ReadMostlyMap::kAbsent;
 
   std::mutex& mutex_for(std::uint64_t hash) { return shard(hash).mu; }
+
+  // The span indexed under `hash`, or kNone, without a lock: it may be gone (or just
+  // arrived) by the time the caller looks at it, so it is an answer to "is this prefix
+  // cached now", not a span to use. Sharing a span goes through FindLocked.
+  std::uint32_t Find(std::uint64_t hash) const { return shard(hash).by_hash.Find(hash); }
 
   // All *Locked functions need mutex_for(hash) held.
   std::uint32_t FindLocked(std::uint64_t hash) const;
@@ -61,7 +70,7 @@ class PrefixIndex {
  private:
   struct alignas(64) Shard {
     mutable std::mutex mu;
-    absl::flat_hash_map<std::uint64_t, std::uint32_t> by_hash;
+    ReadMostlyMap by_hash;
     struct Cached {
       std::uint64_t hash;
       std::uint32_t span;

@@ -228,3 +228,72 @@ TEST_CASE("pins by block id race safely with frees, reclaim and eviction for all
   CHECK(st.spans_in_use == 0);
   CHECK(st.cached_evictions > 0);
 }
+
+// Sharing a prompt whose spans some sequence holds takes no lock: the lookup finds the span
+// in the lock-free index and adds a holder with a CAS that requires the span to be indexed
+// and held. Meanwhile spans of other prompts are released, evicted for allocations (the pool
+// holds only a few spans) and reused for different prompts, so an id found by hash may name
+// another prompt's span by the time the CAS lands; the lookup must then let go. Every
+// sequence that reused a prompt checks that it reads that prompt's rows.
+TEST_CASE("lock-free prefix sharing never hands out another prompt's span") {
+  auto storage = std::make_shared<kvtest::HeapStorage>();
+  numarena::KvPoolOptions o;
+  o.geometry = {.layers = 1,
+                .kv_heads = 2,
+                .head_dim = 8,
+                .dtype = numarena::KvDType::kFp16,
+                .tokens_per_block = 4,
+                .heads_per_group = 2};
+  o.home_nodes = {0};
+  o.hot_blocks_per_node = 6;  // six spans: most allocations evict a cached prompt
+  o.storage = storage;
+  auto created = numarena::KvPool::Create(o);
+  REQUIRE(created.ok());
+  numarena::KvPool& pool = **created;
+
+  constexpr int kPrompts = 8;
+  std::atomic<std::size_t> bad{0}, shared{0}, computed{0}, rounds{0};
+  auto worker = [&](int id) {
+    std::mt19937 rng(static_cast<unsigned>(300 + id));
+    std::vector<std::pair<numarena::KvSequenceId, int>> held;  // kept across rounds
+    for (int round = 0; round < 3000; ++round) {
+      // Two hot prompts (usually held by someone: the lock-free path) and six others.
+      const int p = rng() % 2 ? static_cast<int>(rng() % 2) : static_cast<int>(rng() % kPrompts);
+      const std::vector<std::int32_t> tokens = {1000 * (p + 1), 1, 2, 3};
+      std::size_t reused = 0;
+      auto seq = pool.CreateSequence(tokens, &reused);
+      if (!seq.ok()) {  // every span held just now
+        if (!held.empty()) {
+          (void)pool.FreeSequence(held.front().first);
+          held.erase(held.begin());
+        }
+        continue;
+      }
+      if (reused == tokens.size()) {
+        ++shared;
+        bad += kvtest::CountBadRows(pool, *seq, tokens);
+      } else {
+        kvtest::WriteTokens(pool, *seq, tokens, 0, tokens.size());
+        if (pool.MarkComputed(*seq, tokens.size()).ok()) ++computed;
+      }
+      held.emplace_back(*seq, p);
+      if (held.size() > 1 + rng() % 2) {
+        (void)pool.FreeSequence(held.front().first);
+        held.erase(held.begin());
+      }
+      ++rounds;
+    }
+    for (auto& [s, p] : held) (void)pool.FreeSequence(s);
+  };
+  std::vector<std::thread> workers;
+  for (int i = 0; i < 3; ++i) workers.emplace_back(worker, i);
+  for (auto& t : workers) t.join();
+
+  CHECK(bad.load() == 0);
+  CHECK(shared.load() > 1000);   // the hot prompts were shared most of the time
+  CHECK(computed.load() > 100);  // and evicted prompts were computed again
+  const auto st = pool.Stats();
+  CHECK(st.sequences == 0);
+  CHECK(st.spans_in_use == 0);
+  CHECK(st.cached_evictions > 100);
+}

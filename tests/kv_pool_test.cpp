@@ -11,6 +11,7 @@
 #include "kv_layout.hpp"
 #include "kv_placement.hpp"
 #include "kv_test_support.hpp"
+#include "kv_testing.hpp"
 #include "numarena/arena.hpp"
 #include "numarena/budget.hpp"
 
@@ -425,6 +426,70 @@ TEST_CASE("prefix index: forks and truncation publish only computed tokens") {
     CHECK(pool->CachedPrefixTokens(Tokens(8, 5000)) == 4);
     CHECK(kvtest::CountBadRows(*pool, *seq, refilled) == 0);
   }
+}
+
+namespace {
+// The lock-free sharing race, made deterministic: the hook runs inside the sharer's lookup,
+// between finding prompt P's span in the index and adding its reference.
+struct ReuseRace {
+  KvPool* pool = nullptr;
+  numarena::KvSequenceId p_holder = 0, filler = 0, q_holder = 0;
+  std::uint32_t found = 0xffffffffu;
+  bool ran = false;
+};
+ReuseRace* g_race = nullptr;
+}  // namespace
+
+TEST_CASE("prefix sharing lets go of a span that was evicted and reused after the lookup") {
+  auto storage = std::make_shared<kvtest::HeapStorage>();
+  auto o = SmallOptions(storage);
+  o.cold_tier = KvColdTier::None();
+  o.hot_blocks_per_node = 4;  // two spans
+  auto pool = MustCreate(o);
+  const auto p_tokens = Tokens(4, 100), q_tokens = Tokens(4, 900);
+  auto p_holder = pool->CreateSequence(p_tokens);
+  REQUIRE(p_holder.ok());
+  kvtest::WriteTokens(*pool, *p_holder, p_tokens, 0, 4);
+  REQUIRE(pool->MarkComputed(*p_holder, 4).ok());
+  auto filler = pool->CreateSequence(Tokens(4, 5000));  // the second span, never indexed
+  REQUIRE(filler.ok());
+
+  ReuseRace race{pool.get(), *p_holder, *filler};
+  g_race = &race;
+  numarena::kv::testing::after_prefix_find = [](std::uint32_t span) {
+    ReuseRace& r = *g_race;
+    if (r.ran) return;
+    r.ran = true;
+    r.found = span;
+    // Meanwhile, elsewhere: P's last holder leaves (P is cached), a request for Q finds no
+    // memory and evicts P's span, computes Q into it; then the filler goes.
+    REQUIRE(r.pool->FreeSequence(r.p_holder).ok());
+    const auto q = Tokens(4, 900);
+    auto q_holder = r.pool->CreateSequence(q);
+    REQUIRE(q_holder.ok());
+    r.q_holder = *q_holder;
+    kvtest::WriteTokens(*r.pool, *q_holder, q, 0, 4);
+    REQUIRE(r.pool->MarkComputed(*q_holder, 4).ok());
+    REQUIRE(r.pool->FreeSequence(r.filler).ok());
+  };
+  std::size_t reused = 99;
+  auto sharer = pool->CreateSequence(p_tokens, &reused);
+  numarena::kv::testing::after_prefix_find = nullptr;
+  g_race = nullptr;
+  REQUIRE(race.ran);
+  REQUIRE(sharer.ok());
+  // The scenario happened: Q's sequence got the very span the lookup had found for P.
+  REQUIRE(kvtest::BlockIds(*pool, race.q_holder, 0, 0).front() / 4 == race.found);
+  CHECK(reused == 0);  // P is gone: nothing shared, and never Q's K/V
+  CHECK(pool->CachedPrefixTokens(p_tokens) == 0);
+  CHECK(kvtest::CountBadRows(*pool, race.q_holder, q_tokens) == 0);
+  CHECK(pool->Stats().spans_in_use == 2);  // the sharer's own span and Q's
+  // The lookup's reference on Q's span was given back: when Q's holder leaves, the span is
+  // cached (unheld), not kept in use.
+  REQUIRE(pool->FreeSequence(race.q_holder).ok());
+  CHECK(pool->Stats().spans_in_use == 1);
+  CHECK(pool->CachedPrefixTokens(q_tokens) == 4);
+  REQUIRE(pool->FreeSequence(*sharer).ok());
 }
 
 TEST_CASE("cached spans are evicted (LRU) when there is no memory left") {

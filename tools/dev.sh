@@ -83,8 +83,9 @@ case "$cmd" in
     # kv_pool_concurrency_test was left out for a while: TSan found a full span published in
     # the prefix index before its K/V rows were written. Spans are now indexed only by
     # KvPool::MarkComputed, after the caller has written them.
-    concurrent=(arena_test node_pages_test budget_test kv_pool_concurrency_test first_touch_test
-                interleave_test topology_test bandwidth_test allocator_test)
+    concurrent=(arena_test node_pages_test budget_test kv_pool_concurrency_test
+                kv_read_mostly_map_test first_touch_test interleave_test topology_test
+                bandwidth_test allocator_test)
     cmake -S "$ROOT" -B "$ROOT/build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNUMARENA_SANITIZE=thread \
       -DNUMARENA_BUILD_BENCH=OFF -DNUMARENA_BUILD_EXAMPLES=OFF >/dev/null
     cmake --build "$ROOT/build-tsan" -j "$JOBS" --target "${concurrent[@]}"

@@ -383,8 +383,14 @@ class alignas(128) KvPool {
   [[nodiscard]] Status FreeSequence(KvSequenceId sequence);
   [[nodiscard]] StatusOr<std::size_t> Length(KvSequenceId sequence) const;
   // How many leading tokens of `tokens` are covered by indexed (computed) full spans, live
-  // or cached (no side effects).
-  std::size_t CachedPrefixTokens(std::span<const std::int32_t> tokens);
+  // or cached (no side effects): what a scheduler asks to route or admit a request. It
+  // takes no lock, so any number of threads can ask about the same prompt at full speed.
+  // Spans are matched by their 64-bit prefix hash (which covers every earlier token); only
+  // CreateSequence, which shares the K/V, also compares the token ids. The answer can be
+  // out of date as soon as it is returned (a concurrent eviction or MarkComputed).
+  //
+  //   if (pool->CachedPrefixTokens(prompt) >= prompt.size() / 2) RouteHere(request);
+  std::size_t CachedPrefixTokens(std::span<const std::int32_t> tokens) const;
 
   // ---- blocks
   // Replaces the contents of `*out` with the block ids of a sequence for (layer, group), in
