@@ -13,10 +13,12 @@
 //                        function: counters demote_vs_memcpy, promote_vs_memcpy. Target 0.7.
 //   BM_KvDecode          one decode step of real attention (q.K^T, online softmax, .V) for
 //                        every layer and head over a sequence's blocks, against the same
-//                        kernel over one flat std::vector: counter pool_vs_flat (tokens/s
-//                        ratio). Target >= 0.9.
+//                        kernel over one flat std::vector: counter pool_vs_flat (ratio of
+//                        the two fastest steps; pool_vs_flat_mean: of the total times).
+//                        Target >= 0.9.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -279,10 +281,13 @@ void BM_KvDecode(benchmark::State& state) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
   Attn attn(dim);
   float sink = 0;
+  // Each phase's fastest step is compared: on a shared 2-vCPU host one step (7 ms) is
+  // often slowed by a neighbour, and sums let that noise decide the ratio (it swung from
+  // 0.85 to 1.15 between repetitions). The order of the two phases alternates.
   double pool_s = 0, flat_s = 0;
+  double pool_best = INFINITY, flat_best = INFINITY;
   const int groups = pool->head_groups(), hpg = g.heads_per_group;
-  for (auto _ : state) {
-    auto t0 = std::chrono::steady_clock::now();
+  auto pool_step = [&] {
     for (int l = 0; l < layers; ++l)
       for (int grp = 0; grp < groups; ++grp)
         for (int h = 0; h < hpg; ++h) {
@@ -293,22 +298,42 @@ void BM_KvDecode(benchmark::State& state) {
           });
           sink += attn.acc[0] / attn.l;
         }
-    auto t1 = std::chrono::steady_clock::now();
+  };
+  auto flat_step = [&] {
     for (int l = 0; l < layers; ++l)
       for (int h = 0; h < heads; ++h) {
         attn.Reset();
         attn.Rows(q.data(), flat_at(l, h, 0, 0), flat_at(l, h, 1, 0), tokens, dim, scale);
         sink += attn.acc[0] / attn.l;
       }
-    auto t2 = std::chrono::steady_clock::now();
-    pool_s += Seconds(t1 - t0);
-    flat_s += Seconds(t2 - t1);
+  };
+  auto timed = [](auto&& step) {
+    const auto start = std::chrono::steady_clock::now();
+    step();
+    return Seconds(std::chrono::steady_clock::now() - start);
+  };
+  bool pool_first = true;
+  for (auto _ : state) {
+    double p = 0, f = 0;
+    if (pool_first) {
+      p = timed(pool_step);
+      f = timed(flat_step);
+    } else {
+      f = timed(flat_step);
+      p = timed(pool_step);
+    }
+    pool_first = !pool_first;
+    pool_s += p;
+    flat_s += f;
+    pool_best = std::min(pool_best, p);
+    flat_best = std::min(flat_best, f);
   }
   benchmark::DoNotOptimize(sink);
   const double steps = static_cast<double>(state.iterations());
   state.counters["pool_tok_s"] = steps / pool_s;
   state.counters["flat_tok_s"] = steps / flat_s;
-  state.counters["pool_vs_flat"] = flat_s / pool_s;
+  state.counters["pool_vs_flat"] = flat_best / pool_best;
+  state.counters["pool_vs_flat_mean"] = flat_s / pool_s;
 }
 BENCHMARK(BM_KvDecode)->Unit(benchmark::kMillisecond)->UseRealTime();
 
