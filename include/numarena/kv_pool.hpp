@@ -30,8 +30,12 @@
 // while it is pinned (`KvBlockPin`), and migration never moves a pinned block.
 //
 // Thread-safety: every member function may be called from any thread. Operations on one
-// sequence are serialised by that sequence's own lock; pinning a hot block, and allocating or
-// freeing a span from the free lists, take no pool-wide lock.
+// sequence are serialised by that sequence's own lock. Pinning a hot block, allocating or
+// freeing a span from the free lists, creating and freeing sequences, prefix lookups
+// (CachedPrefixTokens) and sharing a prompt that some sequence holds take no pool-wide lock;
+// each thread's data sits on its own cache lines, so two threads doing these on their own
+// sequences run at the speed of one each. Sharing one prompt's spans from many threads at
+// once still writes those spans' reference counts.
 //
 //   numarena::KvPoolOptions options;
 //   options.geometry = {.layers = 32, .kv_heads = 8, .head_dim = 128,
