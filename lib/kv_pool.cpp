@@ -61,6 +61,10 @@ namespace numarena {
 
 using kv::kNil;
 
+// A block's index in the pool's tables (span * blocks per span + index in the span). The
+// public KvBlockId adds the span's generation above it (see PublicId).
+using BlockSlot = std::uint32_t;
+
 namespace {
 
 constexpr std::uint32_t kMigrating = 1u << 31;
@@ -126,6 +130,10 @@ constexpr std::uint32_t Holders(std::uint32_t refs) { return refs & ~kIndexedBit
 struct alignas(kNoFalseSharing) SpanMeta {
   std::atomic<std::uint32_t> refs{0};  // holders | kIndexedBit
   std::atomic<std::uint8_t> state{kUnbacked};
+  // Bumped whenever the span gets new contents (ActivateSpan), before it becomes pinnable:
+  // block ids carry it, so an id from an earlier owner is refused instead of pinning the
+  // new owner's block. Sharing a cached span keeps its contents and its generation.
+  std::atomic<std::uint32_t> generation{0};
   // Written by the span's exclusive owner (refs == 1 and not indexed), read by owners.
   std::int32_t tokens = 0;
   bool partial = false;  // free, with some blocks' memory dropped by a node's Reclaim
@@ -290,18 +298,44 @@ struct KvPool::Impl {
     return *chunks[span / kSpansPerChunk].load(std::memory_order_acquire);
   }
   SpanMeta& span(std::uint32_t s) const { return chunk_of_span(s).spans[s % kSpansPerChunk]; }
-  BlockMeta& block(KvBlockId id) const {
+  BlockMeta& block(BlockSlot id) const {
     const std::uint32_t s = static_cast<std::uint32_t>(id / bps);
     return chunk_of_span(s).blocks[(s % kSpansPerChunk) * bps + id % bps];
   }
   std::int32_t* span_tokens(std::uint32_t s) const {
     return chunk_of_span(s).tokens.get() + (s % kSpansPerChunk) * tpb;
   }
-  KvBlockId block_id(std::uint32_t s, int index) const {
-    return static_cast<KvBlockId>(s * bps + static_cast<std::size_t>(index));
+  BlockSlot block_id(std::uint32_t s, int index) const {
+    return static_cast<BlockSlot>(s * bps + static_cast<std::size_t>(index));
   }
-  bool valid_block(KvBlockId id) const {
+  bool valid_block(BlockSlot id) const {
     return id / bps < spans_created.load(std::memory_order_acquire);
+  }
+  // Public ids: the slot in the low 32 bits, the span's generation above.
+  KvBlockId PublicId(BlockSlot id) const {
+    const std::uint32_t generation =
+        span(id / static_cast<BlockSlot>(bps)).generation.load(std::memory_order_relaxed);
+    return (static_cast<KvBlockId>(generation) << 32) | id;
+  }
+  static BlockSlot SlotOf(KvBlockId id) { return static_cast<BlockSlot>(id); }
+  static std::uint32_t GenerationOf(KvBlockId id) { return static_cast<std::uint32_t>(id >> 32); }
+  // InvalidArgument for an id that never existed.
+  Status CheckExists(KvBlockId id) const {
+    if (valid_block(SlotOf(id))) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("KV pool: block ", id, " does not exist"));
+  }
+  // Whether `id` still names the contents it was handed out for: its span's generation is
+  // the id's. Reliable when the block is pinned or claimed and its span pinnable (the
+  // generation changes only while a span is free).
+  bool Current(KvBlockId id) const {
+    return span(SlotOf(id) / static_cast<BlockSlot>(bps))
+               .generation.load(std::memory_order_acquire) == GenerationOf(id);
+  }
+  Status Stale(KvBlockId id) const {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "KV pool: block id ", id,
+        " is stale: its sequence was freed or truncated and the span now holds other tokens; "
+        "get current ids from Blocks()"));
   }
   // The hotness clock. A shared counter bumped on every pin made one cache line that every
   // decode thread wrote (37 % of two threads' pin+unpin time), so the shared part is an epoch
@@ -425,7 +459,7 @@ struct KvPool::Impl {
   // Takes a pin reference on `id` (waiting while it moves); promotes it first when it is
   // cold, `promote` is set, its span is pinnable and there is room. Neither touches the
   // hotness nor counts the pin (NotePin does).
-  void AcquirePin(KvBlockId id, bool promote) {
+  void AcquirePin(BlockSlot id, bool promote) {
     BlockMeta& b = block(id);
     for (;;) {
       std::uint32_t st = b.state.load(std::memory_order_acquire);
@@ -450,7 +484,7 @@ struct KvPool::Impl {
   }
 
   // Records an access of a pinned block: hotness and the per-tier pin counters.
-  void NotePin(KvBlockId id) {
+  void NotePin(BlockSlot id) {
     BlockMeta& b = block(id);
     kv::Touch(b.hot, Tick());
     StatStripe& s = stripe();
@@ -463,19 +497,19 @@ struct KvPool::Impl {
 
   // Pins a block the caller knows stays owned (its sequence's lock is held, or it is the
   // caller's own span).
-  void PinRaw(KvBlockId id, bool promote) {
+  void PinRaw(BlockSlot id, bool promote) {
     AcquirePin(id, promote);
     NotePin(id);
   }
-  void UnpinRaw(KvBlockId id) { block(id).state.fetch_sub(1, std::memory_order_release); }
+  void UnpinRaw(BlockSlot id) { block(id).state.fetch_sub(1, std::memory_order_release); }
 
   // ---- tier moves (caller holds MIGRATING on `b`)
-  std::uint32_t HomeNodeOfBlock(KvBlockId id) const {
+  std::uint32_t HomeNodeOfBlock(BlockSlot id) const {
     return static_cast<std::uint32_t>(group_node[layout.GroupOf(static_cast<int>(id % bps))]);
   }
 
   // Moves a cold block home when the hot tier has room. Returns whether it moved.
-  bool TryPromoteLocked(KvBlockId id, BlockMeta& b) {
+  bool TryPromoteLocked(BlockSlot id, BlockMeta& b) {
     // Checked again now that MIGRATING is held: a caller that saw the block cold before
     // claiming it may have lost a race with another pinner that promoted it meanwhile.
     if (b.tier.load(std::memory_order_relaxed) != static_cast<std::uint8_t>(KvTier::kCold))
@@ -528,7 +562,7 @@ struct KvPool::Impl {
     return {};
   }
 
-  bool EligibleVictim(KvBlockId id) const {
+  bool EligibleVictim(BlockSlot id) const {
     if (block(id).state.load(std::memory_order_relaxed) != 0) return false;
     const std::uint8_t st =
         span(static_cast<std::uint32_t>(id / bps)).state.load(std::memory_order_relaxed);
@@ -605,6 +639,8 @@ struct KvPool::Impl {
   // ---- spans
   void ActivateSpan(std::uint32_t s) {
     SpanMeta& m = span(s);
+    m.generation.store(m.generation.load(std::memory_order_relaxed) + 1,
+                       std::memory_order_relaxed);  // published by the state store below
     m.refs.store(1, std::memory_order_relaxed);
     m.tokens = 0;
     m.partial = false;
@@ -619,7 +655,7 @@ struct KvPool::Impl {
     std::size_t dropped = 0;
     bool kept = false;
     for (std::size_t i = 0; i < bps; ++i) {
-      const KvBlockId id = block_id(s, static_cast<int>(i));
+      const BlockSlot id = block_id(s, static_cast<int>(i));
       BlockMeta& b = block(id);
       // A demotion that chose this block before its span became free may still be copying it:
       // wait for it, and hold MIGRATING so nothing moves the block while its memory goes.
@@ -754,7 +790,7 @@ struct KvPool::Impl {
 
   // Backs one block: hot on its home node, else after demoting a victim, else cold.
   bool BackBlock(std::uint32_t s, int index, Status* why) {
-    const KvBlockId id = block_id(s, index);
+    const BlockSlot id = block_id(s, index);
     BlockMeta& b = block(id);
     HomeNode* home = home_of(group_node[layout.GroupOf(index)]);
     kv::Slot slot = home->hot->Allocate(/*may_grow=*/true, why);
@@ -933,8 +969,8 @@ struct KvPool::Impl {
   // Copies a span's data and token ids into a new exclusive span (copy-on-write).
   void CopySpan(std::uint32_t from, std::uint32_t to, int tokens) {
     for (std::size_t i = 0; i < bps; ++i) {
-      const KvBlockId src = block_id(from, static_cast<int>(i));
-      const KvBlockId dst = block_id(to, static_cast<int>(i));
+      const BlockSlot src = block_id(from, static_cast<int>(i));
+      const BlockSlot dst = block_id(to, static_cast<int>(i));
       PinRaw(src, /*promote=*/false);
       PinRaw(dst, /*promote=*/true);
       std::memcpy(block(dst).data.load(std::memory_order_relaxed),
@@ -1027,7 +1063,7 @@ struct KvPool::Impl {
     s->computed = upto;
   }
 
-  void FillPin(KvBlockPin& pin, KvBlockId id) const;
+  void FillPin(KvBlockPin& pin, BlockSlot id) const;
 };
 
 // ---- KvBlockPin ----------------------------------------------------------------------
@@ -1068,10 +1104,10 @@ std::byte* KvBlockPin::value(int layer_in_block, int head_in_group, int token) c
   return data_ + pool_->impl_->layout.ValueOffset(layer_in_block, head_in_group, token);
 }
 
-void KvPool::Impl::FillPin(KvBlockPin& pin, KvBlockId id) const {
+void KvPool::Impl::FillPin(KvBlockPin& pin, BlockSlot id) const {
   const BlockMeta& b = block(id);
   const int index = static_cast<int>(id % bps);
-  pin.id_ = id;
+  pin.id_ = PublicId(id);
   pin.data_ = b.data.load(std::memory_order_relaxed);
   pin.tier_ = static_cast<KvTier>(b.tier.load(std::memory_order_relaxed));
   pin.node_ = b.node.load(std::memory_order_relaxed);
@@ -1370,44 +1406,47 @@ Status KvPool::Blocks(KvSequenceId sequence, int layer, int group,
   Sequence* s = locked->sequence;
   const int index = p.layout.BlockIndex(layer / p.layout.geometry.layers_per_block, group);
   out->reserve(s->spans.size());
-  for (std::uint32_t sp : s->spans) out->push_back(p.block_id(sp, index));
+  for (std::uint32_t sp : s->spans) out->push_back(p.PublicId(p.block_id(sp, index)));
   return absl::OkStatus();
 }
 
 StatusOr<KvBlockPin> KvPool::Pin(KvBlockId block) {
   Impl& p = *impl_;
-  if (!p.valid_block(block)) {
-    return absl::InvalidArgumentError(absl::StrCat("KV pool: block ", block, " does not exist"));
-  }
+  if (Status st = p.CheckExists(block); !st.ok()) return st;
+  const BlockSlot slot = Impl::SlotOf(block);
   // Pin first, check second. Checking first would leave a window in which the span is freed
   // and its memory dropped or reused before the pin lands. With the reference held, the
   // block's memory cannot be dropped (DropBlocks waits for pins) and a cached span cannot be
-  // evicted (ClaimCached fails); the span still belonging to a sequence or the cache after
-  // that means the pin is good. Otherwise let go: the block is free, unbacked or recycled
-  // mid-allocation.
-  p.AcquirePin(block, /*promote=*/true);
-  if (!p.Pinnable(static_cast<std::uint32_t>(block / p.bps)) ||
-      p.block(block).tier.load(std::memory_order_relaxed) ==
+  // evicted (ClaimCached fails); the span still belonging to a sequence or the cache, in the
+  // id's generation, after that means the pin is good. Otherwise let go: the block is free,
+  // unbacked, recycled mid-allocation, or now another sequence's.
+  p.AcquirePin(slot, /*promote=*/true);
+  if (!p.Pinnable(slot / static_cast<BlockSlot>(p.bps)) ||
+      p.block(slot).tier.load(std::memory_order_relaxed) ==
           static_cast<std::uint8_t>(KvTier::kNone)) {
-    p.UnpinRaw(block);
+    p.UnpinRaw(slot);
     return absl::FailedPreconditionError(
         absl::StrCat("KV pool: block ", block,
                      " belongs to no sequence or cache; pin blocks of live "
                      "sequences only"));
   }
-  p.NotePin(block);
+  if (!p.Current(block)) {
+    p.UnpinRaw(slot);
+    return p.Stale(block);
+  }
+  p.NotePin(slot);
   KvBlockPin pin;
   pin.pool_ = this;
-  p.FillPin(pin, block);
+  p.FillPin(pin, slot);
   return pin;
 }
 
 StatusOr<KvPool::BlockLocation> KvPool::Locate(KvBlockId block) const {
   const Impl& p = *impl_;
-  if (!p.valid_block(block)) {
-    return absl::InvalidArgumentError(absl::StrCat("KV pool: block ", block, " does not exist"));
-  }
-  const BlockMeta& b = p.block(block);
+  if (Status st = p.CheckExists(block); !st.ok()) return st;
+  // A snapshot: without a pin the span may change hands right after this check.
+  if (!p.Current(block)) return p.Stale(block);
+  const BlockMeta& b = p.block(Impl::SlotOf(block));
   BlockLocation where;
   where.tier = static_cast<KvTier>(b.tier.load(std::memory_order_relaxed));
   where.node = b.node.load(std::memory_order_relaxed);
@@ -1427,7 +1466,7 @@ StatusOr<KvBlockPin> KvPool::PinToken(KvSequenceId sequence, int layer, int grou
                                               sequence, " of ", s->tokens, " tokens"));
   }
   const std::size_t span_index = token / p.tpb;
-  const KvBlockId id = p.block_id(
+  const BlockSlot id = p.block_id(
       s->spans[span_index], p.layout.BlockIndex(layer / p.layout.geometry.layers_per_block, group));
   p.PinRaw(id, /*promote=*/true);
   KvBlockPin pin;
@@ -1448,7 +1487,7 @@ Status KvPool::ForEachBlock(KvSequenceId sequence, int layer, int group,
   Sequence* s = locked->sequence;
   const int index = p.layout.BlockIndex(layer / p.layout.geometry.layers_per_block, group);
   for (std::size_t i = 0; i < s->spans.size(); ++i) {
-    const KvBlockId id = p.block_id(s->spans[i], index);
+    const BlockSlot id = p.block_id(s->spans[i], index);
     p.PinRaw(id, /*promote=*/true);
     KvBlockPin pin;
     pin.pool_ = this;
@@ -1460,7 +1499,7 @@ Status KvPool::ForEachBlock(KvSequenceId sequence, int layer, int group,
   return absl::OkStatus();
 }
 
-void KvPool::Unpin(KvBlockId block) { impl_->UnpinRaw(block); }
+void KvPool::Unpin(KvBlockId block) { impl_->UnpinRaw(Impl::SlotOf(block)); }
 
 std::size_t KvPool::Reclaim(int node, std::size_t bytes, KvUrgency urgency) {
   Impl& p = *impl_;
@@ -1505,11 +1544,10 @@ std::size_t KvPool::Demote(int node, std::size_t max_blocks, KvUrgency urgency) 
   return impl_->DemoteFrom(*home, max_blocks, urgency);
 }
 
-Status KvPool::DemoteBlock(KvBlockId id) {
+Status KvPool::DemoteBlock(KvBlockId block) {
   Impl& p = *impl_;
-  if (!p.valid_block(id)) {
-    return absl::InvalidArgumentError(absl::StrCat("KV pool: block ", id, " does not exist"));
-  }
+  if (Status st = p.CheckExists(block); !st.ok()) return st;
+  const BlockSlot id = Impl::SlotOf(block);
   if (p.cold.empty()) {
     return absl::FailedPreconditionError("KV pool: no cold tier is configured");
   }
@@ -1528,6 +1566,10 @@ Status KvPool::DemoteBlock(KvBlockId id) {
     std::uint32_t expected = 0;
     if (!b.state.compare_exchange_strong(expected, kMigrating, std::memory_order_acquire)) {
       return absl::FailedPreconditionError(absl::StrCat("KV pool: block ", id, " is pinned"));
+    }
+    if (!p.Current(block)) {
+      b.state.store(0, std::memory_order_release);
+      return p.Stale(block);
     }
     home->policy->OnRemove(home->list, id, /*demoted=*/true);
     home->list.Remove(id);
@@ -1559,11 +1601,10 @@ Status KvPool::DemoteBlock(KvBlockId id) {
   return absl::OkStatus();
 }
 
-Status KvPool::PromoteBlock(KvBlockId id) {
+Status KvPool::PromoteBlock(KvBlockId block) {
   Impl& p = *impl_;
-  if (!p.valid_block(id)) {
-    return absl::InvalidArgumentError(absl::StrCat("KV pool: block ", id, " does not exist"));
-  }
+  if (Status st = p.CheckExists(block); !st.ok()) return st;
+  const BlockSlot id = Impl::SlotOf(block);
   BlockMeta& b = p.block(id);
   std::uint32_t expected = 0;
   if (!b.state.compare_exchange_strong(expected, kMigrating, std::memory_order_acquire)) {
@@ -1575,6 +1616,8 @@ Status KvPool::PromoteBlock(KvBlockId id) {
   if (!p.Pinnable(static_cast<std::uint32_t>(id / p.bps))) {
     result = absl::FailedPreconditionError(
         absl::StrCat("KV pool: block ", id, " belongs to no sequence or cache"));
+  } else if (!p.Current(block)) {
+    result = p.Stale(block);
   } else if (b.tier.load(std::memory_order_relaxed) != static_cast<std::uint8_t>(KvTier::kCold)) {
     result = absl::FailedPreconditionError(
         absl::StrCat("KV pool: block ", id, " is not in the cold tier"));

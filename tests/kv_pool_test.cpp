@@ -479,7 +479,7 @@ TEST_CASE("prefix sharing lets go of a span that was evicted and reused after th
   REQUIRE(race.ran);
   REQUIRE(sharer.ok());
   // The scenario happened: Q's sequence got the very span the lookup had found for P.
-  REQUIRE(kvtest::BlockIds(*pool, race.q_holder, 0, 0).front() / 4 == race.found);
+  REQUIRE((kvtest::BlockIds(*pool, race.q_holder, 0, 0).front() & 0xffffffffu) / 4 == race.found);
   CHECK(reused == 0);  // P is gone: nothing shared, and never Q's K/V
   CHECK(pool->CachedPrefixTokens(p_tokens) == 0);
   CHECK(kvtest::CountBadRows(*pool, race.q_holder, q_tokens) == 0);
@@ -571,6 +571,52 @@ TEST_CASE("eviction for an allocation skips cached spans whose blocks are pinned
   CHECK(pool->Stats().cached_evictions == 2);
   CHECK(pool->CachedPrefixTokens(Tokens(4, 0)) == 0);
   CHECK(pool->CachedPrefixTokens(Tokens(4, 2000)) == 4);
+}
+
+TEST_CASE(
+    "block ids: an id from an earlier owner of the span is refused, shared spans keep theirs") {
+  auto pool = MustCreate(SmallOptions(std::make_shared<kvtest::HeapStorage>()));
+  const auto tokens = Tokens(6);  // one full span and a partial one
+  auto a = pool->CreateSequence(tokens);
+  REQUIRE(a.ok());
+  kvtest::WriteTokens(*pool, *a, tokens, 0, tokens.size());
+  REQUIRE(pool->MarkComputed(*a, tokens.size()).ok());
+  const auto a_ids = kvtest::BlockIds(*pool, *a, 0, 0);
+  REQUIRE(a_ids.size() == 2);
+  REQUIRE(pool->FreeSequence(*a).ok());  // span 0 is cached, span 1 free
+
+  std::size_t reused = 0;
+  auto b = pool->CreateSequence(tokens, &reused);
+  REQUIRE(b.ok());
+  REQUIRE(reused == 4);
+  const auto b_ids = kvtest::BlockIds(*pool, *b, 0, 0);
+  REQUIRE(b_ids.size() == 2);
+  // The shared prefix span has the same contents, so A's id is still good and is B's.
+  CHECK(b_ids[0] == a_ids[0]);
+  CHECK(pool->Pin(a_ids[0]).ok());
+  // B's second span is A's second span again (same slot), with new contents: A's id names
+  // a block it no longer owns and is refused everywhere.
+  REQUIRE((b_ids[1] & 0xffffffffu) == (a_ids[1] & 0xffffffffu));
+  CHECK(b_ids[1] != a_ids[1]);
+  auto stale = pool->Pin(a_ids[1]);
+  REQUIRE(stale.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(stale.status().message()), Catch::Contains("stale"));
+  CHECK(pool->Locate(a_ids[1]).status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(pool->DemoteBlock(a_ids[1]).code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(pool->PromoteBlock(a_ids[1]).code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(pool->Stats().pinned_blocks == 0);  // the refused pins let go
+  // B's own ids work, and a pin reports the id it was asked for.
+  auto pin = pool->Pin(b_ids[1]);
+  REQUIRE(pin.ok());
+  CHECK(pin->id() == b_ids[1]);
+  CHECK(pool->Locate(b_ids[1]).ok());
+  pin->Reset();
+  // Truncating B's second span away and growing again makes B's old id stale as well.
+  REQUIRE(pool->Truncate(*b, 4).ok());
+  REQUIRE(pool->Append(*b, std::vector<std::int32_t>{7, 8}).ok());
+  CHECK(pool->Pin(b_ids[1]).status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(pool->Pin(kvtest::BlockIds(*pool, *b, 0, 0)[1]).ok());
+  REQUIRE(pool->FreeSequence(*b).ok());
 }
 
 TEST_CASE("pin by id: a freed block is refused, and Blocks fills the caller's vector") {

@@ -209,7 +209,11 @@ struct KvPoolOptions {
 
 // ---- handles and pins ----------------------------------------------------------------
 
-using KvBlockId = std::uint32_t;
+// A block handle: the block's place in the pool (low 32 bits) and the generation of its span
+// (high 32 bits). A span gets a new generation whenever it gets new contents, so an id kept
+// after its sequence was freed or truncated is refused (FailedPrecondition) instead of naming
+// another sequence's block. Sharing a cached prefix span keeps its contents and its ids.
+using KvBlockId = std::uint64_t;
 using KvSequenceId = std::uint64_t;
 enum class KvTier : unsigned char { kNone = 0, kHot = 1, kCold = 2 };
 
@@ -415,8 +419,8 @@ class alignas(128) KvPool {
   // either the pin is taken while the block still belongs to a sequence or the cache, and
   // then its memory stays and a cached span is not evicted until unpin, or Pin fails. A pin
   // held while its sequence is freed keeps the memory but not the contents: once the span
-  // is reused, its new owner writes there. Block ids are reused with their spans, so an id
-  // kept after its sequence was freed may pin another sequence's block.
+  // is reused, its new owner writes there. An id kept after its sequence was freed or
+  // truncated is refused with FailedPrecondition ("stale") once its span has a new owner.
   [[nodiscard]] StatusOr<KvBlockPin> Pin(KvBlockId block);
   // Where a block is now, without pinning it or counting an access (stats, tests).
   struct BlockLocation {
@@ -424,6 +428,7 @@ class alignas(128) KvPool {
     int node = -1;
     int pins = 0;
   };
+  // FailedPrecondition for a stale id (see Pin).
   [[nodiscard]] StatusOr<BlockLocation> Locate(KvBlockId block) const;
   // Pins the block holding `token` of the sequence for (layer, group), for writing its K/V.
   [[nodiscard]] StatusOr<KvBlockPin> PinToken(KvSequenceId sequence, int layer, int group,
