@@ -8,6 +8,9 @@
 //   BM_KvSharePrefix     a new sequence that shares a computed 4-span (64-token) prompt,
 //                        which another sequence holds, then freed; 1 and 2 threads. Fails
 //                        unless every sequence reuses all 64 tokens.
+//   BM_KvVictimSearch    one demotion victim search (8 victims) of each hotness policy on a
+//                        node with 1 Ki and 128 Ki hot blocks: the cost must not grow with
+//                        the node's block count (it runs under the node's list lock).
 //   BM_KvDemotePromote   demotion and promotion throughput of warm blocks, with memcpy of
 //                        the same blocks between the same tiers' memory measured in the same
 //                        function: counters demote_vs_memcpy, promote_vs_memcpy. Target 0.7.
@@ -22,9 +25,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <numeric>
 #include <vector>
 
+#include "kv_hotness.hpp"
 #include "numarena/kv_pool.hpp"
 
 namespace {
@@ -168,6 +173,35 @@ void BM_KvSharePrefix(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_KvSharePrefix)->Threads(1)->Threads(2)->UseRealTime();
+
+void BM_KvVictimSearch(benchmark::State& state) {
+  const auto kind = static_cast<numarena::KvHotnessPolicy>(state.range(0));
+  const auto blocks = static_cast<std::uint32_t>(state.range(1));
+  std::deque<numarena::kv::HotMeta> metas(blocks);
+  numarena::kv::HotList list([&](std::uint32_t id) -> numarena::kv::HotMeta& { return metas[id]; });
+  for (std::uint32_t id = 0; id < blocks; ++id) {
+    metas[id].last_access = (id * 2654435761u) % blocks;  // scattered ages
+    metas[id].accesses = id % 3 == 0 ? 2 : 1;
+    metas[id].referenced = id % 2 == 0;
+    list.PushBack(id);
+  }
+  auto policy = numarena::kv::MakeHotnessPolicy(kind);
+  std::vector<std::uint32_t> victims;
+  for (auto _ : state) {
+    victims.clear();
+    policy->SelectVictims(
+        list, 8, [](std::uint32_t) { return true; }, victims);
+    benchmark::DoNotOptimize(victims.data());
+    // Keep the list as it was: no block leaves, and CLOCK's cleared bits come back.
+    for (std::uint32_t id : victims) metas[id].referenced.store(true, std::memory_order_relaxed);
+  }
+  state.SetLabel(numarena::KvHotnessPolicyName(kind));
+}
+BENCHMARK(BM_KvVictimSearch)
+    ->ArgsProduct({{static_cast<int>(numarena::KvHotnessPolicy::kLru),
+                    static_cast<int>(numarena::KvHotnessPolicy::kClock),
+                    static_cast<int>(numarena::KvHotnessPolicy::kTwoQueue)},
+                   {1 << 10, 1 << 17}});
 
 double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();

@@ -52,19 +52,32 @@ void HotList::Remove(std::uint32_t id) {
 
 namespace {
 
-// Picks the `count` eligible members with the smallest key, ties in list order.
+// The first ScanWindow(count) members of the list, front first.
+std::vector<std::uint32_t> Window(const HotList& list, std::size_t count) {
+  std::vector<std::uint32_t> ids;
+  const std::size_t window = ScanWindow(count);
+  ids.reserve(std::min(window, list.size()));
+  for (std::uint32_t id = list.front(); id != kNil && ids.size() < window; id = list.next(id))
+    ids.push_back(id);
+  return ids;
+}
+
+// Moves the members of `window` that were not chosen to the back, in their order.
+void Rotate(HotList& list, const std::vector<std::uint32_t>& window,
+            const std::vector<std::uint32_t>& chosen) {
+  const absl::flat_hash_set<std::uint32_t> keep(chosen.begin(), chosen.end());
+  for (std::uint32_t id : window)
+    if (!keep.contains(id)) list.MoveToBack(id);
+}
+
+// Picks the `count` eligible members of `ids` with the smallest key, ties in `ids` order.
 template <typename Key>
-void SmallestKeys(const HotList& list, std::size_t count,
+void SmallestKeys(const HotList& list, const std::vector<std::uint32_t>& ids, std::size_t count,
                   const std::function<bool(std::uint32_t)>& eligible, Key key,
                   std::vector<std::uint32_t>& out) {
-  std::vector<std::pair<std::uint64_t, std::uint32_t>> candidates;  // (key, position)
-  std::vector<std::uint32_t> ids;
-  std::uint32_t position = 0;
-  for (std::uint32_t id = list.front(); id != kNil; id = list.next(id)) {
-    if (!eligible(id)) continue;
-    candidates.emplace_back(key(list.meta(id)), position++);
-    ids.push_back(id);
-  }
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> candidates;  // (key, position in ids)
+  for (std::uint32_t i = 0; i < ids.size(); ++i)
+    if (eligible(ids[i])) candidates.emplace_back(key(list.meta(ids[i])), i);
   const std::size_t n = std::min(count, candidates.size());
   std::partial_sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(n),
                     candidates.end());
@@ -75,12 +88,16 @@ class LruPolicy final : public HotnessPolicy {
  public:
   void OnInsert(const HotList&, std::uint32_t) override {}
   void OnRemove(const HotList&, std::uint32_t, bool) override {}
-  void SelectVictims(const HotList& list, std::size_t count,
+  void SelectVictims(HotList& list, std::size_t count,
                      const std::function<bool(std::uint32_t)>& eligible,
                      std::vector<std::uint32_t>& out) override {
+    const std::vector<std::uint32_t> window = Window(list, count);
+    std::vector<std::uint32_t> chosen;
     SmallestKeys(
-        list, count, eligible,
-        [](const HotMeta& m) { return m.last_access.load(std::memory_order_relaxed); }, out);
+        list, window, count, eligible,
+        [](const HotMeta& m) { return m.last_access.load(std::memory_order_relaxed); }, chosen);
+    Rotate(list, window, chosen);
+    out.insert(out.end(), chosen.begin(), chosen.end());
   }
 };
 
@@ -90,7 +107,7 @@ class ClockPolicy final : public HotnessPolicy {
   void OnRemove(const HotList& list, std::uint32_t id, bool) override {
     if (hand_ == id) hand_ = list.next(id);
   }
-  void SelectVictims(const HotList& list, std::size_t count,
+  void SelectVictims(HotList& list, std::size_t count,
                      const std::function<bool(std::uint32_t)>& eligible,
                      std::vector<std::uint32_t>& out) override {
     if (list.size() == 0) return;
@@ -133,30 +150,39 @@ class TwoQueuePolicy final : public HotnessPolicy {
       ghost_order_.pop_front();
     }
   }
-  void SelectVictims(const HotList& list, std::size_t count,
+  void SelectVictims(HotList& list, std::size_t count,
                      const std::function<bool(std::uint32_t)>& eligible,
                      std::vector<std::uint32_t>& out) override {
-    std::size_t in_count = 0;
-    for (std::uint32_t id = list.front(); id != kNil; id = list.next(id))
-      if (!IsFrequent(list.meta(id))) ++in_count;
+    const std::vector<std::uint32_t> window = Window(list, count);
+    if (window.empty()) return;
+    // A1in's share of the list, estimated from the window (exact when it is the whole list).
+    std::size_t in_window = 0;
+    for (std::uint32_t id : window)
+      if (!IsFrequent(list.meta(id))) ++in_window;
+    std::size_t in_count = in_window * list.size() / window.size();
     const std::size_t kin = std::max<std::size_t>(1, list.size() / 4);
     std::vector<std::uint32_t> a1in, am;
     SmallestKeys(
-        list, count, [&](std::uint32_t id) { return eligible(id) && !IsFrequent(list.meta(id)); },
+        list, window, count,
+        [&](std::uint32_t id) { return eligible(id) && !IsFrequent(list.meta(id)); },
         [](const HotMeta& m) { return m.entered.load(std::memory_order_relaxed); }, a1in);
     SmallestKeys(
-        list, count, [&](std::uint32_t id) { return eligible(id) && IsFrequent(list.meta(id)); },
+        list, window, count,
+        [&](std::uint32_t id) { return eligible(id) && IsFrequent(list.meta(id)); },
         [](const HotMeta& m) { return m.last_access.load(std::memory_order_relaxed); }, am);
+    std::vector<std::uint32_t> chosen;
     std::size_t i = 0, j = 0;
-    while (out.size() < count && (i < a1in.size() || j < am.size())) {
+    while (chosen.size() < count && (i < a1in.size() || j < am.size())) {
       const bool take_in = j == am.size() || (i < a1in.size() && in_count > kin);
       if (take_in) {
-        out.push_back(a1in[i++]);
-        --in_count;
+        chosen.push_back(a1in[i++]);
+        if (in_count > 0) --in_count;
       } else {
-        out.push_back(am[j++]);
+        chosen.push_back(am[j++]);
       }
     }
+    Rotate(list, window, chosen);
+    out.insert(out.end(), chosen.begin(), chosen.end());
   }
 
  private:

@@ -4,7 +4,15 @@
 // a `HotnessPolicy` that picks demotion victims from it. Recording an access must be cheap
 // and lock-free because every pin does it, so `Touch` only writes relaxed atomics in the
 // block's `HotMeta` (the access tick, a saturating access count, a reference bit); the
-// policies read them when choosing victims, under the node's list lock. Policies:
+// policies read them when choosing victims, under the node's list lock.
+//
+// Choosing is bounded: LRU and 2Q look at no more than ScanWindow(count) members from the
+// front of the list, and move the ones they looked at but did not choose to the back, so the
+// next search goes on where this one stopped. The list thus works as a clock over the hot
+// blocks, and each search chooses exactly within its window: sampled LRU/2Q, exact when the
+// list is no longer than the window. Before, every search read every hot block of the node
+// under the node's lock, so under memory pressure (a demotion per allocation) allocating a
+// span cost time in proportion to the pool. Policies:
 //
 //   LRU    smallest last-access tick first (ties: older on the list first).
 //   CLOCK  a hand sweeps the list; a referenced block loses its bit and is passed over, an
@@ -67,6 +75,10 @@ class HotList {
   void PushBack(std::uint32_t id);
   void Remove(std::uint32_t id);
   std::uint32_t front() const { return head_; }
+  void MoveToBack(std::uint32_t id) {
+    Remove(id);
+    PushBack(id);
+  }
   std::uint32_t next(std::uint32_t id) const { return meta_(id).next; }
   std::size_t size() const { return size_; }
   HotMeta& meta(std::uint32_t id) const { return meta_(id); }
@@ -86,12 +98,16 @@ class HotnessPolicy {
   virtual void OnInsert(const HotList& list, std::uint32_t id) = 0;
   virtual void OnRemove(const HotList& list, std::uint32_t id, bool demoted) = 0;
   // Appends up to `count` victims, in demotion order, among list members for which
-  // `eligible` is true (not pinned, holding data). Does not remove them.
-  virtual void SelectVictims(const HotList& list, std::size_t count,
+  // `eligible` is true (not pinned, holding data). Does not remove them, but may reorder the
+  // list (see the top of this file).
+  virtual void SelectVictims(HotList& list, std::size_t count,
                              const std::function<bool(std::uint32_t)>& eligible,
                              std::vector<std::uint32_t>& out) = 0;
 };
 
 std::unique_ptr<HotnessPolicy> MakeHotnessPolicy(KvHotnessPolicy kind);
+
+// How many list members LRU and 2Q look at to choose `count` victims.
+constexpr std::size_t ScanWindow(std::size_t count) { return count * 8 < 256 ? 256 : count * 8; }
 
 }  // namespace numarena::kv
