@@ -40,6 +40,7 @@
 #include "numarena/kv_pool.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -903,7 +904,9 @@ struct KvPool::Impl {
       index_lock = std::unique_lock(prefix.mutex_for(m.hash));
       if (m.refs.load(std::memory_order_relaxed) & kIndexedBit) {
         // A lock-free AcquireCached may add a holder meanwhile, but never from 0 holders.
-        if (Holders(m.refs.fetch_sub(1, std::memory_order_acq_rel)) == 1) {
+        const std::uint32_t before = m.refs.fetch_sub(1, std::memory_order_acq_rel);
+        assert(Holders(before) >= 1 && "a span released more often than it was held");
+        if (Holders(before) == 1) {
           m.state.store(kCached, std::memory_order_relaxed);
           prefix.CacheLocked(m.hash, s);
         }
@@ -915,7 +918,9 @@ struct KvPool::Impl {
     // read-modify-write.
     if (m.refs.load(std::memory_order_acquire) == 1) {
       m.refs.store(0, std::memory_order_relaxed);
-    } else if (m.refs.fetch_sub(1, std::memory_order_acq_rel) != 1) {
+    } else if (const std::uint32_t before = m.refs.fetch_sub(1, std::memory_order_acq_rel);
+               before != 1) {
+      assert(Holders(before) >= 1 && "a span released more often than it was held");
       return;
     }
     if (index_lock.owns_lock()) index_lock.unlock();
@@ -993,9 +998,8 @@ struct KvPool::Impl {
     bool cow = false;
     if (offset != 0) {
       SpanMeta& last = span(s->spans.back());
-      // Shared, or in the prefix index (after a truncation): never write into it. A sharer
-      // that indexed it and let go did so before its release decrement, which the acquire
-      // load of `refs` reads, so the `indexed` load after it sees the flag.
+      // Shared, or in the prefix index (after a truncation): never write into it. Holders and
+      // the indexed bit are one word, read at once.
       const std::uint32_t refs = last.refs.load(std::memory_order_acquire);
       cow = Holders(refs) > 1 || (refs & kIndexedBit);
     }

@@ -39,8 +39,9 @@ class PrefixIndex {
   std::mutex& mutex_for(std::uint64_t hash) { return shard(hash).mu; }
 
   // The span indexed under `hash`, or kNone, without a lock: it may be gone (or just
-  // arrived) by the time the caller looks at it, so it is an answer to "is this prefix
-  // cached now", not a span to use. Sharing a span goes through FindLocked.
+  // arrived, or its id reused for another prefix) by the time the caller looks at it. Use
+  // the span only after taking a reference that requires it to be indexed and then checking
+  // its hash and tokens (AcquireCached), or under mutex_for(hash) with FindLocked.
   std::uint32_t Find(std::uint64_t hash) const { return shard(hash).by_hash.Find(hash); }
 
   // All *Locked functions need mutex_for(hash) held.

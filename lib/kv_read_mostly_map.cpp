@@ -1,6 +1,7 @@
 // KV read-mostly map: seqlock-validated open addressing (see kv_read_mostly_map.hpp).
 #include "kv_read_mostly_map.hpp"
 
+#include <cassert>
 #include <thread>
 #include <utility>
 
@@ -17,20 +18,11 @@ std::size_t HomeSlot(std::uint64_t key, std::size_t mask) {
   return static_cast<std::size_t>((key * 0x9e3779b97f4a7c15ull) >> 32) & mask;
 }
 
-// Orders a lookup's slot reads before its second read of the version. (ThreadSanitizer does
-// not model fences and warns about them; every access here is atomic, so it sees no race.)
-inline void ReadBarrier() {
-#if !defined(__SANITIZE_THREAD__)
-  std::atomic_thread_fence(std::memory_order_acquire);
-#endif
-}
-
-// Orders a writer's odd version before the slot writes that follow it.
-inline void WriteBarrier() {
-#if !defined(__SANITIZE_THREAD__)
-  std::atomic_thread_fence(std::memory_order_release);
-#endif
-}
+// The seqlock needs no fences: writers store slots (and the table pointer) with release, so
+// each such store carries the odd version written before it, and lookups load them with
+// acquire, so a lookup that read anything a writer wrote while moving entries also sees the
+// odd version (or a later one) when it reads the version again. On x86 these are plain
+// moves, and ThreadSanitizer, which does not model fences, checks exactly this algorithm.
 
 }  // namespace
 
@@ -47,7 +39,7 @@ std::uint32_t ReadMostlyMap::Probe(const Table& table, std::uint64_t key) {
   // version check then discards what it found).
   for (std::size_t n = 0; n <= table.mask; ++n, i = (i + 1) & table.mask) {
     const std::uint64_t k = table.slots[i].key.load(std::memory_order_acquire);
-    if (k == key) return table.slots[i].value.load(std::memory_order_relaxed);
+    if (k == key) return table.slots[i].value.load(std::memory_order_acquire);
     if (k == kEmpty) return kAbsent;
   }
   return kAbsent;
@@ -56,7 +48,7 @@ std::uint32_t ReadMostlyMap::Probe(const Table& table, std::uint64_t key) {
 void ReadMostlyMap::Place(Table& table, std::uint64_t key, std::uint32_t value) {
   std::size_t i = HomeSlot(key, table.mask);
   while (table.slots[i].key.load(std::memory_order_relaxed) != kEmpty) i = (i + 1) & table.mask;
-  table.slots[i].value.store(value, std::memory_order_relaxed);
+  table.slots[i].value.store(value, std::memory_order_release);
   table.slots[i].key.store(key, std::memory_order_release);  // publishes the value with it
 }
 
@@ -68,12 +60,12 @@ std::uint32_t ReadMostlyMap::Find(std::uint64_t key) const {
       continue;
     }
     const std::uint32_t value = Probe(*table_.load(std::memory_order_acquire), key);
-    ReadBarrier();
     if (version_.load(std::memory_order_relaxed) == before) return value;
   }
 }
 
 bool ReadMostlyMap::Insert(std::uint64_t key, std::uint32_t value) {
+  assert(key >= kFirstKey);
   if (Probe(*table_.load(std::memory_order_relaxed), key) != kAbsent) return false;
   // Keep at least half the slots empty, so probes stay short and always end.
   if (2 * (live_ + tombstones_ + 1) > capacity_) {
@@ -114,17 +106,16 @@ void ReadMostlyMap::Rebuild(std::size_t capacity) {
     // Grow: fill the new table privately, then switch lookups over to it.
     auto grown = std::make_unique<Table>(capacity);
     for (const auto& [k, v] : entries) Place(*grown, k, v);
-    version_.store(version + 1, std::memory_order_relaxed);
-    WriteBarrier();
-    table_.store(grown.get(), std::memory_order_release);
+    // Kept first: if this throws, lookups still use the current table.
     tables_.push_back(std::move(grown));
+    version_.store(version + 1, std::memory_order_relaxed);
+    table_.store(tables_.back().get(), std::memory_order_release);
   } else {
     // Purge tombstones in place; lookups wait for the odd version to end.
     version_.store(version + 1, std::memory_order_relaxed);
-    WriteBarrier();
     for (std::size_t i = 0; i <= current.mask; ++i) {
-      current.slots[i].key.store(kEmpty, std::memory_order_relaxed);
-      current.slots[i].value.store(kAbsent, std::memory_order_relaxed);
+      current.slots[i].key.store(kEmpty, std::memory_order_release);
+      current.slots[i].value.store(kAbsent, std::memory_order_release);
     }
     for (const auto& [k, v] : entries) Place(current, k, v);
   }

@@ -62,9 +62,11 @@ class ReadMostlyMap {
   // current one (cleared) when only tombstones are dropped.
   void Rebuild(std::size_t capacity);
 
-  std::atomic<Table*> table_;
-  std::vector<std::unique_ptr<Table>> tables_;  // every table allocated; the live one last
-  std::atomic<std::uint64_t> version_{0};       // odd while entries move
+  // What lookups read, on its own cache-line pair: the writer fields below change at every
+  // insert and erase, and the index shard's mutex sits right before this map.
+  alignas(128) std::atomic<Table*> table_;
+  std::atomic<std::uint64_t> version_{0};                    // odd while entries move
+  alignas(128) std::vector<std::unique_ptr<Table>> tables_;  // all tables; the live one last
   std::size_t capacity_;
   std::size_t live_ = 0;
   std::size_t tombstones_ = 0;

@@ -430,66 +430,124 @@ TEST_CASE("prefix index: forks and truncation publish only computed tokens") {
 
 namespace {
 // The lock-free sharing race, made deterministic: the hook runs inside the sharer's lookup,
-// between finding prompt P's span in the index and adding its reference.
+// between finding prompt P's span in the index and adding its reference. Inside it, P's
+// last holder leaves (P is cached), a request that finds no memory evicts P's span and
+// reuses it (`then`), and the filler sequence goes, so the sharer has room of its own.
+enum class Reuse {
+  kOtherPrompt,    // the span is computed and indexed for prompt Q
+  kNotIndexedYet,  // the span holds Q, not yet marked computed (not in the index)
+  kSamePrompt,     // the span was freed and computed again for P itself
+};
 struct ReuseRace {
+  Reuse then;
   KvPool* pool = nullptr;
-  numarena::KvSequenceId p_holder = 0, filler = 0, q_holder = 0;
+  numarena::KvSequenceId p_holder = 0, filler = 0, new_holder = 0;
   std::uint32_t found = 0xffffffffu;
   bool ran = false;
 };
 ReuseRace* g_race = nullptr;
-}  // namespace
 
-TEST_CASE("prefix sharing lets go of a span that was evicted and reused after the lookup") {
-  auto storage = std::make_shared<kvtest::HeapStorage>();
-  auto o = SmallOptions(storage);
-  o.cold_tier = KvColdTier::None();
-  o.hot_blocks_per_node = 4;  // two spans
-  auto pool = MustCreate(o);
-  const auto p_tokens = Tokens(4, 100), q_tokens = Tokens(4, 900);
-  auto p_holder = pool->CreateSequence(p_tokens);
+const std::vector<std::int32_t> kPromptP = Tokens(4, 100), kPromptQ = Tokens(4, 900);
+
+void ReuseInsideLookup(std::uint32_t span) {
+  ReuseRace& r = *g_race;
+  if (r.ran) return;
+  r.ran = true;
+  r.found = span;
+  REQUIRE(r.pool->FreeSequence(r.p_holder).ok());
+  auto q = r.pool->CreateSequence(kPromptQ);  // evicts P's span: the pool is full
+  REQUIRE(q.ok());
+  kvtest::WriteTokens(*r.pool, *q, kPromptQ, 0, 4);
+  r.new_holder = *q;
+  if (r.then == Reuse::kOtherPrompt) REQUIRE(r.pool->MarkComputed(*q, 4).ok());
+  if (r.then == Reuse::kSamePrompt) {
+    REQUIRE(r.pool->FreeSequence(*q).ok());  // not computed: the span goes back free
+    auto p = r.pool->CreateSequence(kPromptP);
+    REQUIRE(p.ok());
+    kvtest::WriteTokens(*r.pool, *p, kPromptP, 0, 4);
+    REQUIRE(r.pool->MarkComputed(*p, 4).ok());
+    r.new_holder = *p;
+  }
+  REQUIRE(r.pool->FreeSequence(r.filler).ok());
+}
+
+// Runs the race; returns the sharer and how many of P's tokens it reused.
+std::pair<numarena::KvSequenceId, std::size_t> RunReuseRace(KvPool& pool, ReuseRace& race) {
+  auto p_holder = pool.CreateSequence(kPromptP);
   REQUIRE(p_holder.ok());
-  kvtest::WriteTokens(*pool, *p_holder, p_tokens, 0, 4);
-  REQUIRE(pool->MarkComputed(*p_holder, 4).ok());
-  auto filler = pool->CreateSequence(Tokens(4, 5000));  // the second span, never indexed
+  kvtest::WriteTokens(pool, *p_holder, kPromptP, 0, 4);
+  REQUIRE(pool.MarkComputed(*p_holder, 4).ok());
+  auto filler = pool.CreateSequence(Tokens(4, 5000));  // the second span, never indexed
   REQUIRE(filler.ok());
-
-  ReuseRace race{pool.get(), *p_holder, *filler};
+  race.pool = &pool;
+  race.p_holder = *p_holder;
+  race.filler = *filler;
   g_race = &race;
-  numarena::kv::testing::after_prefix_find = [](std::uint32_t span) {
-    ReuseRace& r = *g_race;
-    if (r.ran) return;
-    r.ran = true;
-    r.found = span;
-    // Meanwhile, elsewhere: P's last holder leaves (P is cached), a request for Q finds no
-    // memory and evicts P's span, computes Q into it; then the filler goes.
-    REQUIRE(r.pool->FreeSequence(r.p_holder).ok());
-    const auto q = Tokens(4, 900);
-    auto q_holder = r.pool->CreateSequence(q);
-    REQUIRE(q_holder.ok());
-    r.q_holder = *q_holder;
-    kvtest::WriteTokens(*r.pool, *q_holder, q, 0, 4);
-    REQUIRE(r.pool->MarkComputed(*q_holder, 4).ok());
-    REQUIRE(r.pool->FreeSequence(r.filler).ok());
-  };
+  numarena::kv::testing::after_prefix_find = ReuseInsideLookup;
   std::size_t reused = 99;
-  auto sharer = pool->CreateSequence(p_tokens, &reused);
+  auto sharer = pool.CreateSequence(kPromptP, &reused);
   numarena::kv::testing::after_prefix_find = nullptr;
   g_race = nullptr;
   REQUIRE(race.ran);
   REQUIRE(sharer.ok());
-  // The scenario happened: Q's sequence got the very span the lookup had found for P.
-  REQUIRE((kvtest::BlockIds(*pool, race.q_holder, 0, 0).front() & 0xffffffffu) / 4 == race.found);
+  // The scenario happened: the new holder got the very span the lookup had found for P.
+  REQUIRE((kvtest::BlockIds(pool, race.new_holder, 0, 0).front() & 0xffffffffu) / 4 == race.found);
+  return {*sharer, reused};
+}
+
+std::unique_ptr<KvPool> TwoSpanPool() {
+  auto o = SmallOptions(std::make_shared<kvtest::HeapStorage>());
+  o.cold_tier = KvColdTier::None();
+  o.hot_blocks_per_node = 4;  // two spans
+  return MustCreate(o);
+}
+}  // namespace
+
+TEST_CASE("prefix sharing lets go of a span that was evicted and reused for another prompt") {
+  auto pool = TwoSpanPool();
+  ReuseRace race{Reuse::kOtherPrompt};
+  const auto [sharer, reused] = RunReuseRace(*pool, race);
   CHECK(reused == 0);  // P is gone: nothing shared, and never Q's K/V
-  CHECK(pool->CachedPrefixTokens(p_tokens) == 0);
-  CHECK(kvtest::CountBadRows(*pool, race.q_holder, q_tokens) == 0);
+  CHECK(pool->CachedPrefixTokens(kPromptP) == 0);
+  CHECK(kvtest::CountBadRows(*pool, race.new_holder, kPromptQ) == 0);
   CHECK(pool->Stats().spans_in_use == 2);  // the sharer's own span and Q's
   // The lookup's reference on Q's span was given back: when Q's holder leaves, the span is
   // cached (unheld), not kept in use.
-  REQUIRE(pool->FreeSequence(race.q_holder).ok());
+  REQUIRE(pool->FreeSequence(race.new_holder).ok());
   CHECK(pool->Stats().spans_in_use == 1);
-  CHECK(pool->CachedPrefixTokens(q_tokens) == 4);
-  REQUIRE(pool->FreeSequence(*sharer).ok());
+  CHECK(pool->CachedPrefixTokens(kPromptQ) == 4);
+  REQUIRE(pool->FreeSequence(sharer).ok());
+  CHECK(pool->Stats().spans_in_use == 0);
+}
+
+TEST_CASE("prefix sharing takes no reference on a reused span that is not indexed yet") {
+  auto pool = TwoSpanPool();
+  ReuseRace race{Reuse::kNotIndexedYet};
+  const auto [sharer, reused] = RunReuseRace(*pool, race);
+  CHECK(reused == 0);
+  CHECK(pool->Stats().spans_in_use == 2);
+  // Q's holder is the span's only holder: its release frees the span (it was never
+  // indexed), which a stray extra reference would have prevented.
+  REQUIRE(pool->FreeSequence(race.new_holder).ok());
+  CHECK(pool->Stats().spans_in_use == 1);
+  CHECK(pool->CachedPrefixTokens(kPromptQ) == 0);
+  REQUIRE(pool->FreeSequence(sharer).ok());
+  CHECK(pool->Stats().spans_in_use == 0);
+}
+
+TEST_CASE("prefix sharing shares a span that was reused and computed again for the same prompt") {
+  auto pool = TwoSpanPool();
+  ReuseRace race{Reuse::kSamePrompt};
+  const auto [sharer, reused] = RunReuseRace(*pool, race);
+  CHECK(reused == 4);  // the same prompt, computed again: shared
+  CHECK(kvtest::CountBadRows(*pool, sharer, kPromptP) == 0);
+  CHECK(kvtest::BlockIds(*pool, sharer, 0, 0) == kvtest::BlockIds(*pool, race.new_holder, 0, 0));
+  CHECK(pool->Stats().spans_in_use == 1);  // one span, two holders
+  REQUIRE(pool->FreeSequence(race.new_holder).ok());
+  CHECK(pool->Stats().spans_in_use == 1);  // the sharer still holds it
+  REQUIRE(pool->FreeSequence(sharer).ok());
+  CHECK(pool->Stats().spans_in_use == 0);
+  CHECK(pool->CachedPrefixTokens(kPromptP) == 4);
 }
 
 TEST_CASE("cached spans are evicted (LRU) when there is no memory left") {
