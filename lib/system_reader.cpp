@@ -2,7 +2,7 @@
 // trees. With the real roots it is how discovery sees the live machine; with a fixture's
 // roots it is how tests and `numarena topo --sysfs-root` see a recorded one. All file
 // access goes through the OS layer (prim::ReadFile / prim::ListDirectory), and the live
-// process's affinity through prim::ThreadAffinity.
+// process's affinity through prim::ProcessAffinity.
 #include <memory>
 #include <string>
 #include <utility>
@@ -43,7 +43,9 @@ class RootedReader final : public SystemReader {
 
   StatusOr<std::vector<int>> CpuAffinity() const override {
     if (!live_) return SystemReader::CpuAffinity();
-    return prim::ThreadAffinity();
+    // The process's mask, not the calling thread's: Topology::system() is discovered once,
+    // by whichever thread asks first, which may be a worker pinned to one node.
+    return prim::ProcessAffinity();
   }
 
   std::string DisplayPath(const std::string& path) const override {

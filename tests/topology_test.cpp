@@ -3,6 +3,7 @@
 // that need a specific combination of files (cpuset walk-up, affinity intersection,
 // error codes), the queries, and the live machine this test runs on.
 #include "numarena/topology.hpp"
+#include "prim/os.hpp"
 
 #include <catch2/catch.hpp>
 #include <map>
@@ -496,4 +497,32 @@ TEST_CASE("Topology::system() is discovered once and shared across threads") {
   for (const Topology* t : seen) CHECK(t == seen[0]);
   CHECK(*Topology::system() == seen[0]);
   CHECK(seen[0]->node_ids() == Topology::discover()->node_ids());
+}
+
+TEST_CASE("a thread pinned to one CPU discovers the process's CPUs, not its own") {
+  // Topology::system() is discovered by whichever thread asks first, often a worker that
+  // has already pinned itself to one node.
+  auto unpinned = Topology::discover();
+  REQUIRE(unpinned.ok());
+  const std::vector<int> process_cpus = unpinned->process().allowed_cpus;
+  REQUIRE_FALSE(process_cpus.empty());
+  if (process_cpus.size() < 2) {
+    WARN("one allowed CPU: pinning cannot narrow it, nothing to tell apart");
+    return;
+  }
+  const int only[] = {process_cpus.back()};
+  numarena::Status pinned;
+  numarena::StatusOr<std::vector<int>> own = absl::UnknownError("not run");
+  std::vector<int> discovered;
+  std::thread([&] {  // records only (Catch2 is not thread-safe)
+    pinned = numarena::prim::SetThreadAffinity(only);
+    own = numarena::prim::ThreadAffinity();
+    auto topo = Topology::discover();
+    if (topo.ok()) discovered = topo->process().allowed_cpus;
+  })
+      .join();
+  REQUIRE(pinned.ok());
+  REQUIRE(own.ok());
+  CHECK(*own == std::vector<int>{only[0]});
+  CHECK(discovered == process_cpus);
 }

@@ -38,9 +38,12 @@ class SystemReader {
   // True when this reader sees the live system of the calling process, so process-level
   // facts (sched_getaffinity, getcpu) may be asked of the kernel directly.
   virtual bool is_live_system() const { return false; }
-  // The CPUs the calling thread may run on (sched_getaffinity) when this reader sees the
-  // live system. Readers of fixtures return Unimplemented, and discovery then takes
-  // Cpus_allowed_list from <proc>/self/status (or every CPU when that is absent).
+  // The CPUs the process may run on when this reader sees the live system: the main
+  // thread's sched_getaffinity mask (what taskset, numactl and container runtimes set), not
+  // the calling thread's, so a worker pinned to one node that discovers the topology first
+  // does not shrink the process's view. Readers of fixtures return Unimplemented, and
+  // discovery then takes Cpus_allowed_list from <proc>/self/status (or every CPU when that
+  // is absent).
   [[nodiscard]] virtual StatusOr<std::vector<int>> CpuAffinity() const {
     return absl::UnimplementedError("this reader does not see a live process");
   }

@@ -91,6 +91,10 @@ const char* PolicyModeName(PolicyMode mode);
 
 // CPUs the calling thread may run on (sched_getaffinity), ascending.
 [[nodiscard]] StatusOr<std::vector<int>> ThreadAffinity();
+// CPUs the process may run on: its main thread's mask, which is what taskset, numactl and
+// container runtimes set at start (sched_getaffinity of the process id), ascending. Unlike
+// ThreadAffinity it does not change when the calling thread pins itself.
+[[nodiscard]] StatusOr<std::vector<int>> ProcessAffinity();
 // Pins the calling thread to `cpus` (sched_setaffinity).
 [[nodiscard]] Status SetThreadAffinity(std::span<const int> cpus);
 // (cpu, node) the calling thread is running on now (getcpu).

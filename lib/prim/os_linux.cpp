@@ -341,14 +341,16 @@ Status MovePages(std::span<void* const> pages, std::span<const int> target, std:
   return BatchedMovePages(pages, target.data(), status, "move_pages(move)");
 }
 
-StatusOr<std::vector<int>> ThreadAffinity() {
+namespace {
+// sched_getaffinity of thread `tid` (0: the calling thread).
+StatusOr<std::vector<int>> AffinityOf(pid_t tid) {
   // Size the set from the kernel's CPU count so machines with > 1024 CPUs work.
   std::size_t cpus = static_cast<std::size_t>(std::max(::sysconf(_SC_NPROCESSORS_CONF), 1L));
   for (int attempt = 0; attempt < 8; ++attempt, cpus *= 2) {
     cpu_set_t* set = CPU_ALLOC(cpus);
     std::size_t size = CPU_ALLOC_SIZE(cpus);
     CPU_ZERO_S(size, set);
-    if (::sched_getaffinity(0, size, set) != 0) {
+    if (::sched_getaffinity(tid, size, set) != 0) {
       int err = errno;
       CPU_FREE(set);
       if (err == EINVAL) continue;
@@ -363,6 +365,12 @@ StatusOr<std::vector<int>> ThreadAffinity() {
   }
   return absl::InternalError("sched_getaffinity: CPU mask larger than expected");
 }
+}  // namespace
+
+StatusOr<std::vector<int>> ThreadAffinity() { return AffinityOf(0); }
+
+// The main thread's thread id is the process id.
+StatusOr<std::vector<int>> ProcessAffinity() { return AffinityOf(::getpid()); }
 
 Status SetThreadAffinity(std::span<const int> cpus) {
   int highest = 0;
