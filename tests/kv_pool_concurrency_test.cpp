@@ -13,15 +13,23 @@
 #include "kv_test_support.hpp"
 #include "numarena/kv_pool.hpp"
 
+namespace {
+// fp16 heads of 8 elements, 4 tokens per block: blocks of a few hundred bytes, so the tests
+// churn through many spans quickly.
+numarena::KvGeometry TinyGeometry(int layers, int kv_heads, int heads_per_group) {
+  return {.layers = layers,
+          .kv_heads = kv_heads,
+          .head_dim = 8,
+          .dtype = numarena::KvDType::kFp16,
+          .tokens_per_block = 4,
+          .heads_per_group = heads_per_group};
+}
+}  // namespace
+
 TEST_CASE("concurrent sequences, prefix sharing, forks and tier moves keep data intact") {
   auto storage = std::make_shared<kvtest::HeapStorage>();
   numarena::KvPoolOptions o;
-  o.geometry = {.layers = 2,
-                .kv_heads = 4,
-                .head_dim = 8,
-                .dtype = numarena::KvDType::kFp16,
-                .tokens_per_block = 4,
-                .heads_per_group = 2};
+  o.geometry = TinyGeometry(/*layers=*/2, /*kv_heads=*/4, /*heads_per_group=*/2);
   o.home_nodes = {0, 1};
   o.cold_tier = numarena::KvColdTier::Node(2);
   o.hot_blocks_per_node = 64;
@@ -126,12 +134,7 @@ TEST_CASE("concurrent sequences, prefix sharing, forks and tier moves keep data 
 TEST_CASE("pins by block id race safely with frees, reclaim and eviction for allocation") {
   auto storage = std::make_shared<kvtest::HeapStorage>();
   numarena::KvPoolOptions o;
-  o.geometry = {.layers = 1,
-                .kv_heads = 2,
-                .head_dim = 8,
-                .dtype = numarena::KvDType::kFp16,
-                .tokens_per_block = 4,
-                .heads_per_group = 1};
+  o.geometry = TinyGeometry(/*layers=*/1, /*kv_heads=*/2, /*heads_per_group=*/1);
   o.home_nodes = {0, 1};
   o.cold_tier = numarena::KvColdTier::Node(2);
   o.hot_blocks_per_node = 8;  // 8 spans hot, 8 blocks cold: allocations evict cached spans
@@ -238,12 +241,7 @@ TEST_CASE("pins by block id race safely with frees, reclaim and eviction for all
 TEST_CASE("lock-free prefix sharing never hands out another prompt's span") {
   auto storage = std::make_shared<kvtest::HeapStorage>();
   numarena::KvPoolOptions o;
-  o.geometry = {.layers = 1,
-                .kv_heads = 2,
-                .head_dim = 8,
-                .dtype = numarena::KvDType::kFp16,
-                .tokens_per_block = 4,
-                .heads_per_group = 2};
+  o.geometry = TinyGeometry(/*layers=*/1, /*kv_heads=*/2, /*heads_per_group=*/2);
   o.home_nodes = {0};
   o.hot_blocks_per_node = 6;  // six spans: most allocations evict a cached prompt
   o.storage = storage;
