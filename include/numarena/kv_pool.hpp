@@ -410,7 +410,9 @@ class alignas(128) KvPool {
   //   for (numarena::KvBlockId id : ids) { auto pin = pool->Pin(id); ... }
   //
   // The ids are a snapshot: they stay the sequence's only while it is not appended to,
-  // truncated or freed. ForEachBlock pins them under the sequence's lock instead.
+  // truncated or freed. An id whose span has since been given new contents is refused
+  // (FailedPrecondition, "stale"), never resolved to another sequence's block. ForEachBlock
+  // pins the blocks under the sequence's lock instead.
   [[nodiscard]] Status Blocks(KvSequenceId sequence, int layer, int group,
                               std::vector<KvBlockId>* out) const;
   // Pins a block (promoting it first when it is cold, promote_on_touch is set and the hot
