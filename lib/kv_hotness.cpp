@@ -52,22 +52,25 @@ void HotList::Remove(std::uint32_t id) {
 
 namespace {
 
-// The first ScanWindow(count) members of the list, front first.
-std::vector<std::uint32_t> Window(const HotList& list, std::size_t count) {
-  std::vector<std::uint32_t> ids;
-  const std::size_t window = ScanWindow(count);
-  ids.reserve(std::min(window, list.size()));
-  for (std::uint32_t id = list.front(); id != kNil && ids.size() < window; id = list.next(id))
-    ids.push_back(id);
-  return ids;
-}
-
-// Moves the members of `window` that were not chosen to the back, in their order.
-void Rotate(HotList& list, const std::vector<std::uint32_t>& window,
-            const std::vector<std::uint32_t>& chosen) {
-  const absl::flat_hash_set<std::uint32_t> keep(chosen.begin(), chosen.end());
-  for (std::uint32_t id : window)
-    if (!keep.contains(id)) list.MoveToBack(id);
+// Looks at successive windows of up to ScanWindow(count) members from the front, each moved
+// to the back afterwards, and lets `pick(window, wanted, chosen)` append victims from each,
+// until `count` are chosen or every member was looked at once. One window when it holds
+// enough eligible blocks; more only when, say, a run of pinned blocks fills the first (a
+// search that came back short would tell the caller there is nothing to demote).
+template <typename Pick>
+void SearchWindows(HotList& list, std::size_t count, Pick pick, std::vector<std::uint32_t>& out) {
+  const std::size_t total = list.size();
+  std::vector<std::uint32_t> chosen, window;
+  for (std::size_t seen = 0; chosen.size() < count && seen < total; seen += window.size()) {
+    window.clear();
+    const std::size_t limit = std::min(ScanWindow(count), total - seen);
+    for (std::uint32_t id = list.front(); id != kNil && window.size() < limit; id = list.next(id))
+      window.push_back(id);
+    if (window.empty()) break;
+    pick(window, count - chosen.size(), chosen);
+    for (std::uint32_t id : window) list.MoveToBack(id);
+  }
+  out.insert(out.end(), chosen.begin(), chosen.end());
 }
 
 // Picks the `count` eligible members of `ids` with the smallest key, ties in `ids` order.
@@ -91,13 +94,16 @@ class LruPolicy final : public HotnessPolicy {
   void SelectVictims(HotList& list, std::size_t count,
                      const std::function<bool(std::uint32_t)>& eligible,
                      std::vector<std::uint32_t>& out) override {
-    const std::vector<std::uint32_t> window = Window(list, count);
-    std::vector<std::uint32_t> chosen;
-    SmallestKeys(
-        list, window, count, eligible,
-        [](const HotMeta& m) { return m.last_access.load(std::memory_order_relaxed); }, chosen);
-    Rotate(list, window, chosen);
-    out.insert(out.end(), chosen.begin(), chosen.end());
+    SearchWindows(
+        list, count,
+        [&](const std::vector<std::uint32_t>& window, std::size_t wanted,
+            std::vector<std::uint32_t>& chosen) {
+          SmallestKeys(
+              list, window, wanted, eligible,
+              [](const HotMeta& m) { return m.last_access.load(std::memory_order_relaxed); },
+              chosen);
+        },
+        out);
   }
 };
 
@@ -153,9 +159,20 @@ class TwoQueuePolicy final : public HotnessPolicy {
   void SelectVictims(HotList& list, std::size_t count,
                      const std::function<bool(std::uint32_t)>& eligible,
                      std::vector<std::uint32_t>& out) override {
-    const std::vector<std::uint32_t> window = Window(list, count);
-    if (window.empty()) return;
-    // A1in's share of the list, estimated from the window (exact when it is the whole list).
+    SearchWindows(
+        list, count,
+        [&](const std::vector<std::uint32_t>& window, std::size_t wanted,
+            std::vector<std::uint32_t>& chosen) {
+          PickFromWindow(list, window, wanted, eligible, chosen);
+        },
+        out);
+  }
+
+ private:
+  // A1in's share of the list is estimated from the window (exact when it is the whole list).
+  void PickFromWindow(const HotList& list, const std::vector<std::uint32_t>& window,
+                      std::size_t wanted, const std::function<bool(std::uint32_t)>& eligible,
+                      std::vector<std::uint32_t>& chosen) {
     std::size_t in_window = 0;
     for (std::uint32_t id : window)
       if (!IsFrequent(list.meta(id))) ++in_window;
@@ -163,16 +180,15 @@ class TwoQueuePolicy final : public HotnessPolicy {
     const std::size_t kin = std::max<std::size_t>(1, list.size() / 4);
     std::vector<std::uint32_t> a1in, am;
     SmallestKeys(
-        list, window, count,
+        list, window, wanted,
         [&](std::uint32_t id) { return eligible(id) && !IsFrequent(list.meta(id)); },
         [](const HotMeta& m) { return m.entered.load(std::memory_order_relaxed); }, a1in);
     SmallestKeys(
-        list, window, count,
+        list, window, wanted,
         [&](std::uint32_t id) { return eligible(id) && IsFrequent(list.meta(id)); },
         [](const HotMeta& m) { return m.last_access.load(std::memory_order_relaxed); }, am);
-    std::vector<std::uint32_t> chosen;
-    std::size_t i = 0, j = 0;
-    while (chosen.size() < count && (i < a1in.size() || j < am.size())) {
+    std::size_t i = 0, j = 0, taken = 0;
+    while (taken < wanted && (i < a1in.size() || j < am.size())) {
       const bool take_in = j == am.size() || (i < a1in.size() && in_count > kin);
       if (take_in) {
         chosen.push_back(a1in[i++]);
@@ -180,12 +196,10 @@ class TwoQueuePolicy final : public HotnessPolicy {
       } else {
         chosen.push_back(am[j++]);
       }
+      ++taken;
     }
-    Rotate(list, window, chosen);
-    out.insert(out.end(), chosen.begin(), chosen.end());
   }
 
- private:
   static bool IsFrequent(const HotMeta& m) {
     return m.frequent || m.accesses.load(std::memory_order_relaxed) >= 2;
   }

@@ -6,11 +6,12 @@
 // block's `HotMeta` (the access tick, a saturating access count, a reference bit); the
 // policies read them when choosing victims, under the node's list lock.
 //
-// Choosing is bounded: LRU and 2Q look at no more than ScanWindow(count) members from the
-// front of the list, and move the ones they looked at but did not choose to the back, so the
-// next search goes on where this one stopped. The list thus works as a clock over the hot
-// blocks, and each search chooses exactly within its window: sampled LRU/2Q, exact when the
-// list is no longer than the window. Before, every search read every hot block of the node
+// Choosing is bounded: LRU and 2Q look at ScanWindow(count) members from the front of the
+// list and move them to the back, so the next search goes on where this one stopped. The
+// list thus works as a clock over the hot blocks, and each search chooses exactly within its
+// window: sampled LRU/2Q, exact when the list is no longer than the window. Only when a
+// window holds too few eligible blocks (a run of pinned ones) does the search go on to the
+// next, up to once round the list. Before, every search read every hot block of the node
 // under the node's lock, so under memory pressure (a demotion per allocation) allocating a
 // span cost time in proportion to the pool. Policies:
 //

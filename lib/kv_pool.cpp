@@ -326,8 +326,9 @@ struct KvPool::Impl {
     return absl::InvalidArgumentError(absl::StrCat("KV pool: block ", id, " does not exist"));
   }
   // Whether `id` still names the contents it was handed out for: its span's generation is
-  // the id's. Reliable when the block is pinned or claimed and its span pinnable (the
-  // generation changes only while a span is free).
+  // the id's, at the instant of the check. Neither a pin nor MIGRATING keeps the span from
+  // being freed and reactivated right after; callers check it after taking their pin or
+  // claim, so a stale id is refused unless its span changes hands exactly meanwhile.
   bool Current(KvBlockId id) const {
     return span(SlotOf(id) / static_cast<BlockSlot>(bps))
                .generation.load(std::memory_order_acquire) == GenerationOf(id);
@@ -1418,6 +1419,9 @@ StatusOr<KvBlockPin> KvPool::Pin(KvBlockId block) {
   Impl& p = *impl_;
   if (Status st = p.CheckExists(block); !st.ok()) return st;
   const BlockSlot slot = Impl::SlotOf(block);
+  // A cheap early refusal, so that a stale id does not promote (take hot memory for) a block
+  // that is no longer its own; the check after the pin below is the one that counts.
+  if (!p.Current(block)) return p.Stale(block);
   // Pin first, check second. Checking first would leave a window in which the span is freed
   // and its memory dropped or reused before the pin lands. With the reference held, the
   // block's memory cannot be dropped (DropBlocks waits for pins) and a cached span cannot be
@@ -1561,15 +1565,15 @@ Status KvPool::DemoteBlock(KvBlockId block) {
     std::lock_guard lock(home->list_mu);
     if (b.tier.load(std::memory_order_relaxed) != static_cast<std::uint8_t>(KvTier::kHot)) {
       return absl::FailedPreconditionError(
-          absl::StrCat("KV pool: block ", id, " is not in the hot tier"));
+          absl::StrCat("KV pool: block ", block, " is not in the hot tier"));
     }
     if (!p.EligibleVictim(id)) {
       return absl::FailedPreconditionError(
-          absl::StrCat("KV pool: block ", id, " is pinned or holds no data"));
+          absl::StrCat("KV pool: block ", block, " is pinned or holds no data"));
     }
     std::uint32_t expected = 0;
     if (!b.state.compare_exchange_strong(expected, kMigrating, std::memory_order_acquire)) {
-      return absl::FailedPreconditionError(absl::StrCat("KV pool: block ", id, " is pinned"));
+      return absl::FailedPreconditionError(absl::StrCat("KV pool: block ", block, " is pinned"));
     }
     if (!p.Current(block)) {
       b.state.store(0, std::memory_order_release);
@@ -1613,21 +1617,21 @@ Status KvPool::PromoteBlock(KvBlockId block) {
   std::uint32_t expected = 0;
   if (!b.state.compare_exchange_strong(expected, kMigrating, std::memory_order_acquire)) {
     return absl::FailedPreconditionError(
-        absl::StrCat("KV pool: block ", id, " is pinned or being moved"));
+        absl::StrCat("KV pool: block ", block, " is pinned or being moved"));
   }
   // Checked with the block claimed, as Pin does, so a span being evicted is not promoted.
   Status result;
   if (!p.Pinnable(static_cast<std::uint32_t>(id / p.bps))) {
     result = absl::FailedPreconditionError(
-        absl::StrCat("KV pool: block ", id, " belongs to no sequence or cache"));
+        absl::StrCat("KV pool: block ", block, " belongs to no sequence or cache"));
   } else if (!p.Current(block)) {
     result = p.Stale(block);
   } else if (b.tier.load(std::memory_order_relaxed) != static_cast<std::uint8_t>(KvTier::kCold)) {
     result = absl::FailedPreconditionError(
-        absl::StrCat("KV pool: block ", id, " is not in the cold tier"));
+        absl::StrCat("KV pool: block ", block, " is not in the cold tier"));
   } else if (!p.TryPromoteLocked(id, b)) {
     result = absl::ResourceExhaustedError(absl::StrCat("KV pool: no room in the hot tier of node ",
-                                                       p.HomeNodeOfBlock(id), " for block ", id));
+                                                       p.HomeNodeOfBlock(id), " for block ", block));
   }
   b.state.store(0, std::memory_order_release);
   return result;

@@ -43,7 +43,7 @@ class RootedReader final : public SystemReader {
 
   StatusOr<std::vector<int>> CpuAffinity() const override {
     if (!live_) return SystemReader::CpuAffinity();
-    // The process's mask, not the calling thread's: Topology::system() is discovered once,
+    // The process's CPUs, not the calling thread's: Topology::system() is discovered once,
     // by whichever thread asks first, which may be a worker pinned to one node.
     return prim::ProcessAffinity();
   }

@@ -70,6 +70,24 @@ TEST_CASE("LRU on a long list reads a bounded window, and rotation reaches every
   CHECK(reached_oldest);
 }
 
+TEST_CASE("a window of pinned blocks does not end the search") {
+  // A demotion that finds nothing tells Reclaim there is nothing to demote, so a run of
+  // ineligible blocks (pinned, or of free spans) longer than the window must be passed.
+  constexpr std::uint32_t kBlocks = 1000, kPinned = 600;
+  for (auto kind : {KvHotnessPolicy::kLru, KvHotnessPolicy::kClock, KvHotnessPolicy::kTwoQueue}) {
+    Fixture f(kBlocks);
+    for (std::uint32_t id = 0; id < kBlocks; ++id) f.metas[id].last_access = id;
+    auto policy = numarena::kv::MakeHotnessPolicy(kind);
+    std::vector<std::uint32_t> victims;
+    policy->SelectVictims(
+        f.list, 8, [](std::uint32_t id) { return id >= kPinned; }, victims);
+    INFO(numarena::KvHotnessPolicyName(kind));
+    REQUIRE(victims.size() == 8);
+    for (std::uint32_t id : victims) CHECK(id >= kPinned);
+    CHECK(f.list.size() == kBlocks);
+  }
+}
+
 TEST_CASE("CLOCK and 2Q read a bounded number of blocks on a long list too") {
   constexpr std::size_t kBlocks = 100000;
   for (auto kind : {KvHotnessPolicy::kClock, KvHotnessPolicy::kTwoQueue}) {

@@ -11,9 +11,11 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -405,6 +407,44 @@ TEST_CASE("thread affinity: read, pin, restore, a bad CPU id is named") {
   auto after = prim::ThreadAffinity();
   REQUIRE(after.ok());
   CHECK(*after == *before);  // the pinned thread was another thread
+}
+
+TEST_CASE("process affinity: the union of the threads' masks, whichever thread pins itself") {
+  auto before = prim::ProcessAffinity();
+  REQUIRE(before.ok());
+  REQUIRE(*before == *prim::ThreadAffinity());  // nobody is pinned yet
+  if (before->size() < 2) {
+    WARN("one allowed CPU: pinning cannot narrow it, nothing to tell apart");
+    return;
+  }
+  // Another thread stays unpinned; this (the main) thread pins itself, as a server's
+  // control thread might, and a pinned worker asks too.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread unpinned([&] {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return done; });
+  });
+  const int only[] = {before->front()};
+  REQUIRE(prim::SetThreadAffinity(only).ok());
+  auto from_pinned_main = prim::ProcessAffinity();
+  StatusOr<std::vector<int>> from_pinned_worker = absl::UnknownError("not run");
+  std::thread([&] {
+    const int other[] = {before->back()};
+    if (prim::SetThreadAffinity(other).ok()) from_pinned_worker = prim::ProcessAffinity();
+  }).join();
+  REQUIRE(prim::SetThreadAffinity(*before).ok());  // restore before checking
+  {
+    std::lock_guard lock(mu);
+    done = true;
+  }
+  cv.notify_one();
+  unpinned.join();
+  REQUIRE(from_pinned_main.ok());
+  CHECK(*from_pinned_main == *before);
+  REQUIRE(from_pinned_worker.ok());
+  CHECK(*from_pinned_worker == *before);
 }
 
 TEST_CASE("allocation-free node masks refuse ids they cannot hold") {

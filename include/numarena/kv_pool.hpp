@@ -26,8 +26,10 @@
 //     computed. Spans of finished sequences stay cached until their memory is needed (lazy
 //     eviction, least recently released first; a cached span with a pinned block stays).
 //
-// Handles (`KvBlockId`, `KvSequenceId`) are stable; a block's data pointer is valid only
-// while it is pinned (`KvBlockPin`), and migration never moves a pinned block.
+// Handles (`KvBlockId`, `KvSequenceId`) do not change when blocks migrate; a block id is
+// refused once its span has been released and reused (see KvBlockId). A block's data
+// pointer is valid only while it is pinned (`KvBlockPin`), and migration never moves a
+// pinned block.
 //
 // Thread-safety: every member function may be called from any thread. Operations on one
 // sequence are serialised by that sequence's own lock. Pinning a hot block, allocating or
@@ -210,9 +212,12 @@ struct KvPoolOptions {
 // ---- handles and pins ----------------------------------------------------------------
 
 // A block handle: the block's place in the pool (low 32 bits) and the generation of its span
-// (high 32 bits). A span gets a new generation whenever it gets new contents, so an id kept
-// after its sequence was freed or truncated is refused (FailedPrecondition) instead of naming
-// another sequence's block. Sharing a cached prefix span keeps its contents and its ids.
+// (high 32 bits). A span gets a new generation each time it is taken from the free lists
+// for a new owner, so an id whose span was released (its sequence freed, or truncated past
+// the span) and then reused is refused (FailedPrecondition, "stale") instead of naming
+// another sequence's block. While the span lives on, the id stays valid: sharing a cached
+// prefix span keeps its ids, a fork's copy-on-write leaves the old id on the parent's span,
+// and truncating inside a span keeps it (rows appended later overwrite the old ones).
 using KvBlockId = std::uint64_t;
 using KvSequenceId = std::uint64_t;
 enum class KvTier : unsigned char { kNone = 0, kHot = 1, kCold = 2 };
@@ -423,6 +428,8 @@ class alignas(128) KvPool {
   // held while its sequence is freed keeps the memory but not the contents: once the span
   // is reused, its new owner writes there. An id kept after its sequence was freed or
   // truncated is refused with FailedPrecondition ("stale") once its span has a new owner.
+  // That includes the id of a pin held meanwhile (`KvBlockPin::id()`): the pin keeps the
+  // memory, not the ownership.
   [[nodiscard]] StatusOr<KvBlockPin> Pin(KvBlockId block);
   // Where a block is now, without pinning it or counting an access (stats, tests).
   struct BlockLocation {

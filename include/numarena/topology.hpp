@@ -38,10 +38,10 @@ class SystemReader {
   // True when this reader sees the live system of the calling process, so process-level
   // facts (sched_getaffinity, getcpu) may be asked of the kernel directly.
   virtual bool is_live_system() const { return false; }
-  // The CPUs the process may run on when this reader sees the live system: the main
-  // thread's sched_getaffinity mask (what taskset, numactl and container runtimes set), not
-  // the calling thread's, so a worker pinned to one node that discovers the topology first
-  // does not shrink the process's view. Readers of fixtures return Unimplemented, and
+  // The CPUs the process may run on when this reader sees the live system: the union of its
+  // threads' sched_getaffinity masks (taskset, numactl and container runtimes set them all),
+  // not the calling thread's, so a worker, or the main thread, pinned to one node does not
+  // shrink the process's view. Readers of fixtures return Unimplemented, and
   // discovery then takes Cpus_allowed_list from <proc>/self/status (or every CPU when that
   // is absent).
   [[nodiscard]] virtual StatusOr<std::vector<int>> CpuAffinity() const {

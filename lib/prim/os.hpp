@@ -91,9 +91,10 @@ const char* PolicyModeName(PolicyMode mode);
 
 // CPUs the calling thread may run on (sched_getaffinity), ascending.
 [[nodiscard]] StatusOr<std::vector<int>> ThreadAffinity();
-// CPUs the process may run on: its main thread's mask, which is what taskset, numactl and
-// container runtimes set at start (sched_getaffinity of the process id), ascending. Unlike
-// ThreadAffinity it does not change when the calling thread pins itself.
+// CPUs the process runs on: the union of its threads' sched_getaffinity masks, ascending.
+// taskset, numactl and container runtimes set every thread's mask at start; unlike
+// ThreadAffinity (or the main thread's mask) the union does not shrink when one thread,
+// the caller or the main thread, pins itself to a node.
 [[nodiscard]] StatusOr<std::vector<int>> ProcessAffinity();
 // Pins the calling thread to `cpus` (sched_setaffinity).
 [[nodiscard]] Status SetThreadAffinity(std::span<const int> cpus);

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "prim/os.hpp"
@@ -369,8 +370,24 @@ StatusOr<std::vector<int>> AffinityOf(pid_t tid) {
 
 StatusOr<std::vector<int>> ThreadAffinity() { return AffinityOf(0); }
 
-// The main thread's thread id is the process id.
-StatusOr<std::vector<int>> ProcessAffinity() { return AffinityOf(::getpid()); }
+StatusOr<std::vector<int>> ProcessAffinity() {
+  // The union over the process's threads (/proc/self/task): neither the calling thread's
+  // mask nor the main thread's alone, since either may have pinned itself to one node.
+  auto tasks = ListDirectory("/proc/self/task");
+  if (!tasks.ok()) return ThreadAffinity();
+  std::vector<int> cpus;
+  for (const std::string& task : *tasks) {
+    int tid = 0;
+    if (!absl::SimpleAtoi(task, &tid) || tid <= 0) continue;
+    auto mask = AffinityOf(static_cast<pid_t>(tid));
+    if (!mask.ok()) continue;  // the thread exited since the listing
+    cpus.insert(cpus.end(), mask->begin(), mask->end());
+  }
+  if (cpus.empty()) return ThreadAffinity();
+  std::sort(cpus.begin(), cpus.end());
+  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+  return cpus;
+}
 
 Status SetThreadAffinity(std::span<const int> cpus) {
   int highest = 0;
