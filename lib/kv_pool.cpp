@@ -168,15 +168,6 @@ struct SequenceChunk {
   Sequence sequences[kSpansPerChunk];
 };
 
-// A free list of span ids (or of sequence slots), one per thread-slot stripe.
-struct alignas(kNoFalseSharing) FreeShard {
-  // Reserved up front: a shard's first small buffer would come from whichever thread pushed
-  // first and could share a line with another shard's.
-  FreeShard() { ids.reserve(256); }
-  SpinLock mu;
-  std::vector<std::uint32_t> ids;  // span ids, or sequence indices
-};
-
 // Counters that every request or pin bumps, striped by thread slot: one pool-wide counter
 // was a cache line that every thread wrote (the two prefix counters alone made sharing a
 // prompt from two threads slower than from one).
@@ -232,6 +223,58 @@ std::size_t ThreadSlot() {
   return holder.slot;
 }
 
+// Free ids (span ids, or sequence slots) in stripes by thread slot: a thread pushes onto and
+// pops from its own stripe and looks at the others only when its own is empty, so
+// allocate+free on different threads touch different locks and lines.
+class FreeIds {
+ public:
+  void Push(std::uint32_t id) {
+    Stripe& stripe = stripes_[ThreadSlot() % kFreeShards];
+    std::lock_guard lock(stripe.mu);
+    stripe.ids.push_back(id);
+  }
+  // The most recently pushed id of this thread's stripe, else of another; kNil when empty.
+  std::uint32_t Pop() {
+    const std::size_t mine = ThreadSlot() % kFreeShards;
+    for (std::size_t k = 0; k < kFreeShards; ++k) {
+      Stripe& stripe = stripes_[(mine + k) % kFreeShards];
+      std::lock_guard lock(stripe.mu);
+      if (!stripe.ids.empty()) {
+        const std::uint32_t id = stripe.ids.back();
+        stripe.ids.pop_back();
+        return id;
+      }
+    }
+    return kNil;
+  }
+  // Removes and returns an id for which `take(id)` holds (called under a stripe's lock);
+  // kNil when there is none.
+  template <typename Take>
+  std::uint32_t PopIf(Take take) {
+    for (Stripe& stripe : stripes_) {
+      std::lock_guard lock(stripe.mu);
+      for (std::size_t k = stripe.ids.size(); k-- > 0;) {
+        const std::uint32_t id = stripe.ids[k];
+        if (!take(id)) continue;
+        stripe.ids[k] = stripe.ids.back();
+        stripe.ids.pop_back();
+        return id;
+      }
+    }
+    return kNil;
+  }
+
+ private:
+  struct alignas(kNoFalseSharing) Stripe {
+    // Reserved up front: a stripe's first small buffer would come from whichever thread
+    // pushed first and could share a line with another stripe's.
+    Stripe() { ids.reserve(256); }
+    SpinLock mu;
+    std::vector<std::uint32_t> ids;
+  };
+  Stripe stripes_[kFreeShards];
+};
+
 struct HomeNode {
   HomeNode(int id, kv::MetaAccessor meta, std::unique_ptr<kv::HotnessPolicy> p)
       : node(id), list(std::move(meta)), policy(std::move(p)) {}
@@ -264,7 +307,7 @@ struct KvPool::Impl {
   std::mutex grow_mu;
   std::vector<std::uint32_t> unbacked;
 
-  FreeShard free_shards[kFreeShards];
+  FreeIds free_spans;
   kv::PrefixIndex prefix;
 
   std::unique_ptr<std::atomic<SequenceChunk*>[]> seq_chunks {
@@ -272,7 +315,7 @@ struct KvPool::Impl {
   };
   std::mutex seq_grow_mu;  // creating sequence slots (rare once the pool is warm)
   std::uint32_t seq_created = 0;
-  FreeShard free_sequences[kFreeShards];  // retired sequence slots, per thread slot
+  FreeIds free_sequences;  // retired sequence slots
 
   std::atomic<std::uint64_t> clock{1};
   StatStripe stripes[kStatStripes];
@@ -407,16 +450,7 @@ struct KvPool::Impl {
   // Lock order: a sequence's lock may be held when taking a list's lock (RetireSequence),
   // never the reverse, so the new sequence is locked only after the list is let go.
   StatusOr<KvSequenceId> NewSequence() {
-    std::uint32_t index = kNil;
-    const std::size_t mine = ThreadSlot() % kFreeShards;
-    for (std::size_t k = 0; k < kFreeShards && index == kNil; ++k) {
-      FreeShard& shard = free_sequences[(mine + k) % kFreeShards];
-      std::lock_guard lock(shard.mu);
-      if (!shard.ids.empty()) {
-        index = shard.ids.back();
-        shard.ids.pop_back();
-      }
-    }
+    std::uint32_t index = free_sequences.Pop();
     if (index == kNil) {
       std::lock_guard lock(seq_grow_mu);
       index = seq_created;
@@ -446,9 +480,7 @@ struct KvPool::Impl {
     s->computed = 0;
     s->generation.fetch_add(1, std::memory_order_release);
     stripe().sequences_freed.fetch_add(1, std::memory_order_relaxed);
-    FreeShard& shard = free_sequences[ThreadSlot() % kFreeShards];
-    std::lock_guard lock(shard.mu);
-    shard.ids.push_back(static_cast<std::uint32_t>(id & 0xffffffffu));
+    free_sequences.Push(static_cast<std::uint32_t>(id & 0xffffffffu));
   }
 
   // ---- pins
@@ -710,9 +742,7 @@ struct KvPool::Impl {
     }
     if (dropped_some) m.partial = true;
     m.state.store(kFree, std::memory_order_relaxed);
-    FreeShard& shard = free_shards[ThreadSlot() % kFreeShards];
-    std::lock_guard lock(shard.mu);
-    shard.ids.push_back(s);
+    free_spans.Push(s);
   }
 
   // Whether Reclaim or an allocation may take the span's memory on `node` (-1: on any
@@ -822,38 +852,14 @@ struct KvPool::Impl {
     return true;
   }
 
-  std::uint32_t TakeFreeSpan() {
-    const std::size_t mine = ThreadSlot() % kFreeShards;
-    for (std::size_t k = 0; k < kFreeShards; ++k) {
-      FreeShard& shard = free_shards[(mine + k) % kFreeShards];
-      std::lock_guard lock(shard.mu);
-      if (!shard.ids.empty()) {
-        const std::uint32_t s = shard.ids.back();
-        shard.ids.pop_back();
-        return s;
-      }
-    }
-    return kNil;
-  }
-
   // Takes a free span whose memory on `node` Reclaim may drop (ReclaimableOn) off the free
   // lists; kNil when there is none.
   std::uint32_t TakeFreeSpanOn(int node) {
-    for (FreeShard& shard : free_shards) {
-      std::lock_guard lock(shard.mu);
-      for (std::size_t k = shard.ids.size(); k-- > 0;) {
-        const std::uint32_t s = shard.ids[k];
-        if (!ReclaimableOn(s, node)) continue;
-        shard.ids[k] = shard.ids.back();
-        shard.ids.pop_back();
-        return s;
-      }
-    }
-    return kNil;
+    return free_spans.PopIf([this, node](std::uint32_t s) { return ReclaimableOn(s, node); });
   }
 
   StatusOr<std::uint32_t> AllocateSpan() {
-    std::uint32_t s = TakeFreeSpan();
+    std::uint32_t s = free_spans.Pop();
     if (s != kNil && !span(s).partial) {
       ActivateSpan(s);
       return s;
@@ -926,9 +932,7 @@ struct KvPool::Impl {
     }
     if (index_lock.owns_lock()) index_lock.unlock();
     m.state.store(kFree, std::memory_order_relaxed);
-    FreeShard& shard = free_shards[ThreadSlot() % kFreeShards];
-    std::lock_guard lock(shard.mu);
-    shard.ids.push_back(s);
+    free_spans.Push(s);
   }
 
   // Whether indexed span `s` holds exactly this prefix. Its caller holds a reference on it
@@ -961,10 +965,8 @@ struct KvPool::Impl {
     std::lock_guard lock(prefix.mutex_for(hash));
     const std::uint32_t s = prefix.FindLocked(hash);
     if (s == kv::PrefixIndex::kNone) return kNil;
+    if (!HoldsPrefix(s, parent, tokens, hash)) return kNil;  // a collision: never share it
     SpanMeta& m = span(s);
-    if (m.parent_hash != parent || !std::equal(tokens.begin(), tokens.end(), span_tokens(s))) {
-      return kNil;  // a hash collision: never share another prompt's K/V
-    }
     if (Holders(m.refs.fetch_add(1, std::memory_order_acq_rel)) == 0) {
       prefix.UncacheLocked(hash, s);
       m.state.store(kInUse, std::memory_order_relaxed);
@@ -1630,8 +1632,8 @@ Status KvPool::PromoteBlock(KvBlockId block) {
     result = absl::FailedPreconditionError(
         absl::StrCat("KV pool: block ", block, " is not in the cold tier"));
   } else if (!p.TryPromoteLocked(id, b)) {
-    result = absl::ResourceExhaustedError(absl::StrCat("KV pool: no room in the hot tier of node ",
-                                                       p.HomeNodeOfBlock(id), " for block ", block));
+    result = absl::ResourceExhaustedError(absl::StrCat(
+        "KV pool: no room in the hot tier of node ", p.HomeNodeOfBlock(id), " for block ", block));
   }
   b.state.store(0, std::memory_order_release);
   return result;

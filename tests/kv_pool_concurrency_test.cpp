@@ -25,6 +25,18 @@ numarena::KvGeometry TinyGeometry(int layers, int kv_heads, int heads_per_group)
           .tokens_per_block = 4,
           .heads_per_group = heads_per_group};
 }
+
+// One of `prefixes` shared prompt prefixes of `prefix_tokens` tokens, then 1..`max_own`
+// copies of the caller's own token.
+std::vector<std::int32_t> SharedPrefixPrompt(std::mt19937& rng, int prefixes, int prefix_tokens,
+                                             std::size_t max_own, std::int32_t own_token) {
+  std::vector<std::int32_t> tokens;
+  const int prefix = static_cast<int>(rng() % prefixes);
+  for (int i = 0; i < prefix_tokens; ++i) tokens.push_back(prefix * 100 + i);
+  const std::size_t own = 1 + rng() % max_own;
+  for (std::size_t i = 0; i < own; ++i) tokens.push_back(own_token);
+  return tokens;
+}
 }  // namespace
 
 TEST_CASE("concurrent sequences, prefix sharing, forks and tier moves keep data intact") {
@@ -47,11 +59,8 @@ TEST_CASE("concurrent sequences, prefix sharing, forks and tier moves keep data 
     std::mt19937 rng(static_cast<unsigned>(id));
     for (int round = 0; round < 60; ++round) {
       // Prompts share one of three prefixes of 8 tokens, then differ.
-      std::vector<std::int32_t> tokens;
-      const int prefix = static_cast<int>(rng() % 3);
-      for (int i = 0; i < 8; ++i) tokens.push_back(prefix * 100 + i);
-      const std::size_t extra = 1 + rng() % 7;
-      for (std::size_t i = 0; i < extra; ++i) tokens.push_back(10000 + id * 1000 + round);
+      std::vector<std::int32_t> tokens =
+          SharedPrefixPrompt(rng, 3, 8, 7, 10000 + id * 1000 + round);
       std::size_t reused = 0;
       auto seq = pool.CreateSequence(tokens, &reused);
       if (!seq.ok()) {
@@ -160,11 +169,8 @@ TEST_CASE("pins by block id race safely with frees, reclaim and eviction for all
     for (int round = 0; round < 20000; ++round) {
       if (round >= 150 && granted.load() >= 200 && refused.load() >= 200) break;
       // One of four 4-token prefixes (prefix hits on cached spans), then 1..5 own tokens.
-      std::vector<std::int32_t> tokens;
-      const int prefix = static_cast<int>(rng() % 4);
-      for (int i = 0; i < 4; ++i) tokens.push_back(prefix * 100 + i);
-      const std::size_t extra = 1 + rng() % 5;
-      for (std::size_t i = 0; i < extra; ++i) tokens.push_back(50000 + id * 1000 + round);
+      const std::vector<std::int32_t> tokens =
+          SharedPrefixPrompt(rng, 4, 4, 5, 50000 + id * 1000 + round);
       std::size_t reused = 0;
       auto seq = pool.CreateSequence(tokens, &reused);
       if (!seq.ok()) continue;  // everything pinned or owned just now
