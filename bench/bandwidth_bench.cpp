@@ -1,6 +1,6 @@
 // The node x node bandwidth matrix as Google Benchmark programs (bytes/s counters), beside
 // libc's memset/memcpy on each CPU node's local memory: the same instruments as
-// `numarena bandwidth` (lib/bandwidth_kernels.hpp), in Google Benchmark's JSON format.
+// `numarena bandwidth` (lib/ops/bandwidth_kernels.hpp), in Google Benchmark's JSON format.
 //
 //   stream/<kernel>/cpu:<c>/mem:<m>/threads:<n>   read, write, copy, triad; bytes_per_second
 //   libc/<memset|memcpy>/cpu:<c>/mem:<c>/threads:<n>
@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "bandwidth_kernels.hpp"
+#include "ops/bandwidth_kernels.hpp"
 #include "numarena/topology.hpp"
-#include "prim/os.hpp"
+#include "os/os.hpp"
 
 namespace {
 
@@ -67,7 +67,7 @@ enum class Work { kRead, kWrite, kCopy, kTriad, kMemset, kMemcpy };
 
 void Stream(benchmark::State& state, Work work, std::vector<int> cpus, int memory_node) {
   const int cpu[] = {cpus[static_cast<std::size_t>(state.thread_index()) % cpus.size()]};
-  if (auto s = numarena::prim::SetThreadAffinity(cpu); !s.ok()) {
+  if (auto s = numarena::os::SetThreadAffinity(cpu); !s.ok()) {
     state.SkipWithError(std::string(s.message()).c_str());
     return;
   }
@@ -126,7 +126,7 @@ void Stream(benchmark::State& state, Work work, std::vector<int> cpus, int memor
 
 void Latency(benchmark::State& state, int cpu, int memory_node) {
   const int cpus[] = {cpu};
-  if (auto s = numarena::prim::SetThreadAffinity(cpus); !s.ok()) {
+  if (auto s = numarena::os::SetThreadAffinity(cpus); !s.ok()) {
     state.SkipWithError(std::string(s.message()).c_str());
     return;
   }
@@ -163,7 +163,7 @@ const char* WorkName(Work work) {
 }
 
 int RegisterAll() {
-  if (std::string bytes = numarena::prim::GetEnv("NUMARENA_BENCH_BYTES"); !bytes.empty()) {
+  if (std::string bytes = numarena::os::GetEnv("NUMARENA_BENCH_BYTES"); !bytes.empty()) {
     char* end = nullptr;
     unsigned long long value = std::strtoull(bytes.c_str(), &end, 10);
     if (end == nullptr || *end != '\0' || value < (64u << 10)) {

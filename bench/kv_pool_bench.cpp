@@ -29,7 +29,7 @@
 #include <numeric>
 #include <vector>
 
-#include "kv_hotness.hpp"
+#include "kv/kv_hotness.hpp"
 #include "numarena/kv_pool.hpp"
 
 namespace {

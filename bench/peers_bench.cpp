@@ -39,7 +39,7 @@
 #include "numarena/memory_resource.hpp"
 #include "numarena/topology.hpp"
 #include "peer_workloads.hpp"
-#include "prim/os.hpp"
+#include "os/os.hpp"
 
 namespace {
 
@@ -271,12 +271,12 @@ int RegisterAll() {
 
   // memkind over a node-bound region large enough for two threads' mixed requests.
   constexpr std::size_t kMemkindRegion = std::size_t{4} << 30;
-  if (auto region = numarena::prim::ReserveAddressSpace(kMemkindRegion, 2 * numarena_bench::kMiB);
+  if (auto region = numarena::os::ReserveAddressSpace(kMemkindRegion, 2 * numarena_bench::kMiB);
       region.ok()) {
     const int nodes[] = {g_node};
-    numarena::Status s = numarena::prim::CommitRange(*region, kMemkindRegion);
+    numarena::Status s = numarena::os::CommitRange(*region, kMemkindRegion);
     if (s.ok())
-      s = numarena::prim::BindRange(*region, kMemkindRegion, numarena::prim::PolicyMode::kBind,
+      s = numarena::os::BindRange(*region, kMemkindRegion, numarena::os::PolicyMode::kBind,
                                     nodes);
     if (!s.ok()) {
       Skip("memkind_node", std::string(s.message()));

@@ -21,7 +21,7 @@
 # The program learns what QEMU was given from:
 #   NUMARENA_LAB_TOPOLOGY=<name>              e.g. 2s
 #   NUMARENA_LAB_TOPOLOGY_FILE=/lab/topology.txt
-# (format in README.md; tests/lab/lab_support.hpp parses it). Sanitizer options
+# (format in README.md; tests/support/lab_support.hpp parses it). Sanitizer options
 # (ASAN_OPTIONS, UBSAN_OPTIONS, LSAN_OPTIONS, TSAN_OPTIONS) are passed through.
 #
 # Environment: NUMARENA_LAB_CACHE (kernel cache), NUMARENA_LAB_KERNEL (use this vmlinuz),

@@ -31,7 +31,7 @@
 #include "metrics_endpoint.hpp"
 #include "node_server.hpp"
 #include "numarena/budget.hpp"
-#include "numarena/metrics.hpp"
+#include "numarena/ops/metrics.hpp"
 #include "numarena/topology.hpp"
 #include "synthetic_load.hpp"
 

@@ -50,7 +50,7 @@ bool RowHolds(const std::byte* row, int elements, std::uint16_t v) {
 }
 
 // Pins the calling thread to `cpus`. An application may call the OS directly; inside the
-// library only lib/prim does.
+// library only lib/os does.
 void PinToCpus(const std::vector<int>& cpus) {
   if (cpus.empty()) return;
   cpu_set_t set;

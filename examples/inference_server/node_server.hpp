@@ -30,7 +30,7 @@
 
 #include "numarena/budget.hpp"
 #include "numarena/kv_pool.hpp"
-#include "numarena/metrics.hpp"
+#include "numarena/ops/metrics.hpp"
 #include "synthetic_load.hpp"
 
 namespace inference_server {

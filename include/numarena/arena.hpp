@@ -7,13 +7,14 @@
 // once per distinct (policy, options), live for the whole process, and are thread-safe.
 //
 // Under the hood each arena is one or more jemalloc arenas whose extent hooks take spans from
-// numarena's node page provider (lib/node_pages.hpp). Every provider span lies in a virtual
+// numarena's node page provider (lib/alloc/node_pages.hpp). Every provider span lies in a virtual
 // address range reserved for that arena's placement, so the owner of any numarena pointer,
 // and its node, is an O(1) table lookup: `numarena::deallocate(p)` needs no arena or node,
 // and `node_of(p)` makes no system call. Small objects go through a jemalloc thread cache
 // that belongs to one (thread, arena) pair only, so an object freed into node 0's arena is
 // never handed to a caller of node 1's arena. In front of that cache sits numarena's own
-// front cache (lib/front_cache.cpp): per (thread, arena), per size class up to 4 KiB, a short
+// front cache (lib/alloc/front_cache.cpp; the state the inline paths read is in
+// numarena/internal/arena_fast_path.hpp): per (thread, arena), per size class up to 4 KiB, a short
 // list of freed objects. The fast paths are inline: `allocate` of a small object pops a list,
 // a sized `deallocate` pushes one, an unsized one first asks jemalloc for the object's size
 // class (sallocx). Only misses and large sizes call into jemalloc, whose explicit-arena calls
@@ -34,47 +35,17 @@
 //   StatusOr<void*> big = (*kv)->try_allocate(std::size_t{1} << 30);
 #pragma once
 
-#include <jemalloc/jemalloc.h>
-
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "numarena/capacity.hpp"
+#include "numarena/internal/arena_fast_path.hpp"
 #include "numarena/policy.hpp"
 #include "numarena/status.hpp"
 
 namespace numarena {
-
-// `node_of` for a pointer whose pages are spread over several nodes by policy (interleave,
-// weighted interleave, bind to more than one node): use page_nodes() to see where they are.
-inline constexpr int kNodeMixed = -2;
-// `node_of` for a pointer that numarena did not allocate (or nullptr).
-inline constexpr int kNodeNone = -1;
-
-// How an arena backs its memory.
-struct ArenaOptions {
-  // 0 (default): ordinary pages; committed ranges of 2 MiB and more that hold whole huge
-  // pages get transparent huge pages (MADV_HUGEPAGE), allocations of 2 MiB and more are
-  // 2 MiB aligned. Interleaved arenas never use huge pages (they would defeat per-page
-  // interleave).
-  // 2 MiB or 1 GiB (`kHugetlb2M`, `kHugetlb1G`): back the arena with hugetlbfs pages of that
-  // size, reserved from the kernel's pool when the range is mapped. When the pool is empty
-  // allocation fails with FailedPrecondition naming
-  // /sys/kernel/mm/hugepages/hugepages-<size>kB/nr_hugepages. Hugetlb memory is not returned
-  // to the kernel by purge().
-  std::size_t hugetlb_page_bytes = 0;
-
-  static constexpr std::size_t kHugetlb2M = std::size_t{2} << 20;
-  static constexpr std::size_t kHugetlb1G = std::size_t{1} << 30;
-
-  friend bool operator==(const ArenaOptions&, const ArenaOptions&) = default;
-  template <typename H>
-  friend H AbslHashValue(H h, const ArenaOptions& o) {
-    return H::combine(std::move(h), o.hugetlb_page_bytes);
-  }
-};
 
 // A snapshot of one arena (all its jemalloc arenas summed). Byte counts are jemalloc's
 // ("stats.arenas.<i>.*" after an "epoch" refresh) except `committed`, which is the page
@@ -99,94 +70,6 @@ struct ArenaStats {
   int jemalloc_arenas = 0;
 };
 
-namespace arena_internal {
-// Internal state the inline fast paths read; do not use directly.
-inline constexpr int kMaxHeaps = 256;          // jemalloc arenas numarena can create per process
-inline constexpr unsigned kGranuleShift = 36;  // 64 GiB of address space per table entry
-inline constexpr std::size_t kGranuleCount = std::size_t{1} << (47 - kGranuleShift);
-inline constexpr std::size_t kLargeAlignThreshold = std::size_t{2} << 20;
-// Granule of the address space -> 1 + heap id owning it, 0 when not numarena's. Written
-// once per granule, before any pointer into it exists.
-extern std::atomic<std::uint16_t> granule_heap[kGranuleCount];
-// This thread's mallocx flags per heap, 0 until the thread first uses the heap:
-// MALLOCX_ARENA of the heap's jemalloc arena this thread is assigned to, plus MALLOCX_TCACHE
-// of the thread's own cache for the heap (or MALLOCX_TCACHE_NONE when it has none).
-extern thread_local constinit int thread_flags[kMaxHeaps];
-// The tcache id in thread_flags: -1 for MALLOCX_TCACHE_NONE, -2 when unset.
-inline int TcacheIdOf(int flags) { return ((flags >> 8) & 0xfff) - 2; }
-// The jemalloc arena index in thread_flags (MALLOCX_ARENA): -1 when unset.
-inline int ArenaIndexOf(int flags) { return ((flags >> 20) & 0xfff) - 1; }
-
-inline int HeapOf(const void* p) {
-  std::uintptr_t granule = reinterpret_cast<std::uintptr_t>(p) >> kGranuleShift;
-  if (granule >= kGranuleCount) return -1;
-  return static_cast<int>(granule_heap[granule].load(std::memory_order_relaxed)) - 1;
-}
-
-void DeallocateSlow(void* p) noexcept;
-void DeallocateSizedSlow(void* p, std::size_t size, std::size_t alignment) noexcept;
-
-// ---- the front cache (lib/front_cache.cpp) ----
-// Objects of up to kFrontMaxSize bytes, grouped by jemalloc size class, one LIFO list per
-// class threaded through the objects' first word. A list belongs to one (thread, heap), so an
-// object only ever returns to the heap, and node, it came from.
-inline constexpr std::size_t kFrontMaxSize = 4096;
-inline constexpr int kFrontClasses = 32;
-// The list that never holds anything: sizes the class tables could not map (a jemalloc built
-// with other size classes) land here; its limit is 0, so pushes go straight back to jemalloc.
-inline constexpr int kFrontUncached = kFrontClasses - 1;
-struct FrontList {
-  void* head;
-  std::uint32_t count;
-  std::uint32_t limit;
-};
-struct FrontCache {
-  FrontList lists[kFrontClasses];
-};
-// This thread's front cache per heap; nullptr until the thread's first slow-path call.
-extern thread_local constinit FrontCache* front_caches[kMaxHeaps];
-// List of a request of n bytes (1 <= n <= kFrontMaxSize): front_class_of_request[(n + 7) / 8].
-// Filled once, before the first front cache exists.
-extern std::uint8_t front_class_of_request[kFrontMaxSize / 8 + 1];
-// List of an object whose usable size is u (u <= kFrontMaxSize): front_class_of_usable[u / 8].
-extern std::uint8_t front_class_of_usable[kFrontMaxSize / 8 + 1];
-
-inline void* FrontPop(FrontCache* cache, std::size_t size) noexcept {
-  FrontList& list = cache->lists[front_class_of_request[(size + 7) >> 3]];
-  void* p = list.head;
-  if (p != nullptr) {
-    list.head = *static_cast<void**>(p);
-    --list.count;
-  }
-  return p;
-}
-
-// The list is full: hands half of it back to jemalloc, then keeps `p`. Cold.
-void FrontOverflow(int heap, FrontList& list, void* p) noexcept;
-
-inline void FrontPush(int heap, FrontList& list, void* p) noexcept {
-  if (list.count >= list.limit) [[unlikely]] {
-    FrontOverflow(heap, list, p);
-    return;
-  }
-  *static_cast<void**>(p) = list.head;
-  list.head = p;
-  ++list.count;
-}
-
-// `size` bytes (1 <= size < kLargeAlignThreshold, default alignment) from this thread's caches
-// for `heap`: its front cache, else jemalloc with the thread's flags. nullptr when the thread
-// has no flags for the heap yet or jemalloc failed (its hooks recorded why).
-inline void* AllocateFromThreadCaches(int heap, std::size_t size) noexcept {
-  if (size <= kFrontMaxSize) {
-    if (FrontCache* cache = front_caches[heap]) {
-      if (void* p = FrontPop(cache, size)) return p;
-    }
-  }
-  const int flags = thread_flags[heap];
-  return flags != 0 ? mallocx(size, flags) : nullptr;
-}
-}  // namespace arena_internal
 
 class Arena {
  public:

@@ -102,4 +102,35 @@ class Policy {
 // assigned in runs: with {0:3, 1:1}, chunks 0,1,2 -> node 0, chunk 3 -> node 1, repeat.
 int WeightedChunkNode(const std::vector<NodeWeight>& weights, std::size_t index);
 
+// ---- the vocabulary of arenas, here so that the layers below Arena can name it ----
+
+// `node_of` for a pointer whose pages are spread over several nodes by policy (interleave,
+// weighted interleave, bind to more than one node): use page_nodes() to see where they are.
+inline constexpr int kNodeMixed = -2;
+// `node_of` for a pointer that numarena did not allocate (or nullptr).
+inline constexpr int kNodeNone = -1;
+
+// How an arena backs its memory.
+struct ArenaOptions {
+  // 0 (default): ordinary pages; committed ranges of 2 MiB and more that hold whole huge
+  // pages get transparent huge pages (MADV_HUGEPAGE), allocations of 2 MiB and more are
+  // 2 MiB aligned. Interleaved arenas never use huge pages (they would defeat per-page
+  // interleave).
+  // 2 MiB or 1 GiB (`kHugetlb2M`, `kHugetlb1G`): back the arena with hugetlbfs pages of that
+  // size, reserved from the kernel's pool when the range is mapped. When the pool is empty
+  // allocation fails with FailedPrecondition naming
+  // /sys/kernel/mm/hugepages/hugepages-<size>kB/nr_hugepages. Hugetlb memory is not returned
+  // to the kernel by purge().
+  std::size_t hugetlb_page_bytes = 0;
+
+  static constexpr std::size_t kHugetlb2M = std::size_t{2} << 20;
+  static constexpr std::size_t kHugetlb1G = std::size_t{1} << 30;
+
+  friend bool operator==(const ArenaOptions&, const ArenaOptions&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const ArenaOptions& o) {
+    return H::combine(std::move(h), o.hugetlb_page_bytes);
+  }
+};
+
 }  // namespace numarena

@@ -1,4 +1,4 @@
-// Fuzz target: one row of nodeN/distance (lib/topology_parse.hpp).
+// Fuzz target: one row of nodeN/distance (lib/topology/topology_parse.hpp).
 //
 // Any input must parse or fail with InvalidArgument. A parsed row is non-empty with every
 // entry in 0..255, and the row printed the kernel's way ("10 21") parses to itself.
@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "topology_parse.hpp"
+#include "topology/topology_parse.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   namespace parse = numarena::parse;

@@ -1,5 +1,5 @@
 // Fuzz target: kernel ID lists (cpulist, online, Cpus_allowed_list, cpuset files), see
-// lib/topology_parse.hpp.
+// lib/topology/topology_parse.hpp.
 //
 // Any input must parse or fail with InvalidArgument. A parsed list must be ascending,
 // unique and within [0, kMaxListId], and printing it with FormatIdList and parsing that
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "topology_parse.hpp"
+#include "topology/topology_parse.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   namespace parse = numarena::parse;
@@ -24,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (id < 0 || id > parse::kMaxListId) std::abort();
     if (i > 0 && (*ids)[i - 1] >= id) std::abort();
   }
-  auto again = parse::ParseIdList(parse::FormatIdList(*ids), "fuzz list");
+  auto again = parse::ParseIdList(numarena::FormatIdList(*ids), "fuzz list");
   if (!again.ok() || *again != *ids) std::abort();
   return 0;
 }

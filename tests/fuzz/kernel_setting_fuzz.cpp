@@ -1,4 +1,4 @@
-// Fuzz target: the small kernel setting files doctor reads (lib/ops_parse.hpp): sysctl
+// Fuzz target: the small kernel setting files doctor reads (lib/ops/ops_parse.hpp): sysctl
 // integers, THP selectors and IRQ affinity lists. Each parser either succeeds or fails with
 // InvalidArgument; a parsed selector's choice is one of its options, a parsed integer
 // prints back to the trimmed input (modulo leading zeros), an affinity list is ascending.
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "ops_parse.hpp"
+#include "ops/ops_parse.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Fuzz target: nodeN/meminfo (lib/topology_parse.hpp).
+// Fuzz target: nodeN/meminfo (lib/topology/topology_parse.hpp).
 //
 // Any input must parse or fail with InvalidArgument. A parsed result names a node id in
 // range, has MemFree <= MemTotal, and byte counts that are whole kB (the kernel's unit).
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "topology_parse.hpp"
+#include "topology/topology_parse.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   namespace parse = numarena::parse;

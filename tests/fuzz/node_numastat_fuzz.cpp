@@ -1,11 +1,11 @@
-// Fuzz target: nodeN/numastat parsing (lib/ops_parse.hpp). Any input either parses or
+// Fuzz target: nodeN/numastat parsing (lib/ops/ops_parse.hpp). Any input either parses or
 // fails with InvalidArgument; a parse is stable when the text is re-rendered and parsed.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <string_view>
 
-#include "ops_parse.hpp"
+#include "ops/ops_parse.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -1,4 +1,4 @@
-// Fuzz target: /proc/PID/numa_maps parsing (lib/ops_parse.hpp).
+// Fuzz target: /proc/PID/numa_maps parsing (lib/ops/ops_parse.hpp).
 //
 // Any input must either parse or fail with InvalidArgument, and a parsed result must be
 // self-consistent: a non-zero page size, and every line parsed on its own gives the same
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "ops_parse.hpp"
+#include "ops/ops_parse.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -1,4 +1,4 @@
-// Fuzz target: the one-value sysfs files discovery reads (lib/topology_parse.hpp): PCI
+// Fuzz target: the one-value sysfs files discovery reads (lib/topology/topology_parse.hpp): PCI
 // class, vendor/device ids, numa_node, HMAT attributes and initiator entry names.
 //
 // Every parser gets the same input. Each must parse or fail with InvalidArgument; parsed
@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "topology_parse.hpp"
+#include "topology/topology_parse.hpp"
 
 namespace {
 

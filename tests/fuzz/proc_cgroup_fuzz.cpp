@@ -1,4 +1,4 @@
-// Fuzz target: /proc/self/cgroup (lib/topology_parse.hpp).
+// Fuzz target: /proc/self/cgroup (lib/topology/topology_parse.hpp).
 //
 // Any input must parse or fail with InvalidArgument. Paths found are absolute and have no
 // ".." component, so joining them to the cgroup mount can never leave it.
@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "topology_parse.hpp"
+#include "topology/topology_parse.hpp"
 
 namespace {
 

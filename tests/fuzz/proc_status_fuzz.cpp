@@ -1,4 +1,4 @@
-// Fuzz target: the cpuset lines of /proc/self/status (lib/topology_parse.hpp).
+// Fuzz target: the cpuset lines of /proc/self/status (lib/topology/topology_parse.hpp).
 //
 // Any input must parse or fail with InvalidArgument; lists found are ascending and unique.
 #include <algorithm>
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "topology_parse.hpp"
+#include "topology/topology_parse.hpp"
 
 namespace {
 

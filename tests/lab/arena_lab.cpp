@@ -203,7 +203,7 @@ TEST_CASE("weighted interleave {0:3, 1:1} gives 3:1 within one chunk") {
   auto counts = page_nodes(p, size);
   REQUIRE(counts.ok());
   REQUIRE(counts->resident() == counts->total_pages);
-  const std::size_t chunk_pages = Policy::kDefaultWeightedChunk / prim::PageSize();
+  const std::size_t chunk_pages = Policy::kDefaultWeightedChunk / os::PageSize();
   INFO("node " << n0 << ": " << counts->on(n0) << ", node " << n1 << ": " << counts->on(n1));
   CHECK(counts->on(n0) + counts->on(n1) == counts->total_pages);
   long long diff =

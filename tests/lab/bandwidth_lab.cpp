@@ -13,7 +13,7 @@
 
 #include "json_check.hpp"
 #include "lab_support.hpp"
-#include "numarena/bandwidth.hpp"
+#include "numarena/ops/bandwidth.hpp"
 
 namespace numarena {
 namespace {

@@ -28,7 +28,7 @@
 #include "numarena/page_nodes.hpp"
 #include "numarena/policy.hpp"
 #include "numarena/topology.hpp"
-#include "prim/os.hpp"
+#include "os/os.hpp"
 
 namespace numarena {
 namespace {
@@ -117,10 +117,10 @@ class LowPriorityCache {
   bool Grow(int chunks) {
     for (int i = 0; i < chunks; ++i) {
       if (!budget_.Charge(node_, kChunk, Priority::kLow).ok()) return false;
-      auto p = prim::MapAnonymous(kChunk);
+      auto p = os::MapAnonymous(kChunk);
       REQUIRE(p.ok());
       const int nodes[] = {node_};
-      REQUIRE(prim::BindRange(*p, kChunk, prim::PolicyMode::kBind, nodes).ok());
+      REQUIRE(os::BindRange(*p, kChunk, os::PolicyMode::kBind, nodes).ok());
       std::memset(*p, 0x3c, kChunk);
       chunks_.push_back(*p);
     }
@@ -131,7 +131,7 @@ class LowPriorityCache {
   std::size_t Free(std::size_t bytes) {
     std::size_t freed = 0;
     while (freed < bytes && !chunks_.empty()) {
-      prim::Unmap(chunks_.back(), kChunk);
+      os::Unmap(chunks_.back(), kChunk);
       chunks_.pop_back();
       budget_.Release(node_, kChunk, Priority::kLow);
       freed += kChunk;

@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "decode_experiment.hpp"
+#include "numarena/ops/decode.hpp"
 #include "json_check.hpp"
 #include "lab_support.hpp"
 

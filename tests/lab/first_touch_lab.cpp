@@ -19,14 +19,14 @@
 #include "numarena/first_touch.hpp"
 #include "numarena/page_nodes.hpp"
 #include "numarena/topology.hpp"
-#include "prim/os.hpp"
+#include "os/os.hpp"
 
 namespace numarena {
 namespace {
 
 // 8 MiB per check: two thousand pages, quick to fault and migrate under TCG.
 constexpr std::size_t kBytes = std::size_t{8} << 20;
-const std::size_t kPage = prim::PageSize();
+const std::size_t kPage = os::PageSize();
 
 // Discover the topology before any test pins the main thread: the process's allowed CPUs
 // (which prefault pins its populating thread to) are read from the discovering thread.
@@ -91,7 +91,7 @@ TEST_CASE("correct moves pages first-touched on the wrong node and reports them 
     DYNAMIC_SECTION("from node " << wrong << " to node " << target.id) {
       lab::Mapping map(kBytes);
       const int first[] = {wrong};
-      REQUIRE(prim::BindRange(map.data(), map.size(), prim::PolicyMode::kBind, first).ok());
+      REQUIRE(os::BindRange(map.data(), map.size(), os::PolicyMode::kBind, first).ok());
       for (std::size_t i = 0; i < map.size(); i += kPage)
         map.data()[i] = static_cast<unsigned char>(i / kPage);
       CheckEveryPageOn(map.data(), map.size(), wrong);  // the deliberate mistake
@@ -131,8 +131,8 @@ TEST_CASE("correct counts local, misplaced and untouched pages apart") {
   const int wrong_nodes[] = {wrong};
   const int target_nodes[] = {target};
   // Half on the wrong node, a quarter already right, the last quarter never touched.
-  REQUIRE(prim::BindRange(map.data(), 2 * quarter, prim::PolicyMode::kBind, wrong_nodes).ok());
-  REQUIRE(prim::BindRange(map.data() + 2 * quarter, quarter, prim::PolicyMode::kBind, target_nodes)
+  REQUIRE(os::BindRange(map.data(), 2 * quarter, os::PolicyMode::kBind, wrong_nodes).ok());
+  REQUIRE(os::BindRange(map.data() + 2 * quarter, quarter, os::PolicyMode::kBind, target_nodes)
               .ok());
   std::memset(map.data(), 0x42, 3 * quarter);
 
@@ -171,7 +171,7 @@ TEST_CASE("prefault puts every page on the node, memory-only nodes included") {
         // The populating thread ran on the target node's CPUs, not the caller's.
         CHECK(report->populated_from_node == target.id);
       } else {
-        CHECK(report->populated_from_node == prim::CurrentCpuAndNode().node);
+        CHECK(report->populated_from_node == os::CurrentCpuAndNode().node);
       }
       CheckEveryPageOn(map.data(), map.size(), target.id);
     }
@@ -187,7 +187,7 @@ TEST_CASE("prefault migrates pages that were already resident elsewhere") {
       lab::Mapping map(kBytes);
       const int first[] = {wrong};
       // The first half was written on the wrong node before prefault is called.
-      REQUIRE(prim::BindRange(map.data(), map.size() / 2, prim::PolicyMode::kBind, first).ok());
+      REQUIRE(os::BindRange(map.data(), map.size() / 2, os::PolicyMode::kBind, first).ok());
       std::memset(map.data(), 0x77, map.size() / 2);
       auto report = prefault(map.data(), map.size(), target.id);
       REQUIRE(report.ok());

@@ -21,12 +21,12 @@
 #include "numarena/page_nodes.hpp"
 #include "numarena/policy.hpp"
 #include "numarena/topology.hpp"
-#include "prim/os.hpp"
+#include "os/os.hpp"
 
 namespace numarena {
 namespace {
 
-const std::size_t kPage = prim::PageSize();
+const std::size_t kPage = os::PageSize();
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
 
 // Discover before any pinning (see first_touch_lab.cpp).

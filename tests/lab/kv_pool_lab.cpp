@@ -13,7 +13,7 @@
 #include <algorithm>
 #include <atomic>
 
-#include "../kv_test_support.hpp"
+#include "kv_test_support.hpp"
 #include "lab_support.hpp"
 #include "numarena/budget.hpp"
 #include "numarena/kv_pool.hpp"

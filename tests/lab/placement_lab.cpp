@@ -2,7 +2,7 @@
 // page, on every node of every lab topology.
 //
 // These are the foundation the rest of numarena's placement claims stand on: node pages,
-// arenas and first-touch correction all end in prim::BindRange before first touch. Each
+// arenas and first-touch correction all end in os::BindRange before first touch. Each
 // check reads the node of every page back with move_pages (numarena::page_node_list) and
 // compares it with the topology QEMU was given (lab_support.hpp), not with what numarena
 // discovered. Memory is touched from a CPU on ANOTHER node wherever one exists, so a page on
@@ -16,7 +16,7 @@
 
 #include "lab_support.hpp"
 #include "numarena/page_nodes.hpp"
-#include "prim/os.hpp"
+#include "os/os.hpp"
 
 namespace numarena {
 namespace {
@@ -37,10 +37,10 @@ long FirstMismatch(const std::vector<int>& nodes, Want want) {
 TEST_CASE("the lab machine is what QEMU was given: the kernel sees every node") {
   const auto& lab = lab::Expected();
   INFO("topology " << lab.name << ": " << lab.summary);
-  REQUIRE(prim::PossibleNodeCount() >= static_cast<int>(lab.nodes.size()));
+  REQUIRE(os::PossibleNodeCount() >= static_cast<int>(lab.nodes.size()));
   for (const auto& node : lab.nodes) {
     auto meminfo =
-        prim::ReadFile("/sys/devices/system/node/node" + std::to_string(node.id) + "/meminfo");
+        os::ReadFile("/sys/devices/system/node/node" + std::to_string(node.id) + "/meminfo");
     INFO("node " << node.id);
     CHECK(meminfo.ok());
   }
@@ -54,7 +54,7 @@ TEST_CASE("default policy: first touch lands on the touching CPU's node") {
   for (int node : lab.cpu_node_ids()) {
     DYNAMIC_SECTION("touched from node " << node) {
       lab::PinnedTo pin(lab.node(node).cpus);
-      REQUIRE(prim::CurrentCpuAndNode().node == node);
+      REQUIRE(os::CurrentCpuAndNode().node == node);
       lab::Mapping map(kBytes);
       std::memset(map.data(), 0x5a, map.size());
       auto nodes = page_node_list(map.data(), map.size());
@@ -78,7 +78,7 @@ TEST_CASE("MPOL_BIND before first touch puts every page on the bound node") {
 
       lab::Mapping map(kBytes);
       const int bound[] = {target.id};
-      REQUIRE(prim::BindRange(map.data(), map.size(), prim::PolicyMode::kBind, bound).ok());
+      REQUIRE(os::BindRange(map.data(), map.size(), os::PolicyMode::kBind, bound).ok());
 
       // Binding does not allocate: no page is on any node before the first touch. (Linux 6.1
       // reports those pages as -EFAULT, newer kernels as -ENOENT; either way none resident.)
@@ -119,8 +119,8 @@ TEST_CASE("MPOL_INTERLEAVE over all nodes deals pages round-robin") {
   lab::Mapping map(kBytes);
   // Transparent huge pages (Debian's kernel: THP=always) would be interleaved 2 MiB at a time;
   // this checks the page-granular policy, so keep the range on base pages.
-  REQUIRE(prim::AdviseNoHugePages(map.data(), map.size()).ok());
-  REQUIRE(prim::BindRange(map.data(), map.size(), prim::PolicyMode::kInterleave, all).ok());
+  REQUIRE(os::AdviseNoHugePages(map.data(), map.size()).ok());
+  REQUIRE(os::BindRange(map.data(), map.size(), os::PolicyMode::kInterleave, all).ok());
   std::memset(map.data(), 0x3c, map.size());
 
   auto nodes = page_node_list(map.data(), map.size());
@@ -164,8 +164,8 @@ TEST_CASE("MPOL_INTERLEAVE over a subset never uses the other nodes") {
   std::vector<int> subset(all.begin() + 1, all.end());
   lab::PinnedTo pin(lab.node(all.front()).cpus);
   lab::Mapping map(kBytes);
-  REQUIRE(prim::AdviseNoHugePages(map.data(), map.size()).ok());
-  REQUIRE(prim::BindRange(map.data(), map.size(), prim::PolicyMode::kInterleave, subset).ok());
+  REQUIRE(os::AdviseNoHugePages(map.data(), map.size()).ok());
+  REQUIRE(os::BindRange(map.data(), map.size(), os::PolicyMode::kInterleave, subset).ok());
   std::memset(map.data(), 0x11, map.size());
   auto counts = page_nodes(map.data(), map.size());
   REQUIRE(counts.ok());
@@ -185,27 +185,27 @@ TEST_CASE("a node id the machine does not have is InvalidArgument naming it") {
   const std::vector<int> all = lab.node_ids();
   struct Case {
     int node;
-    std::vector<prim::PolicyMode> modes;
+    std::vector<os::PolicyMode> modes;
   };
   // Just past the last node (a possible node on no lab machine), far beyond the kernel's
   // node limit (CONFIG_NODES_SHIFT=10), and a negative id. A negative id with MPOL_PREFERRED
   // is a known OS-layer bug (an empty mask means "local" to the kernel), see os_test.cpp.
   const Case cases[] = {
       {all.back() + 1,
-       {prim::PolicyMode::kBind, prim::PolicyMode::kInterleave, prim::PolicyMode::kPreferred}},
+       {os::PolicyMode::kBind, os::PolicyMode::kInterleave, os::PolicyMode::kPreferred}},
       {4096,
-       {prim::PolicyMode::kBind, prim::PolicyMode::kInterleave, prim::PolicyMode::kPreferred}},
+       {os::PolicyMode::kBind, os::PolicyMode::kInterleave, os::PolicyMode::kPreferred}},
       // Negative ids never reach the kernel (a node mask cannot hold them, and an empty mask
       // would mean "local" to MPOL_PREFERRED): the OS layer refuses them itself.
-      {-1, {prim::PolicyMode::kBind, prim::PolicyMode::kInterleave, prim::PolicyMode::kPreferred}},
+      {-1, {os::PolicyMode::kBind, os::PolicyMode::kInterleave, os::PolicyMode::kPreferred}},
   };
   for (const Case& c : cases) {
     DYNAMIC_SECTION("node " << c.node) {
       lab::Mapping map(std::size_t{1} << 20);
       const int nodes[] = {c.node};
       for (auto mode : c.modes) {
-        Status s = prim::BindRange(map.data(), map.size(), mode, nodes);
-        INFO(prim::PolicyModeName(mode) << ": " << s);
+        Status s = os::BindRange(map.data(), map.size(), mode, nodes);
+        INFO(os::PolicyModeName(mode) << ": " << s);
         CHECK(s.code() == absl::StatusCode::kInvalidArgument);
         CHECK(std::string(s.message()).find("nodes=" + std::to_string(c.node)) !=
               std::string::npos);

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "lab_support.hpp"
-#include "numarena/stat.hpp"
+#include "numarena/ops/stat.hpp"
 #include "numarena/topology.hpp"
-#include "prim/os.hpp"
+#include "os/os.hpp"
 
 namespace {
 
@@ -26,14 +26,14 @@ constexpr std::size_t kBytes = std::size_t{64} << 20;
 // The child: bind, touch, pin, report readiness on `ready`, then wait until `release`
 // closes. Exits with a distinct status for each step that failed.
 [[noreturn]] void Child(int node, std::vector<int> cpus, int ready, int release) {
-  auto memory = numarena::prim::MapAnonymous(kBytes);
+  auto memory = numarena::os::MapAnonymous(kBytes);
   if (!memory.ok()) _exit(10);
   int nodes[] = {node};
-  if (!numarena::prim::BindRange(*memory, kBytes, numarena::prim::PolicyMode::kBind, nodes).ok()) {
+  if (!numarena::os::BindRange(*memory, kBytes, numarena::os::PolicyMode::kBind, nodes).ok()) {
     _exit(11);
   }
   std::memset(*memory, 0x5a, kBytes);
-  if (!numarena::prim::SetThreadAffinity(cpus).ok()) _exit(12);
+  if (!numarena::os::SetThreadAffinity(cpus).ok()) _exit(12);
   char byte = 1;
   if (write(ready, &byte, 1) != 1) _exit(13);
   (void)!read(release, &byte, 1);  // returns 0 when the parent closes its end

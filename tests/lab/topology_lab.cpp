@@ -1,7 +1,7 @@
 // Topology discovery in the NUMA lab: Topology::discover() on a real multi-node kernel
 // reports exactly the machine QEMU was given.
 //
-// The unit tests (tests/topology_test.cpp) prove the parsing rules on fixture trees; this
+// The unit tests (tests/topology/topology_test.cpp) prove the parsing rules on fixture trees; this
 // proves the fixtures were right about the kernel: node ids, the CPUs of each node, the SLIT
 // distance matrix, CPU-less nodes, HMAT access attributes (kernel units: MB/s and ns) and
 // each node's MemTotal, all compared with /lab/topology.txt (lab_support.hpp), which run.sh

@@ -13,10 +13,10 @@
 
 #include "command.hpp"
 #include "json.hpp"
-#include "numarena/advise.hpp"
+#include "numarena/format.hpp"
+#include "numarena/ops/advise.hpp"
 #include "ops_args.hpp"
 #include "ops_format.hpp"
-#include "topology_parse.hpp"
 
 namespace numarena::cli {
 namespace {
@@ -45,7 +45,7 @@ std::string Indent(const std::string& text) {
 // The text form, shared with `numarena report`.
 std::string FormatAdvice(const Advice& a) {
   std::string out = absl::StrCat("# ", a.target, ": memory on node ", a.memory_node, ", CPUs ",
-                                 parse::FormatIdList(a.cpus), " (node ", a.cpu_node, ")\n");
+                                 FormatIdList(a.cpus), " (node ", a.cpu_node, ")\n");
   out += absl::StrCat("numactl:\n    ", a.numactl, "\n");
   out += absl::StrCat("taskset:\n    ", a.taskset, "\n");
   out += absl::StrCat("docker:\n    ", a.docker, "\n");

@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "command.hpp"
-#include "numarena/bandwidth.hpp"
+#include "numarena/ops/bandwidth.hpp"
 
 namespace numarena::cli {
 namespace {

@@ -6,12 +6,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "budget_format.hpp"
+#include "numarena/format.hpp"
 
 namespace numarena::cli {
 
-using budget_internal::FormatBytes;
-using budget_internal::FormatPercent;
 
 StatusOr<BudgetSnapshot> SystemBudgetSnapshot(const Topology& topology,
                                               const SystemReader& reader) {

@@ -5,7 +5,7 @@
 //
 // Runs a batch of synthetic sequences (prefill, then decode steps) through numarena's KV pool
 // with real attention math under five placements: no_binding, wrong_node, membind,
-// membind_cpubind, full (see lib/decode_experiment.hpp), and prints P50 time-to-first-token,
+// membind_cpubind, full (see include/numarena/ops/decode.hpp), and prints P50 time-to-first-token,
 // P99 time-between-tokens, decode tokens/s and the fraction of KV pages that were on the
 // node of the CPU reading them. --json prints the numarena.decode/1 object instead (the input
 // of tools/plot_results.py). Exit status: 0, or 2 with one line on stderr.
@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "command.hpp"
-#include "decode_experiment.hpp"
+#include "numarena/ops/decode.hpp"
 
 namespace numarena::cli {
 namespace {

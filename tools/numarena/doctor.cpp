@@ -20,7 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "command.hpp"
 #include "json.hpp"
-#include "numarena/doctor.hpp"
+#include "numarena/ops/doctor.hpp"
 #include "ops_args.hpp"
 #include "ops_format.hpp"
 

@@ -6,9 +6,9 @@
 #include <string>
 
 #include "json.hpp"
-#include "numarena/advise.hpp"
-#include "numarena/doctor.hpp"
-#include "numarena/stat.hpp"
+#include "numarena/ops/advise.hpp"
+#include "numarena/ops/doctor.hpp"
+#include "numarena/ops/stat.hpp"
 
 namespace numarena::cli {
 

@@ -30,13 +30,12 @@
 #include "budget_view.hpp"
 #include "command.hpp"
 #include "json.hpp"
-#include "numarena/advise.hpp"
-#include "numarena/bandwidth.hpp"
-#include "numarena/doctor.hpp"
+#include "numarena/format.hpp"
+#include "numarena/ops/advise.hpp"
+#include "numarena/ops/bandwidth.hpp"
+#include "numarena/ops/doctor.hpp"
 #include "ops_args.hpp"
-#include "ops_common.hpp"
 #include "ops_format.hpp"
-#include "topology_parse.hpp"
 
 namespace numarena::cli {
 namespace {
@@ -63,8 +62,8 @@ void PrintText(std::ostream& out, const Topology& topo, const ReportData& d) {
   Section(out, "topology");
   for (const NodeInfo& n : topo.nodes()) {
     out << absl::StrFormat("node %-3d cpus %-24s memory %10s  free %10s%s\n", n.id,
-                           n.cpus.empty() ? "-" : parse::FormatIdList(n.cpus),
-                           ops::FormatBytes(n.mem_total_bytes), ops::FormatBytes(n.mem_free_bytes),
+                           n.cpus.empty() ? "-" : FormatIdList(n.cpus),
+                           FormatBytes(n.mem_total_bytes), FormatBytes(n.mem_free_bytes),
                            n.memory_only() ? "  (memory-only)" : "");
   }
   out << "distances:";
@@ -84,9 +83,9 @@ void PrintText(std::ostream& out, const Topology& topo, const ReportData& d) {
   }
   Section(out, "this process may use");
   const ProcessScope& p = topo.process();
-  out << "cpus " << parse::FormatIdList(p.allowed_cpus) << " (nodes "
-      << parse::FormatIdList(topo.nodes_of_cpus(p.allowed_cpus)) << "), memory nodes "
-      << parse::FormatIdList(p.allowed_mem_nodes) << "\n";
+  out << "cpus " << FormatIdList(p.allowed_cpus) << " (nodes "
+      << FormatIdList(topo.nodes_of_cpus(p.allowed_cpus)) << "), memory nodes "
+      << FormatIdList(p.allowed_mem_nodes) << "\n";
   for (const std::string& w : topo.warnings()) out << "warning: " << w << "\n";
   Section(out, "doctor");
   out << FormatDoctorReport(d.doctor);
@@ -100,7 +99,7 @@ void PrintText(std::ostream& out, const Topology& topo, const ReportData& d) {
   if (d.bandwidth) {
     const BandwidthMatrix& m = *d.bandwidth;
     out << "read GB/s (idle latency ns), one thread per CPU node, "
-        << ops::FormatBytes(m.buffer_bytes) << " arrays\n";
+        << FormatBytes(m.buffer_bytes) << " arrays\n";
     out << absl::StrFormat("%-10s", "cpu\\mem");
     for (int node : m.memory_nodes) out << absl::StrFormat(" %18s", absl::StrCat("node ", node));
     out << "\n";
@@ -121,7 +120,7 @@ void PrintText(std::ostream& out, const Topology& topo, const ReportData& d) {
   }
   Section(out, "recommended binding");
   for (const Advice& a : d.bindings) {
-    out << a.target << " (memory node " << a.memory_node << ", CPUs " << parse::FormatIdList(a.cpus)
+    out << a.target << " (memory node " << a.memory_node << ", CPUs " << FormatIdList(a.cpus)
         << ")\n"
         << "  " << a.numactl << "\n"
         << "  " << a.docker << "\n";

@@ -19,11 +19,10 @@
 #include "absl/strings/str_join.h"
 #include "command.hpp"
 #include "json.hpp"
-#include "numarena/stat.hpp"
+#include "numarena/format.hpp"
+#include "numarena/ops/stat.hpp"
 #include "ops_args.hpp"
-#include "ops_common.hpp"
 #include "ops_format.hpp"
-#include "topology_parse.hpp"
 
 namespace numarena::cli {
 namespace {
@@ -83,14 +82,14 @@ std::string FormatProcessStat(const ProcessNumaStat& s) {
   row("Private", [](const NodeMemoryUsage& u) { return u.private_bytes(); });
   row("File (shared)", [](const NodeMemoryUsage& u) { return u.file_bytes; });
   out += absl::StrCat(
-      "runs on: CPUs ", s.running_cpus.empty() ? "?" : parse::FormatIdList(s.running_cpus),
-      " (node", s.running_nodes.size() == 1 ? " " : "s ", parse::FormatIdList(s.running_nodes),
-      "); may use CPUs ", parse::FormatIdList(s.allowed_cpus), ", memory nodes ",
-      parse::FormatIdList(s.allowed_mem_nodes), "\n");
-  out += absl::StrCat("local: ", ops::FormatPercent(s.local_fraction), " of ",
-                      ops::FormatBytes(s.private_bytes), " private memory is on node",
+      "runs on: CPUs ", s.running_cpus.empty() ? "?" : FormatIdList(s.running_cpus),
+      " (node", s.running_nodes.size() == 1 ? " " : "s ", FormatIdList(s.running_nodes),
+      "); may use CPUs ", FormatIdList(s.allowed_cpus), ", memory nodes ",
+      FormatIdList(s.allowed_mem_nodes), "\n");
+  out += absl::StrCat("local: ", FormatPercent(s.local_fraction), " of ",
+                      FormatBytes(s.private_bytes), " private memory is on node",
                       s.running_nodes.size() == 1 ? " " : "s ",
-                      parse::FormatIdList(s.running_nodes), ", where the process runs\n");
+                      FormatIdList(s.running_nodes), ", where the process runs\n");
   return out;
 }
 

@@ -52,8 +52,8 @@
 #include "budget_view.hpp"
 #include "command.hpp"
 #include "json.hpp"
+#include "numarena/format.hpp"
 #include "numarena/topology.hpp"
-#include "topology_parse.hpp"
 
 namespace numarena::cli {
 namespace {
@@ -152,7 +152,7 @@ std::uint64_t Megabytes(std::uint64_t bytes) { return bytes >> 20; }
 // The part `numactl --hardware` prints, in its format.
 void PrintHardware(std::ostream& out, const Topology& topo) {
   std::vector<int> ids = topo.node_ids();
-  out << "available: " << ids.size() << " nodes (" << parse::FormatIdList(ids) << ")\n";
+  out << "available: " << ids.size() << " nodes (" << FormatIdList(ids) << ")\n";
   for (const NodeInfo& node : topo.nodes()) {
     out << "node " << node.id << " cpus:";
     for (int cpu : node.cpus) out << ' ' << cpu;
@@ -180,7 +180,7 @@ void PrintAccess(std::ostream& out, const Topology& topo) {
     out << "  node " << node.id << ": read " << a.read_bandwidth_mbps << " MB/s, write "
         << a.write_bandwidth_mbps << " MB/s, read latency " << a.read_latency_ns
         << " ns, write latency " << a.write_latency_ns << " ns; initiators: "
-        << (a.initiators.empty() ? "none" : parse::FormatIdList(a.initiators))
+        << (a.initiators.empty() ? "none" : FormatIdList(a.initiators))
         << (node.memory_only() ? " (memory-only node)" : "") << '\n';
   }
 }
@@ -204,11 +204,11 @@ void PrintProcess(std::ostream& out, const Topology& topo) {
   const ProcessScope& p = topo.process();
   out << "process:\n";
   if (p.cgroup) out << "  cgroup: " << *p.cgroup << '\n';
-  out << "  allowed cpus: " << parse::FormatIdList(p.allowed_cpus) << " (nodes "
-      << parse::FormatIdList(topo.nodes_of_cpus(p.allowed_cpus)) << ")\n";
-  out << "  allowed memory nodes: " << parse::FormatIdList(p.allowed_mem_nodes) << '\n';
-  if (p.cgroup_cpus) out << "  cgroup cpuset cpus: " << parse::FormatIdList(*p.cgroup_cpus) << '\n';
-  if (p.cgroup_mems) out << "  cgroup cpuset mems: " << parse::FormatIdList(*p.cgroup_mems) << '\n';
+  out << "  allowed cpus: " << FormatIdList(p.allowed_cpus) << " (nodes "
+      << FormatIdList(topo.nodes_of_cpus(p.allowed_cpus)) << ")\n";
+  out << "  allowed memory nodes: " << FormatIdList(p.allowed_mem_nodes) << '\n';
+  if (p.cgroup_cpus) out << "  cgroup cpuset cpus: " << FormatIdList(*p.cgroup_cpus) << '\n';
+  if (p.cgroup_mems) out << "  cgroup cpuset mems: " << FormatIdList(*p.cgroup_mems) << '\n';
 }
 
 void PrintWarnings(std::ostream& out, const Topology& topo) {

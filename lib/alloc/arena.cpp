@@ -1,0 +1,381 @@
+// Arenas (see arena.hpp): the registry of arenas per (policy, options), their slow paths,
+// per-node dispatch for Preferred and Local policies, frees, and statistics.
+#include "numarena/arena.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "alloc/front_cache.hpp"
+#include "alloc/jemalloc_heap.hpp"
+#include "alloc/node_pages.hpp"
+#include "numarena/topology.hpp"
+#include "os/os.hpp"
+
+namespace numarena {
+namespace {
+
+thread_local Status* t_last_error = nullptr;  // leaked per thread on purpose: see SetLastError
+
+void SetLastError(Status status) {
+  // A heap-allocated Status per thread, never destroyed, so a late free during thread exit
+  // never touches a destroyed thread_local.
+  if (t_last_error == nullptr) t_last_error = new Status();
+  *t_last_error = std::move(status);
+}
+
+bool IsPowerOfTwo(std::size_t value) { return value != 0 && (value & (value - 1)) == 0; }
+
+// Allocations of 2 MiB and more are 2 MiB aligned so they can be backed by huge pages;
+// sized frees must repeat the same alignment.
+std::size_t EffectiveAlignment(std::size_t size, std::size_t alignment) {
+  if (size >= arena_internal::kLargeAlignThreshold &&
+      alignment < arena_internal::kLargeAlignThreshold) {
+    return arena_internal::kLargeAlignThreshold;
+  }
+  return alignment;
+}
+
+int AlignFlags(std::size_t alignment) {
+  if (alignment <= alignof(std::max_align_t)) return 0;
+  return MALLOCX_LG_ALIGN(__builtin_ctzll(alignment));
+}
+
+std::string Bytes(std::size_t bytes) { return absl::StrCat(bytes, " bytes"); }
+
+template <typename T>
+T ReadArenaStat(unsigned arena_index, const char* name) {
+  T value{};
+  std::size_t size = sizeof value;
+  std::string key = absl::StrCat("stats.arenas.", arena_index, ".", name);
+  if (mallctl(key.c_str(), &value, &size, nullptr, 0) != 0) return T{};
+  return value;
+}
+
+}  // namespace
+
+// Owns every arena, keyed by (policy, options); arenas are never destroyed.
+class ArenaRegistry {
+ public:
+  static ArenaRegistry& Get() {
+    static auto* registry = new ArenaRegistry();
+    return *registry;
+  }
+
+  StatusOr<Arena*> Find(const Policy& policy, const ArenaOptions& options) {
+    absl::MutexLock lock(&mutex_);
+    auto it = arenas_.find(std::make_pair(policy, options));
+    if (it != arenas_.end()) return it->second;
+    auto* arena = new Arena(policy, options);
+    if (Status s = arena->Init(); !s.ok()) {
+      delete arena;
+      return s;
+    }
+    arenas_.emplace(std::make_pair(policy, options), arena);
+    return arena;
+  }
+
+ private:
+  absl::Mutex mutex_;
+  absl::flat_hash_map<std::pair<Policy, ArenaOptions>, Arena*> arenas_ ABSL_GUARDED_BY(mutex_);
+};
+
+// ---- creation -----------------------------------------------------------------------------
+
+StatusOr<Arena*> Arena::ForNode(int node) { return ForPolicy(Policy::Bind(node)); }
+
+StatusOr<Arena*> Arena::ForPolicy(const Policy& policy, const ArenaOptions& options) {
+  StatusOr<const Topology*> topology = Topology::system();
+  if (!topology.ok()) return topology.status();
+  if (Status s = policy.Validate(**topology); !s.ok()) return s;
+  std::size_t huge = options.hugetlb_page_bytes;
+  if (huge != 0 && huge != ArenaOptions::kHugetlb2M && huge != ArenaOptions::kHugetlb1G) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("arena for ", policy.ToString(), ": hugetlb_page_bytes ", huge,
+                     " is not 0, 2 MiB (ArenaOptions::kHugetlb2M) or 1 GiB (kHugetlb1G)"));
+  }
+  return ArenaRegistry::Get().Find(policy, options);
+}
+
+Arena::Arena(const Policy& policy, const ArenaOptions& options)
+    : policy_(policy), options_(options) {}
+
+Status Arena::Init() {
+  switch (policy_.kind()) {
+    case PolicyKind::kBind:
+    case PolicyKind::kInterleave:
+    case PolicyKind::kWeightedInterleave: {
+      StatusOr<Heap*> heap = CreateHeap(policy_, options_);
+      if (!heap.ok()) return heap.status();
+      primary_heap_ = (*heap)->id;
+      has_fast_path_ = true;
+      return absl::OkStatus();
+    }
+    case PolicyKind::kPreferred:
+    case PolicyKind::kLocal:
+      break;
+  }
+  const Topology* topology = *Topology::system();
+  int highest = 0;
+  for (int id : topology->node_ids()) highest = std::max(highest, id);
+  node_heap_count_ = highest + 1;
+  node_heaps_ = new std::atomic<int>[node_heap_count_];
+  for (int i = 0; i < node_heap_count_; ++i) node_heaps_[i].store(-1);
+
+  if (policy_.kind() == PolicyKind::kPreferred) {
+    int preferred = policy_.single_node();
+    for (int node : topology->nodes_by_distance(preferred)) {
+      if (topology->memory_allowed(node)) fallback_order_.push_back(node);
+    }
+    Status error;
+    int heap = HeapForNode(preferred, &error);
+    if (heap < 0) return error;
+    primary_heap_ = heap;
+    has_fast_path_ = true;
+  }
+  return absl::OkStatus();
+}
+
+// Per-node heaps of Preferred and Local arenas are created under this lock (not the
+// registry's: Arena::Init runs under that one and creates the preferred node's heap).
+absl::Mutex g_node_heap_mutex(absl::kConstInit);
+
+int Arena::HeapForNode(int node, Status* error) noexcept {
+  if (node < 0 || node >= node_heap_count_) {
+    *error = absl::InvalidArgumentError(
+        absl::StrCat("arena ", policy_.ToString(), ": node ", node, " is not online"));
+    return -1;
+  }
+  int heap = node_heaps_[node].load(std::memory_order_acquire);
+  if (heap >= 0) return heap;
+  absl::MutexLock lock(&g_node_heap_mutex);
+  heap = node_heaps_[node].load(std::memory_order_acquire);
+  if (heap >= 0) return heap;
+  StatusOr<Heap*> created = CreateHeap(Policy::Bind(node, policy_.mode()), options_);
+  if (!created.ok()) {
+    *error = created.status();
+    return -1;
+  }
+  node_heaps_[node].store((*created)->id, std::memory_order_release);
+  return (*created)->id;
+}
+
+// ---- allocation -----------------------------------------------------------------------------
+
+void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
+                            Status* error) noexcept {
+  int flags = EnsureThreadCache(heap) | AlignFlags(EffectiveAlignment(size, alignment));
+  SpanFailure& failure = ThreadSpanFailure();
+  failure.Clear();
+  if (void* p = mallocx(size, flags)) return p;
+  std::string what = absl::StrCat("arena ", policy_.ToString(), ": allocate ", Bytes(size));
+  *error = failure.failed()
+               ? failure.ToStatus(what)
+               : absl::ResourceExhaustedError(absl::StrCat(what, ": jemalloc could not allocate"));
+  failure.Clear();
+  return nullptr;
+}
+
+void* Arena::AllocateWithFallback(std::size_t size, std::size_t alignment, bool primary_tried,
+                                  Status* error) noexcept {
+  switch (policy_.kind()) {
+    case PolicyKind::kBind:
+    case PolicyKind::kInterleave:
+    case PolicyKind::kWeightedInterleave:
+      if (primary_tried) return nullptr;
+      return AllocateOnHeap(primary_heap_, size, alignment, error);
+    case PolicyKind::kPreferred: {
+      bool first = true;
+      for (int node : fallback_order_) {
+        if (!(first && primary_tried)) {
+          Status reason;
+          int heap = HeapForNode(node, &reason);
+          void* p = heap < 0 ? nullptr : AllocateOnHeap(heap, size, alignment, &reason);
+          if (p != nullptr) {
+            if (!first) {
+              fallbacks_.fetch_add(1, std::memory_order_relaxed);
+              if (CapacityGate* gate = GetCapacityGate()) {
+                gate->RecordFallback(fallback_order_.front(), node);
+              }
+            }
+            return p;
+          }
+          if (first || error->ok()) *error = reason;  // report the preferred node's reason
+          if (reason.code() == absl::StatusCode::kInvalidArgument) return nullptr;
+        }
+        first = false;
+      }
+      if (!error->ok()) {
+        *error =
+            Status(error->code(), absl::StrCat(error->message(), " (and no other node had room)"));
+      }
+      return nullptr;
+    }
+    case PolicyKind::kLocal: {
+      int node = os::CurrentNodeFast();
+      if (node < 0 || node >= node_heap_count_) node = 0;
+      const Topology* topology = *Topology::system();
+      if (!topology->has_node(node) || !topology->memory_allowed(node)) {
+        for (int candidate : topology->nodes_by_distance(node)) {
+          if (topology->memory_allowed(candidate)) {
+            node = candidate;
+            break;
+          }
+        }
+      }
+      int heap = HeapForNode(node, error);
+      if (heap < 0) return nullptr;
+      if (alignment <= alignof(std::max_align_t) && size < kFastLimit) {
+        if (void* p = arena_internal::AllocateFromThreadCaches(heap, size)) return p;
+      }
+      return AllocateOnHeap(heap, size, alignment, error);
+    }
+  }
+  return nullptr;
+}
+
+void* Arena::AllocateSlow(std::size_t size, std::size_t alignment) noexcept {
+  if (!IsPowerOfTwo(alignment)) {
+    SetLastError(absl::InvalidArgumentError(absl::StrCat(
+        "arena ", policy_.ToString(), ": alignment ", alignment, " is not a power of two")));
+    return nullptr;
+  }
+  if (size == 0) size = 1;
+  if (size > (std::size_t{1} << 62)) {
+    SetLastError(absl::InvalidArgumentError(
+        absl::StrCat("arena ", policy_.ToString(), ": size ", size, " is too large")));
+    return nullptr;
+  }
+  Status error;
+  void* p = AllocateWithFallback(size, alignment, /*primary_tried=*/false, &error);
+  if (p == nullptr) SetLastError(std::move(error));
+  return p;
+}
+
+void* Arena::AllocateAfterFastMiss(std::size_t size) noexcept {
+  // The primary heap's hooks recorded why the fast path's mallocx failed.
+  SpanFailure& failure = ThreadSpanFailure();
+  std::string what = absl::StrCat("arena ", policy_.ToString(), ": allocate ", Bytes(size));
+  Status error =
+      failure.failed()
+          ? failure.ToStatus(what)
+          : absl::ResourceExhaustedError(absl::StrCat(what, ": jemalloc could not allocate"));
+  failure.Clear();
+  void* p = AllocateWithFallback(size, alignof(std::max_align_t), /*primary_tried=*/true, &error);
+  if (p == nullptr) SetLastError(std::move(error));
+  return p;
+}
+
+StatusOr<void*> Arena::try_allocate(std::size_t size, std::size_t alignment) {
+  if (void* p = allocate(size, alignment)) return p;
+  return last_allocation_error();
+}
+
+void Arena::deallocate(void* p) noexcept { numarena::deallocate(p); }
+
+void Arena::deallocate(void* p, std::size_t size, std::size_t alignment) noexcept {
+  numarena::deallocate(p, size, alignment);
+}
+
+// ---- maintenance and statistics ---------------------------------------------------------------
+
+namespace {
+template <typename F>
+void ForEachHeap(int primary, const std::atomic<int>* node_heaps, int node_heap_count, F&& f) {
+  if (node_heaps == nullptr) {
+    if (Heap* heap = HeapById(primary)) f(*heap);
+    return;
+  }
+  for (int i = 0; i < node_heap_count; ++i) {
+    if (Heap* heap = HeapById(node_heaps[i].load(std::memory_order_acquire))) f(*heap);
+  }
+}
+}  // namespace
+
+void Arena::purge() {
+  ForEachHeap(primary_heap_, node_heaps_, node_heap_count_, [](Heap& heap) {
+    // This thread's cached objects first, so their pages can be purged too.
+    FlushFrontCache(heap.id);
+    if (int tcache = arena_internal::TcacheIdOf(arena_internal::thread_flags[heap.id]);
+        tcache >= 0) {
+      unsigned id = static_cast<unsigned>(tcache);
+      mallctl("tcache.flush", nullptr, nullptr, &id, sizeof id);
+    }
+    ForEachShard(heap, [](unsigned arena_index) {
+      std::string key = absl::StrCat("arena.", arena_index, ".purge");
+      mallctl(key.c_str(), nullptr, nullptr, nullptr, 0);
+    });
+  });
+}
+
+ArenaStats Arena::stats() const {
+  std::uint64_t epoch = 1;
+  std::size_t epoch_size = sizeof epoch;
+  mallctl("epoch", &epoch, &epoch_size, &epoch, sizeof epoch);
+  ArenaStats out;
+  out.fallbacks = fallbacks_.load(std::memory_order_relaxed);
+  std::size_t page = os::PageSize();
+  ForEachHeap(primary_heap_, node_heaps_, node_heap_count_, [&](Heap& heap) {
+    ForEachShard(heap, [&](unsigned i) {
+      out.allocated += ReadArenaStat<std::size_t>(i, "small.allocated") +
+                       ReadArenaStat<std::size_t>(i, "large.allocated");
+      out.active += ReadArenaStat<std::size_t>(i, "pactive") * page;
+      out.resident += ReadArenaStat<std::size_t>(i, "resident");
+      out.mapped += ReadArenaStat<std::size_t>(i, "mapped");
+      out.retained += ReadArenaStat<std::size_t>(i, "retained");
+      out.jemalloc_arenas += 1;
+    });
+    out.committed += heap.pages->committed_bytes();
+    out.fallbacks += heap.pages->fallbacks();
+    out.refusals += heap.pages->refusals();
+  });
+  return out;
+}
+
+// ---- pointer queries and frees ------------------------------------------------------------------
+
+std::size_t usable_size(const void* p) {
+  if (p == nullptr || arena_internal::HeapOf(p) < 0) return 0;
+  return sallocx(const_cast<void*>(p), 0);
+}
+
+int node_of(const void* p) {
+  if (p == nullptr) return kNodeNone;
+  Heap* heap = HeapById(arena_internal::HeapOf(p));
+  return heap == nullptr ? kNodeNone : heap->pages->node();
+}
+
+Status last_allocation_error() {
+  return t_last_error == nullptr ? absl::OkStatus() : *t_last_error;
+}
+
+namespace arena_internal {
+
+[[noreturn]] static void NotOurs(const void* p) {
+  std::fprintf(stderr,
+               "numarena::deallocate(%p): pointer was not allocated by numarena (free it with "
+               "the allocator that made it)\n",
+               p);
+  std::abort();
+}
+
+void DeallocateSlow(void* p) noexcept {
+  if (p == nullptr) return;
+  int heap = HeapOf(p);
+  if (heap < 0 || HeapById(heap) == nullptr) NotOurs(p);
+  dallocx(p, EnsureThreadCache(heap));
+}
+
+void DeallocateSizedSlow(void* p, std::size_t size, std::size_t alignment) noexcept {
+  if (p == nullptr) return;
+  int heap = HeapOf(p);
+  if (heap < 0 || HeapById(heap) == nullptr) NotOurs(p);
+  if (size == 0) size = 1;
+  sdallocx(p, size, EnsureThreadCache(heap) | AlignFlags(EffectiveAlignment(size, alignment)));
+}
+
+}  // namespace arena_internal
+}  // namespace numarena

@@ -1,0 +1,235 @@
+// Heaps: jemalloc arenas with extent hooks over node page providers (see jemalloc_heap.hpp).
+#include "alloc/jemalloc_heap.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "alloc/front_cache.hpp"
+
+// jemalloc's start-up options, unless the program sets its own malloc_conf (ours is weak, so
+// a program's definition wins; MALLOC_CONF in the environment is applied on top either way).
+//
+// oversize_threshold:0 turns off jemalloc's "oversize" handling, which otherwise purges every
+// freed extent above 8 MiB at once, in every arena, explicit ones included. For numarena that
+// meant each 8 MiB+ tensor freed and allocated again was re-faulted page by page: 132 us per
+// 8 MiB alloc+free pair instead of 0.3 us here (bench/peers_bench alloc_free_8MiB). Without it,
+// large extents follow the arena's normal decay like every other size, and arena purge()
+// (or a budget's reclaim) still returns them on demand.
+extern "C" {
+__attribute__((weak)) const char* malloc_conf = "oversize_threshold:0";
+}
+
+namespace numarena {
+
+namespace {
+
+std::atomic<Heap*> g_heaps[arena_internal::kMaxHeaps];
+std::atomic<int> g_heap_count{0};
+std::mutex g_create_mutex;
+// Set while this thread holds g_create_mutex. Creating a jemalloc arena commits memory, and
+// a capacity gate may reclaim on the committing thread, which frees, which may need a shard:
+// that nested call must not wait for the lock its own thread holds.
+thread_local bool t_holds_create_mutex = false;
+
+// g_create_mutex, marked as held by this thread.
+class CreateLock {
+ public:
+  CreateLock() : lock_(g_create_mutex) { t_holds_create_mutex = true; }
+  ~CreateLock() { t_holds_create_mutex = false; }
+
+ private:
+  std::lock_guard<std::mutex> lock_;
+};
+
+NodePages* PagesOf(extent_hooks_t* hooks) { return reinterpret_cast<Heap*>(hooks)->pages; }
+
+// ---- extent hooks: no allocation, no locks but the provider's ---------------------------
+// jemalloc's convention: bool hooks return false on success.
+
+void* HookAlloc(extent_hooks_t* hooks, void* new_addr, size_t size, size_t alignment, bool* zero,
+                bool* commit, unsigned /*arena_index*/) {
+  return PagesOf(hooks)->AllocateSpan(new_addr, size, alignment, zero, commit);
+}
+
+bool HookDalloc(extent_hooks_t*, void*, size_t, bool, unsigned) {
+  return true;  // opt out: the range stays with jemalloc (retained), never unmapped
+}
+
+void HookDestroy(extent_hooks_t* hooks, void* addr, size_t size, bool committed, unsigned) {
+  if (committed) (void)PagesOf(hooks)->Decommit(addr, size);
+}
+
+bool HookCommit(extent_hooks_t* hooks, void* addr, size_t /*size*/, size_t offset, size_t length,
+                unsigned) {
+  return !PagesOf(hooks)->Commit(static_cast<char*>(addr) + offset, length);
+}
+
+bool HookDecommit(extent_hooks_t* hooks, void* addr, size_t /*size*/, size_t offset, size_t length,
+                  unsigned) {
+  return !PagesOf(hooks)->Decommit(static_cast<char*>(addr) + offset, length);
+}
+
+bool HookPurgeForced(extent_hooks_t* hooks, void* addr, size_t /*size*/, size_t offset,
+                     size_t length, unsigned) {
+  return !PagesOf(hooks)->PurgeKeepCommitted(static_cast<char*>(addr) + offset, length);
+}
+
+bool HookSplit(extent_hooks_t*, void*, size_t, size_t, size_t, bool, unsigned) {
+  return false;  // splitting never crosses a range boundary
+}
+
+bool HookMerge(extent_hooks_t* hooks, void* addr_a, size_t, void* addr_b, size_t, bool, unsigned) {
+  return !PagesOf(hooks)->SameRange(addr_a, addr_b);
+}
+
+// Makes one more jemalloc arena over `heap`'s hooks. Caller holds g_create_mutex.
+StatusOr<unsigned> CreateJemallocArena(Heap& heap, const std::string& what) {
+  unsigned arena_index = 0;
+  size_t index_size = sizeof arena_index;
+  extent_hooks_t* hooks = &heap.hooks;
+  ThreadSpanFailure().Clear();
+  int err = mallctl("arenas.create", &arena_index, &index_size, &hooks, sizeof hooks);
+  if (err == 0) return arena_index;
+  Status reason = ThreadSpanFailure().ToStatus(absl::StrCat(what, ": jemalloc arenas.create"));
+  if (!reason.ok()) return reason;
+  return ErrnoToStatus(err, absl::StrCat(what, ": mallctl(arenas.create)"));
+}
+
+// Assigns the calling thread to `heap`'s least used shard, creating that shard's arena when
+// needed (shard 0 when another cannot be made: jemalloc's arena table or the node is full),
+// and returns the shard's jemalloc arena index.
+unsigned JoinShard(Heap& heap) {
+  if (t_holds_create_mutex) {  // nested in an arena creation on this thread: see above
+    heap.shard_threads[0].fetch_add(1, std::memory_order_relaxed);
+    return static_cast<unsigned>(heap.shard_arena[0].load(std::memory_order_acquire));
+  }
+  // Once per (thread, heap): choosing under the lock keeps two threads that start together
+  // from both picking the same free shard.
+  CreateLock lock;
+  int shard = 0;
+  for (int s = 1; s < heap.shard_limit; ++s) {
+    if (heap.shard_threads[s].load(std::memory_order_relaxed) <
+        heap.shard_threads[shard].load(std::memory_order_relaxed)) {
+      shard = s;
+    }
+  }
+  int index = heap.shard_arena[shard].load(std::memory_order_acquire);
+  if (index < 0) {
+    StatusOr<unsigned> created = CreateJemallocArena(heap, "numarena heap shard");
+    if (created.ok()) {
+      index = static_cast<int>(*created);
+      heap.shard_arena[shard].store(index, std::memory_order_release);
+    } else {
+      shard = 0;
+      index = heap.shard_arena[0].load(std::memory_order_acquire);
+    }
+  }
+  heap.shard_threads[shard].fetch_add(1, std::memory_order_relaxed);
+  return static_cast<unsigned>(index);
+}
+
+// The exiting thread leaves the shard its `flags` (MALLOCX_ARENA bits) name.
+void LeaveShard(Heap& heap, int flags) {
+  const int arena_index = arena_internal::ArenaIndexOf(flags);
+  for (int s = 0; s < kMaxShards; ++s) {
+    if (heap.shard_arena[s].load(std::memory_order_acquire) == arena_index) {
+      heap.shard_threads[s].fetch_sub(1, std::memory_order_relaxed);
+      return;
+    }
+  }
+}
+
+// ---- thread caches ------------------------------------------------------------------------
+
+thread_local bool t_thread_exiting = false;
+
+// Destroys this thread's explicit tcaches when the thread exits.
+struct ThreadCacheOwner {
+  bool armed = false;
+  ~ThreadCacheOwner() {
+    t_thread_exiting = true;
+    DestroyFrontCaches();  // into the explicit tcaches, before those are destroyed
+    for (int heap = 0; heap < arena_internal::kMaxHeaps; ++heap) {
+      int& flags = arena_internal::thread_flags[heap];
+      if (flags == 0) continue;
+      if (Heap* owner = g_heaps[heap].load(std::memory_order_acquire)) LeaveShard(*owner, flags);
+      if (int tcache = arena_internal::TcacheIdOf(flags); tcache >= 0) {
+        unsigned id = static_cast<unsigned>(tcache);
+        mallctl("tcache.destroy", nullptr, nullptr, &id, sizeof id);
+      }
+      flags = 0;
+    }
+  }
+};
+thread_local ThreadCacheOwner t_cache_owner;
+
+}  // namespace
+
+StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options) {
+  CreateLock lock;
+  InitFrontCacheClasses();
+  int id = g_heap_count.load(std::memory_order_relaxed);
+  if (id >= arena_internal::kMaxHeaps) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("arena for ", placement.ToString(), ": numarena already made ", id,
+                     " jemalloc arenas, its limit; reuse arenas (each distinct policy makes one)"));
+  }
+  StatusOr<NodePages*> pages = NodePages::Create(placement, options, id);
+  if (!pages.ok()) return pages.status();
+
+  auto* heap = new Heap();
+  heap->hooks = extent_hooks_t{HookAlloc,       HookDalloc,   HookDestroy,
+                               HookCommit,      HookDecommit, /*purge_lazy=*/nullptr,
+                               HookPurgeForced, HookSplit,    HookMerge};
+  heap->id = id;
+  heap->pages = *pages;
+  heap->shard_limit =
+      static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, kMaxShards));
+  for (std::atomic<int>& shard : heap->shard_arena) shard.store(-1, std::memory_order_relaxed);
+  for (std::atomic<int>& threads : heap->shard_threads) threads.store(0, std::memory_order_relaxed);
+  StatusOr<unsigned> first =
+      CreateJemallocArena(*heap, absl::StrCat("arena for ", placement.ToString()));
+  if (!first.ok()) return first.status();
+  heap->shard_arena[0].store(static_cast<int>(*first), std::memory_order_release);
+  g_heaps[id].store(heap, std::memory_order_release);
+  g_heap_count.store(id + 1, std::memory_order_release);
+  return heap;
+}
+
+Heap* HeapById(int id) {
+  if (id < 0 || id >= arena_internal::kMaxHeaps) return nullptr;
+  return g_heaps[id].load(std::memory_order_acquire);
+}
+
+int EnsureThreadCache(int heap) noexcept {
+  int flags = arena_internal::thread_flags[heap];
+  if (flags != 0) return flags;
+  Heap& owner = *HeapById(heap);
+  if (t_thread_exiting) {
+    return MALLOCX_TCACHE_NONE | MALLOCX_ARENA(static_cast<unsigned>(
+                                     owner.shard_arena[0].load(std::memory_order_acquire)));
+  }
+  t_cache_owner.armed = true;  // constructs the owner: its destructor runs at thread exit
+  // Construct this thread's SpanFailure here, outside any hook: registering a thread_local
+  // destructor may allocate, and the hooks that record failures must not.
+  (void)ThreadSpanFailure();
+  unsigned id = 0;
+  size_t id_size = sizeof id;
+  if (mallctl("tcache.create", &id, &id_size, nullptr, 0) == 0) {
+    flags = MALLOCX_TCACHE(id);
+  } else {
+    flags = MALLOCX_TCACHE_NONE;  // jemalloc's explicit cache table is full: uncached
+  }
+  flags |= MALLOCX_ARENA(JoinShard(owner));
+  arena_internal::thread_flags[heap] = flags;
+  CreateFrontCache(heap);
+  return flags;
+}
+
+}  // namespace numarena

@@ -1,0 +1,80 @@
+// A heap: jemalloc arenas whose extent hooks take spans from one NodePages provider.
+//
+// numarena's arenas are built from heaps: a Bind or interleave arena has one, a Preferred or
+// Local arena one per node it has used. Each heap owns one set of extent hooks (embedded in
+// the Heap, so a hook finds its provider from the hooks pointer jemalloc passes back) and up
+// to kMaxShards jemalloc arenas made with mallctl("arenas.create") over those hooks; each
+// thread takes the shard with the fewest live threads, so large allocations, which take an
+// arena lock, do not serialize two threads. Each thread gets its own jemalloc thread cache per heap
+// (mallctl("tcache.create"), used with MALLOCX_TCACHE and destroyed when the thread exits).
+// jemalloc's default thread cache is shared by all arenas and would hand an object freed
+// into one node's arena to a caller of another node's arena (jemalloc issues #1016, #518);
+// explicit per-heap caches never mix. Shards of one heap share its provider, so mixing
+// between them is harmless: every object is on the heap's node.
+//
+// Cost of a shard: jemalloc commits a 2 MiB metadata block per arena through the hooks, so
+// each shard charges 2 MiB to the capacity gate (mostly untouched, so not resident).
+//
+// The hooks never allocate (jemalloc issue #978):
+//   alloc        carve a span from the provider's range (commit it if asked)
+//   dalloc       opt out: jemalloc keeps the address space (retain), it is never unmapped
+//   destroy      purge and release the charge
+//   commit       charge against the free-memory guard and the capacity gate
+//   decommit     purge (MADV_DONTNEED, mapping and binding kept) and release the charge
+//   purge_forced purge, keep the charge (jemalloc still counts the range committed)
+//   purge_lazy   not provided (MADV_FREE would keep charges ambiguous)
+//   split/merge  allowed within one reserved range
+#pragma once
+
+#include <jemalloc/jemalloc.h>
+
+#include <atomic>
+
+#include "alloc/node_pages.hpp"
+#include "numarena/internal/arena_fast_path.hpp"
+#include "numarena/policy.hpp"
+#include "numarena/status.hpp"
+
+namespace numarena {
+
+// jemalloc arenas per heap at most. Large allocations bypass thread caches and take their
+// arena's lock, so threads sharing one arena serialize on it; like jemalloc's own malloc,
+// which spreads threads over 4 arenas per CPU, a heap spreads its threads over up to this
+// many arenas (all with the same hooks, so the same provider and node), created when a
+// thread first needs one.
+inline constexpr int kMaxShards = 8;
+
+struct Heap {
+  extent_hooks_t hooks;  // first member: jemalloc hands &hooks back to every hook
+  int id = -1;
+  NodePages* pages = nullptr;
+  int shard_limit = 1;  // shards this heap may create: min(kMaxShards, CPUs of the process)
+  // jemalloc arena index of each shard, -1 until created. Shard 0 exists with the heap.
+  std::atomic<int> shard_arena[kMaxShards];
+  // Live threads assigned to each shard: a new thread takes the least used one, so two busy
+  // threads never share a shard while another is free.
+  std::atomic<int> shard_threads[kMaxShards];
+};
+
+// The heap's shards that exist now, as jemalloc arena indexes.
+template <typename F>
+void ForEachShard(const Heap& heap, F&& f) {
+  for (const std::atomic<int>& shard : heap.shard_arena) {
+    int index = shard.load(std::memory_order_acquire);
+    if (index >= 0) f(static_cast<unsigned>(index));
+  }
+}
+
+// Creates a heap for `placement` (kBind, kInterleave or kWeightedInterleave, validated).
+// ResourceExhausted when kMaxHeaps heaps exist; provider errors as NodePages::Create.
+[[nodiscard]] StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options);
+
+// The heap with this id (nullptr when none).
+Heap* HeapById(int id);
+
+// This thread's mallocx flags for `heap` (arena_internal::thread_flags): its shard's
+// MALLOCX_ARENA and its own MALLOCX_TCACHE, creating both on first use. The tcache part is
+// MALLOCX_TCACHE_NONE when jemalloc's explicit cache table is full or the thread is exiting.
+int EnsureThreadCache(int heap) noexcept;
+
+}  // namespace numarena

@@ -1,0 +1,667 @@
+// The node page provider (see node_pages.hpp): reserved per-placement address ranges, bound
+// before first touch, committed against the free-memory guard and the capacity gate.
+#include "alloc/node_pages.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace numarena {
+
+namespace {
+
+std::atomic<CapacityGate*> g_gate{nullptr};
+
+// Providers live as long as the process (their address ranges stay tagged with their owner
+// heap); this table keeps them reachable.
+std::atomic<NodePages*> g_providers[arena_internal::kMaxHeaps];
+
+// Per-page state, one std::uint16_t per page of a range:
+//   bits 0-1  priority + 1 the page was committed with (0: not committed)
+//   bit  2    the charge went to the capacity gate (a gate was installed)
+//   bits 3-15 index of the node charged, in the provider's node list
+constexpr std::uint16_t kStatePriorityMask = 0x3;
+constexpr std::uint16_t kStateGated = 0x4;
+constexpr int kStateNodeShift = 3;
+
+std::uintptr_t AlignUp(std::uintptr_t value, std::uintptr_t alignment) {
+  return (value + alignment - 1) & ~(alignment - 1);
+}
+std::uintptr_t AlignDown(std::uintptr_t value, std::uintptr_t alignment) {
+  return value & ~(alignment - 1);
+}
+
+std::int64_t NowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void* ToPointer(std::uintptr_t address) { return reinterpret_cast<void*>(address); }
+
+std::string MiB(std::int64_t bytes) {
+  return absl::StrCat(bytes / (1 << 20), " MiB (", bytes, " bytes)");
+}
+
+// ---- the free-memory guard's per-node cache ----------------------------------------------
+
+struct NodeMemory {
+  std::atomic<std::int64_t> free_at_refresh{-1};  // -1: never read; -2: unreadable
+  std::atomic<std::int64_t> total{0};
+  std::atomic<std::int64_t> committed_since{0};
+  std::atomic<std::int64_t> refreshed_ns{0};
+};
+NodeMemory g_node_memory[os::KernelNodeMask::kMaxNodes];
+
+// Parses "<label> <number> kB" out of a nodeN/meminfo text; -1 when absent.
+std::int64_t MeminfoKilobytes(const char* text, const char* label) {
+  const char* at = std::strstr(text, label);
+  if (at == nullptr) return -1;
+  at += std::strlen(label);
+  while (*at == ' ' || *at == '\t') ++at;
+  std::int64_t value = 0;
+  bool digits = false;
+  while (*at >= '0' && *at <= '9') {
+    value = value * 10 + (*at - '0');
+    ++at;
+    digits = true;
+  }
+  return digits ? value : -1;
+}
+
+// Re-reads /sys/devices/system/node/node<node>/meminfo without allocating.
+void RefreshNodeMemory(int node, NodeMemory& memory) {
+  char path[96] = "/sys/devices/system/node/node";
+  std::size_t length = std::strlen(path);
+  char digits[16];
+  int count = 0;
+  int value = node;
+  do {
+    digits[count++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value > 0);
+  while (count > 0) path[length++] = digits[--count];
+  std::memcpy(path + length, "/meminfo", sizeof("/meminfo"));
+
+  char text[4096];
+  long read = os::ReadFileNoAlloc(path, text, sizeof text);
+  std::int64_t free_kb = read > 0 ? MeminfoKilobytes(text, "MemFree:") : -1;
+  std::int64_t total_kb = read > 0 ? MeminfoKilobytes(text, "MemTotal:") : -1;
+  memory.refreshed_ns.store(NowNanos(), std::memory_order_relaxed);
+  if (free_kb < 0 || total_kb < 0) {
+    memory.free_at_refresh.store(-2, std::memory_order_relaxed);
+    return;
+  }
+  memory.total.store(total_kb * 1024, std::memory_order_relaxed);
+  memory.committed_since.store(0, std::memory_order_relaxed);
+  memory.free_at_refresh.store(free_kb * 1024, std::memory_order_relaxed);
+}
+
+std::int64_t MarginFor(std::int64_t total) {
+  return std::clamp(total / 64, NodeMemoryGuard::kMinMargin, NodeMemoryGuard::kMaxMargin);
+}
+
+void Unadmit(int node, std::size_t bytes) {
+  if (node < 0 || node >= os::KernelNodeMask::kMaxNodes) return;
+  g_node_memory[node].committed_since.fetch_sub(static_cast<std::int64_t>(bytes),
+                                                std::memory_order_relaxed);
+}
+
+}  // namespace
+
+// ---- the capacity gate --------------------------------------------------------------------
+
+CapacityGate* SetCapacityGate(CapacityGate* gate) {
+  return g_gate.exchange(gate, std::memory_order_acq_rel);
+}
+CapacityGate* GetCapacityGate() { return g_gate.load(std::memory_order_acquire); }
+
+// ---- SpanFailure ---------------------------------------------------------------------------
+
+void SpanFailure::Clear() { *this = SpanFailure(); }
+
+Status SpanFailure::ToStatus(const std::string& what) const {
+  switch (kind) {
+    case Kind::kNone:
+      return absl::OkStatus();
+    case Kind::kGateRefused:
+      return Status(gate_status.code(),
+                    absl::StrCat(what, ": the capacity gate refused ", bytes, " bytes on node ",
+                                 node, ": ", std::string(gate_status.message())));
+    case Kind::kNodeFull:
+      return absl::ResourceExhaustedError(absl::StrCat(
+          what, ": node ", node, " cannot take ", MiB(static_cast<std::int64_t>(bytes)),
+          " more: about ", MiB(node_available), " of its ", MiB(node_total),
+          " are free and numarena keeps ", MiB(margin),
+          " free so that bound memory is refused here instead of OOM-killing the process "
+          "when touched; free memory on the node, or use Policy::Preferred to fall back to "
+          "the next node"));
+    case Kind::kBind:
+      return ErrnoToStatus(err, absl::StrCat(what, ": mbind of a Strict placement to node ", node,
+                                             " refused (use BindMode::kAdvisory to "
+                                             "fall back)"));
+    case Kind::kMap:
+      return ErrnoToStatus(err, absl::StrCat(what, ": mapping ", bytes, " bytes"));
+    case Kind::kHugetlb:
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": no free hugetlbfs pages of ", huge_page_bytes >> 10, " kB for ",
+                       bytes, " bytes (errno ", err, " ", std::strerror(err),
+                       "); reserve some: echo N > /sys/kernel/mm/hugepages/hugepages-",
+                       huge_page_bytes >> 10, "kB/nr_hugepages"));
+    case Kind::kAddressSpace:
+      return absl::ResourceExhaustedError(absl::StrCat(
+          what, ": numarena's reserved address ranges for this arena are exhausted (",
+          NodePages::kMaxRanges, " ranges of ", NodePages::kRangeBytes >> 30, " GiB)"));
+  }
+  return absl::InternalError(what);
+}
+
+SpanFailure& ThreadSpanFailure() {
+  thread_local SpanFailure failure;
+  return failure;
+}
+
+// ---- NodeMemoryGuard -----------------------------------------------------------------------
+
+bool NodeMemoryGuard::Admit(int node, std::size_t bytes, SpanFailure* failure) noexcept {
+  if (node < 0 || node >= os::KernelNodeMask::kMaxNodes) return true;
+  NodeMemory& memory = g_node_memory[node];
+  auto request = static_cast<std::int64_t>(bytes);
+  std::int64_t now = NowNanos();
+  auto estimate = [&] {
+    return memory.free_at_refresh.load(std::memory_order_relaxed) -
+           memory.committed_since.load(std::memory_order_relaxed);
+  };
+  std::int64_t free_now = memory.free_at_refresh.load(std::memory_order_relaxed);
+  bool stale = now - memory.refreshed_ns.load(std::memory_order_relaxed) > kRefreshNanos;
+  if (free_now == -1 || (free_now != -2 && stale)) {
+    RefreshNodeMemory(node, memory);
+  } else if (free_now >= 0 &&
+             estimate() - request < MarginFor(memory.total.load(std::memory_order_relaxed))) {
+    // Close to the limit: decide on fresh numbers (bounded to one read per millisecond).
+    if (now - memory.refreshed_ns.load(std::memory_order_relaxed) > 1'000'000) {
+      RefreshNodeMemory(node, memory);
+    }
+  }
+  if (memory.free_at_refresh.load(std::memory_order_relaxed) < 0) return true;  // unreadable
+  std::int64_t total = memory.total.load(std::memory_order_relaxed);
+  std::int64_t available = estimate();
+  std::int64_t margin = MarginFor(total);
+  if (available - request < margin) {
+    failure->kind = SpanFailure::Kind::kNodeFull;
+    failure->node = node;
+    failure->bytes = bytes;
+    failure->node_available = available;
+    failure->node_total = total;
+    failure->margin = margin;
+    return false;
+  }
+  memory.committed_since.fetch_add(request, std::memory_order_relaxed);
+  return true;
+}
+
+void NodeMemoryGuard::Invalidate(int node) noexcept {
+  if (node < 0 || node >= os::KernelNodeMask::kMaxNodes) return;
+  g_node_memory[node].refreshed_ns.store(0, std::memory_order_relaxed);
+}
+
+// ---- NodePages: creation ---------------------------------------------------------------------
+
+NodePages::NodePages(const Policy& placement, const ArenaOptions& options, int owner_heap)
+    : placement_(placement), options_(options), owner_heap_(owner_heap) {}
+
+StatusOr<NodePages*> NodePages::Create(const Policy& placement, const ArenaOptions& options,
+                                       int owner_heap) {
+  std::string what = absl::StrCat("node pages for ", placement.ToString());
+  if (owner_heap < 0 || owner_heap >= arena_internal::kMaxHeaps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": owner heap id ", owner_heap, " is outside [0, ", arena_internal::kMaxHeaps, ")"));
+  }
+  if (placement.kind() != PolicyKind::kBind && placement.kind() != PolicyKind::kInterleave &&
+      placement.kind() != PolicyKind::kWeightedInterleave) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": a provider places pages by bind, interleave or weighted interleave; ",
+                     "preferred and local are resolved to per-node binds by the arena"));
+  }
+  std::size_t huge = options.hugetlb_page_bytes;
+  if (huge != 0 && huge != ArenaOptions::kHugetlb2M && huge != ArenaOptions::kHugetlb1G) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": hugetlb_page_bytes ", huge, " is not 0, 2 MiB or 1 GiB"));
+  }
+  if (huge != 0) {
+    std::string pool =
+        absl::StrCat("/sys/kernel/mm/hugepages/hugepages-", huge >> 10, "kB/nr_hugepages");
+    StatusOr<std::string> text = os::ReadFile(pool);
+    if (!text.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, ": this kernel offers no ", huge >> 10, " kB huge pages (", pool, " is missing)"));
+    }
+    if (std::atoll(text->c_str()) <= 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": the system has no hugetlbfs pages of ", huge >> 10, " kB (", pool,
+                       " is 0); reserve some, e.g. echo 512 > ", pool));
+    }
+  }
+
+  auto* pages = new NodePages(placement, options, owner_heap);
+  pages->page_ = os::PageSize();
+  pages->hugetlb_ = huge != 0;
+  pages->interleaved_ = placement.kind() == PolicyKind::kInterleave;
+  const std::vector<int>& nodes = placement.nodes();
+  if (nodes.empty() || nodes.size() > static_cast<std::size_t>(kMaxPlacementNodes)) {
+    delete pages;
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": a placement needs 1 to ", kMaxPlacementNodes, " nodes"));
+  }
+  for (int node : nodes) pages->nodes_[pages->node_count_++] = node;
+  if (os::MakeKernelNodeMask(nodes, &pages->mask_) != 0) {
+    delete pages;
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": node ids must be below ", os::KernelNodeMask::kMaxNodes));
+  }
+  pages->node_ = placement.kind() == PolicyKind::kBind && nodes.size() == 1 ? nodes[0] : kNodeMixed;
+  SpanFailure failure;
+  bool ok;
+  {
+    std::lock_guard<std::mutex> lock(pages->mutex_);
+    ok = pages->AddRange(kRangeBytes, &failure);
+  }
+  // Bind the first step now, so a Strict placement the kernel refuses fails at creation.
+  if (ok && !pages->hugetlb_) {
+    Range* range = &pages->ranges_[0];
+    ok = pages->EnsureMapped(range, range->base + pages->page_, &failure);
+  }
+  if (!ok) {
+    // The granules stay tagged with a heap id that never gets a heap (HeapById is null);
+    // the address space is not reused.
+    Status status = failure.ToStatus(what);
+    delete pages;
+    return status;
+  }
+  g_providers[owner_heap].store(pages, std::memory_order_release);
+  return pages;
+}
+
+bool NodePages::AddRange(std::size_t min_bytes, SpanFailure* failure) noexcept {
+  int index = range_count_.load(std::memory_order_relaxed);
+  if (index >= kMaxRanges) {
+    failure->kind = SpanFailure::Kind::kAddressSpace;
+    failure->bytes = min_bytes;
+    return false;
+  }
+  std::size_t bytes = AlignUp(std::max(min_bytes, kRangeBytes), kRangeBytes);
+  void* base = nullptr;
+  int err = os::ReserveAddressSpaceNoAlloc(bytes, kRangeBytes, &base);
+  std::uintptr_t first_granule =
+      reinterpret_cast<std::uintptr_t>(base) >> arena_internal::kGranuleShift;
+  std::uintptr_t granules = bytes >> arena_internal::kGranuleShift;
+  if (err == 0 && first_granule + granules > arena_internal::kGranuleCount) {
+    os::Unmap(base, bytes);
+    err = ENOMEM;
+  }
+  void* states = nullptr;
+  std::size_t state_bytes = (bytes / page_) * sizeof(std::uint16_t);
+  if (err == 0) {
+    err = os::ReserveAddressSpaceNoAlloc(state_bytes, page_, &states);
+    if (err == 0) err = os::CommitRangeNoAlloc(states, state_bytes);
+    if (err != 0) os::Unmap(base, bytes);
+  }
+  if (err != 0) {
+    failure->kind = SpanFailure::Kind::kMap;
+    failure->err = err;
+    failure->bytes = bytes;
+    return false;
+  }
+  Range& range = ranges_[index];
+  range.base = reinterpret_cast<std::uintptr_t>(base);
+  range.end = range.base + bytes;
+  range.bump = range.base;
+  range.mapped_end = range.base;
+  range.pages = static_cast<std::atomic<std::uint16_t>*>(states);  // zero pages: all 0
+  for (std::uintptr_t g = 0; g < granules; ++g) {
+    arena_internal::granule_heap[first_granule + g].store(
+        static_cast<std::uint16_t>(owner_heap_ + 1), std::memory_order_relaxed);
+  }
+  range_count_.store(index + 1, std::memory_order_release);
+  return true;
+}
+
+NodePages::Range* NodePages::RangeOf(std::uintptr_t addr) const noexcept {
+  int count = range_count_.load(std::memory_order_acquire);
+  for (int i = 0; i < count; ++i) {
+    const Range& range = ranges_[i];
+    if (addr >= range.base && addr < range.end) return const_cast<Range*>(&range);
+  }
+  return nullptr;
+}
+
+bool NodePages::SameRange(const void* a, const void* b) const noexcept {
+  Range* range = RangeOf(reinterpret_cast<std::uintptr_t>(a));
+  return range != nullptr && range == RangeOf(reinterpret_cast<std::uintptr_t>(b));
+}
+
+// ---- NodePages: mapping and binding ------------------------------------------------------------
+
+bool NodePages::EnsureMapped(Range* range, std::uintptr_t end, SpanFailure* failure) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (end <= range->mapped_end) return true;
+  std::uintptr_t begin = range->mapped_end;
+  std::uintptr_t new_end;
+  if (hugetlb_) {
+    new_end = std::min(range->end, AlignUp(end, options_.hugetlb_page_bytes));
+  } else {
+    new_end = std::min(range->end, AlignUp(std::max(end, begin + kMapStep), kHugePage));
+  }
+  std::size_t bytes = new_end - begin;
+  if (hugetlb_) {
+    int err = os::MapHugetlbFixedNoAlloc(ToPointer(begin), bytes, options_.hugetlb_page_bytes);
+    if (err != 0) {
+      failure->kind = SpanFailure::Kind::kHugetlb;
+      failure->err = err;
+      failure->bytes = bytes;
+      failure->huge_page_bytes = options_.hugetlb_page_bytes;
+      return false;
+    }
+  } else {
+    int err = os::CommitRangeNoAlloc(ToPointer(begin), bytes);
+    if (err != 0) {
+      failure->kind = SpanFailure::Kind::kMap;
+      failure->err = err;
+      failure->bytes = bytes;
+      return false;
+    }
+    // Base pages unless a commit asks for huge ones (AdviseLargeCommit): a small object
+    // must not fault in 2 MiB nobody charged. Errors mean a kernel without THP: fine.
+    (void)os::AdviseHugePagesNoAlloc(ToPointer(begin), bytes, /*huge=*/false);
+  }
+  if (!ApplyPolicy(begin, new_end, failure)) return false;
+  range->mapped_end = new_end;
+  return true;
+}
+
+bool NodePages::BindWithFallback(std::uintptr_t begin, std::uintptr_t end,
+                                 const os::KernelNodeMask& mask, os::PolicyMode mode,
+                                 int first_node, SpanFailure* failure) noexcept {
+  int err = os::BindRangeNoAlloc(ToPointer(begin), end - begin, mode, mask);
+  if (err == 0) return true;
+  if (placement_.mode() == BindMode::kStrict) {
+    failure->kind = SpanFailure::Kind::kBind;
+    failure->err = err;
+    failure->node = first_node;
+    failure->bytes = end - begin;
+    return false;
+  }
+  // Advisory: membind -> preferred -> none, each step counted.
+  fallbacks_.fetch_add(1, std::memory_order_relaxed);
+  if (mode != os::PolicyMode::kPreferred) {
+    os::KernelNodeMask one;
+    if (os::MakeKernelNodeMask(std::span<const int>(&first_node, 1), &one) == 0 &&
+        os::BindRangeNoAlloc(ToPointer(begin), end - begin, os::PolicyMode::kPreferred, one) ==
+            0) {
+      return true;
+    }
+    fallbacks_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return true;  // no policy: the kernel's default (local) placement
+}
+
+bool NodePages::ApplyPolicy(std::uintptr_t begin, std::uintptr_t end,
+                            SpanFailure* failure) noexcept {
+  switch (placement_.kind()) {
+    case PolicyKind::kBind:
+      return BindWithFallback(begin, end, mask_, os::PolicyMode::kBind, nodes_[0], failure);
+    case PolicyKind::kInterleave:
+      return BindWithFallback(begin, end, mask_, os::PolicyMode::kInterleave, nodes_[0], failure);
+    case PolicyKind::kWeightedInterleave: {
+      Range* range = RangeOf(begin);
+      std::size_t chunk = placement_.chunk_bytes();
+      std::uintptr_t at = begin;
+      while (at < end) {
+        std::size_t index = (at - range->base) / chunk;
+        int node = WeightedChunkNode(placement_.weights(), index);
+        // Extend over following chunks of the same node: one mbind per run.
+        std::uintptr_t run_end = range->base + (index + 1) * chunk;
+        while (run_end < end &&
+               WeightedChunkNode(placement_.weights(), (run_end - range->base) / chunk) == node) {
+          run_end += chunk;
+        }
+        run_end = std::min(run_end, end);
+        os::KernelNodeMask one;
+        os::MakeKernelNodeMask(std::span<const int>(&node, 1), &one);
+        if (!BindWithFallback(at, run_end, one, os::PolicyMode::kBind, node, failure)) {
+          return false;
+        }
+        at = run_end;
+      }
+      return true;
+    }
+    case PolicyKind::kPreferred:
+    case PolicyKind::kLocal:
+      break;
+  }
+  return true;
+}
+
+int NodePages::NodeIndexOfPage(const Range& range, std::uintptr_t page) const noexcept {
+  switch (placement_.kind()) {
+    case PolicyKind::kInterleave:
+      // The kernel interleaves anonymous memory by page offset, i.e. by address.
+      return static_cast<int>((page / page_) % static_cast<std::uintptr_t>(node_count_));
+    case PolicyKind::kWeightedInterleave: {
+      int node =
+          WeightedChunkNode(placement_.weights(), (page - range.base) / placement_.chunk_bytes());
+      for (int i = 0; i < node_count_; ++i) {
+        if (nodes_[i] == node) return i;
+      }
+      return 0;
+    }
+    default:
+      return 0;
+  }
+}
+
+void NodePages::AdviseLargeCommit(std::uintptr_t begin, std::uintptr_t end, bool huge) noexcept {
+  if (hugetlb_ || interleaved_) return;
+  std::uintptr_t inner_begin = AlignUp(begin, kHugePage);
+  std::uintptr_t inner_end = AlignDown(end, kHugePage);
+  if (inner_end <= inner_begin) return;
+  (void)os::AdviseHugePagesNoAlloc(ToPointer(inner_begin), inner_end - inner_begin, huge);
+}
+
+// ---- NodePages: spans, commit, decommit -------------------------------------------------------
+
+void* NodePages::AllocateSpan(void* new_addr, std::size_t size, std::size_t alignment, bool* zero,
+                              bool* commit) noexcept {
+  SpanFailure* failure = &ThreadSpanFailure();
+  alignment = std::max(alignment, page_);
+  size = AlignUp(size, page_);
+  std::uintptr_t start;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    int count = range_count_.load(std::memory_order_relaxed);
+    Range* range = count > 0 ? &ranges_[count - 1] : nullptr;
+    if (new_addr != nullptr) {
+      start = reinterpret_cast<std::uintptr_t>(new_addr);
+      if (range == nullptr || start != range->bump || start % alignment != 0 ||
+          start + size > range->end) {
+        return nullptr;  // jemalloc asked to grow in place where we cannot
+      }
+    } else {
+      start = range == nullptr ? 0 : AlignUp(range->bump, alignment);
+      if (range == nullptr || start + size > range->end) {
+        if (!AddRange(size + alignment, failure)) return nullptr;
+        range = &ranges_[range_count_.load(std::memory_order_relaxed) - 1];
+        start = AlignUp(range->bump, alignment);
+      }
+    }
+    range->bump = start + size;
+  }
+  mapped_bytes_.fetch_add(size, std::memory_order_relaxed);
+  *zero = true;  // address space never handed out before: never touched
+  if (*commit && !Commit(ToPointer(start), size)) {
+    // Give the address space back when nothing was carved after it, so refused commits do
+    // not use up the range.
+    std::lock_guard<std::mutex> lock(mutex_);
+    Range* range = RangeOf(start);
+    if (range != nullptr && range->bump == start + size) {
+      range->bump = start;
+      mapped_bytes_.fetch_sub(size, std::memory_order_relaxed);
+    }
+    return nullptr;
+  }
+  return ToPointer(start);
+}
+
+bool NodePages::Commit(void* addr, std::size_t size) noexcept {
+  SpanFailure* failure = &ThreadSpanFailure();
+  auto begin = reinterpret_cast<std::uintptr_t>(addr);
+  std::uintptr_t end = begin + size;
+  Range* range = RangeOf(begin);
+  if (range == nullptr || end > range->end) {
+    failure->kind = SpanFailure::Kind::kMap;
+    failure->err = EINVAL;
+    failure->bytes = size;
+    return false;
+  }
+  if (!EnsureMapped(range, end, failure)) return false;
+
+  std::size_t first = (begin - range->base) / page_;
+  std::size_t last = (AlignUp(end, page_) - range->base) / page_;
+  std::size_t pages_per_node[kMaxPlacementNodes] = {};
+  std::size_t new_pages = 0;
+  for (std::size_t i = first; i < last; ++i) {
+    if (range->pages[i].load(std::memory_order_relaxed) != 0) continue;
+    ++pages_per_node[NodeIndexOfPage(*range, range->base + i * page_)];
+    ++new_pages;
+  }
+  if (new_pages == 0) return true;
+
+  Priority priority = CurrentPriority();
+  CapacityGate* gate = GetCapacityGate();
+  bool multi_bind = placement_.kind() == PolicyKind::kBind && node_count_ > 1;
+  int charged_index = -1;  // multi-node bind: the node the pages are charged to
+
+  auto charge = [&](int index, std::size_t bytes) -> bool {
+    int node = nodes_[index];
+    if (!NodeMemoryGuard::Admit(node, bytes, failure)) return false;
+    if (gate != nullptr) {
+      Status status = gate->Charge(node, bytes, priority);
+      if (!status.ok()) {
+        Unadmit(node, bytes);
+        failure->kind = SpanFailure::Kind::kGateRefused;
+        failure->node = node;
+        failure->bytes = bytes;
+        failure->gate_status = std::move(status);
+        return false;
+      }
+    }
+    return true;
+  };
+  auto uncharge = [&](int index, std::size_t bytes) {
+    Unadmit(nodes_[index], bytes);
+    if (gate != nullptr) gate->Release(nodes_[index], bytes, priority);
+  };
+
+  if (multi_bind) {
+    // The kernel picks among the set (the local node first); charge the first node that
+    // has room, starting with the caller's.
+    int current = os::CurrentNodeFast();
+    int start = 0;
+    for (int i = 0; i < node_count_; ++i) {
+      if (nodes_[i] == current) start = i;
+    }
+    for (int k = 0; k < node_count_ && charged_index < 0; ++k) {
+      int index = (start + k) % node_count_;
+      if (charge(index, new_pages * page_)) charged_index = index;
+    }
+    if (charged_index < 0) {
+      refusals_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+  } else {
+    for (int index = 0; index < node_count_; ++index) {
+      if (pages_per_node[index] == 0) continue;
+      if (!charge(index, pages_per_node[index] * page_)) {
+        for (int undo = 0; undo < index; ++undo) {
+          if (pages_per_node[undo] != 0) uncharge(undo, pages_per_node[undo] * page_);
+        }
+        refusals_.fetch_add(1, std::memory_order_relaxed);
+        return false;
+      }
+    }
+  }
+
+  auto state_base = static_cast<std::uint16_t>(static_cast<unsigned>(priority) + 1) |
+                    (gate != nullptr ? kStateGated : 0);
+  for (std::size_t i = first; i < last; ++i) {
+    if (range->pages[i].load(std::memory_order_relaxed) != 0) continue;
+    int index = multi_bind ? charged_index : NodeIndexOfPage(*range, range->base + i * page_);
+    range->pages[i].store(static_cast<std::uint16_t>(state_base | (index << kStateNodeShift)),
+                          std::memory_order_relaxed);
+  }
+  committed_bytes_.fetch_add(new_pages * page_, std::memory_order_relaxed);
+  if (size >= kHugePage) AdviseLargeCommit(begin, end, /*huge=*/true);
+  return true;
+}
+
+bool NodePages::Decommit(void* addr, std::size_t size) noexcept {
+  if (hugetlb_) return false;  // hugetlb pages stay reserved and committed
+  auto begin = reinterpret_cast<std::uintptr_t>(addr);
+  std::uintptr_t end = begin + size;
+  Range* range = RangeOf(begin);
+  if (range == nullptr || end > range->end) return false;
+  if (os::PurgeRangeNoAlloc(addr, size) != 0) return false;
+  if (size >= kHugePage) AdviseLargeCommit(begin, end, /*huge=*/false);
+
+  std::size_t released[kMaxPlacementNodes][kPriorityCount] = {};
+  std::size_t ungated_pages = 0;
+  std::size_t first = (begin - range->base) / page_;
+  std::size_t last = (AlignUp(end, page_) - range->base) / page_;
+  for (std::size_t i = first; i < last; ++i) {
+    std::uint16_t state = range->pages[i].load(std::memory_order_relaxed);
+    if (state == 0) continue;
+    range->pages[i].store(0, std::memory_order_relaxed);
+    if ((state & kStateGated) == 0) {
+      ++ungated_pages;
+      continue;
+    }
+    int index = state >> kStateNodeShift;
+    int priority = (state & kStatePriorityMask) - 1;
+    if (index < kMaxPlacementNodes && priority >= 0 && priority < kPriorityCount) {
+      ++released[index][priority];
+    }
+  }
+  std::size_t released_pages = ungated_pages;
+  CapacityGate* gate = GetCapacityGate();
+  for (int index = 0; index < node_count_; ++index) {
+    for (int priority = 0; priority < kPriorityCount; ++priority) {
+      std::size_t pages = released[index][priority];
+      if (pages == 0) continue;
+      released_pages += pages;
+      if (gate != nullptr) {
+        gate->Release(nodes_[index], pages * page_, static_cast<Priority>(priority));
+      }
+    }
+  }
+  committed_bytes_.fetch_sub(released_pages * page_, std::memory_order_relaxed);
+  return true;
+}
+
+bool NodePages::PurgeKeepCommitted(void* addr, std::size_t size) noexcept {
+  return os::PurgeRangeNoAlloc(addr, size) == 0;
+}
+
+int NodePages::CommittedNodeOfPage(const void* addr) const noexcept {
+  auto at = reinterpret_cast<std::uintptr_t>(addr);
+  Range* range = RangeOf(at);
+  if (range == nullptr) return kNodeNone;
+  std::uint16_t state = range->pages[(at - range->base) / page_].load(std::memory_order_relaxed);
+  if (state == 0) return kNodeNone;
+  int index = state >> kStateNodeShift;
+  return index < node_count_ ? nodes_[index] : kNodeNone;
+}
+
+}  // namespace numarena

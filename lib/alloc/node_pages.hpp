@@ -1,0 +1,176 @@
+// The node page provider: page-aligned spans whose pages are bound before first touch.
+//
+// A `NodePages` serves one placement (bind to a node or node set, page interleave, weighted
+// chunk interleave) for one jemalloc arena. It owns virtual address ranges reserved
+// PROT_NONE|MAP_NORESERVE and aligned to the 64 GiB granules of the address space, so the
+// owner of any address is one table lookup (arena_internal::granule_heap). Spans are carved
+// from a range by a bump pointer; the range is made read-write and mbind()ed to the placement
+// in steps ahead of the bump pointer, before any page of it is touched. Weighted interleave
+// binds successive chunks to nodes per WeightedChunkNode (kernels before 6.9 have no
+// MPOL_WEIGHTED_INTERLEAVE). Strict placements fail if the kernel refuses mbind; Advisory
+// ones weaken membind -> preferred -> none and count a fallback.
+//
+// "Committed" here means charged: `Commit` asks the per-node free-memory guard and the
+// process's CapacityGate before a range may be used, and records per page who was charged
+// (node, priority), so `Decommit` releases exactly that from any thread. Decommitting purges
+// the pages (MADV_DONTNEED) but keeps them mapped and bound, so when they fault in again they
+// land on the same node. Address space is never returned to the kernel.
+//
+// Every member that jemalloc's extent hooks call is allocation-free (jemalloc issue #978):
+// failures are recorded in the thread's SpanFailure and turned into a Status by the caller.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "numarena/internal/arena_fast_path.hpp"
+#include "numarena/capacity.hpp"
+#include "numarena/policy.hpp"
+#include "numarena/status.hpp"
+#include "os/os.hpp"
+
+namespace numarena {
+
+// Why the last span operation of this thread failed. Written inside extent hooks (no
+// allocation: `gate_status` is a copy of the gate's status, a reference-count increment)
+// and read by the arena's slow path.
+struct SpanFailure {
+  enum class Kind : unsigned char {
+    kNone,
+    kGateRefused,   // CapacityGate::Charge said no (gate_status)
+    kNodeFull,      // the node's free memory is below the safety margin
+    kBind,          // mbind refused for a Strict placement (err)
+    kMap,           // mprotect / mmap failed (err)
+    kHugetlb,       // no hugetlbfs pages (err)
+    kAddressSpace,  // the provider's address ranges are exhausted
+  };
+  Kind kind = Kind::kNone;
+  int node = -1;
+  int err = 0;
+  std::size_t bytes = 0;
+  std::int64_t node_available = 0;  // kNodeFull: bytes the guard saw available
+  std::int64_t node_total = 0;      // kNodeFull: the node's MemTotal
+  std::int64_t margin = 0;          // kNodeFull: the safety margin kept free
+  std::size_t huge_page_bytes = 0;  // kHugetlb
+  Status gate_status;
+
+  bool failed() const { return kind != Kind::kNone; }
+  void Clear();  // not allocation-free (may drop the last reference of gate_status)
+  // The failure as a Status (OK when none); `what` names the operation.
+  Status ToStatus(const std::string& what) const;
+};
+SpanFailure& ThreadSpanFailure();
+
+// The per-node free-memory guard: refuses commits that would take a node below a safety
+// margin of its MemFree, so MPOL_BIND memory is refused up front instead of OOM-killing the
+// process at fault time. MemFree is read from /sys/devices/system/node/nodeN/meminfo at most
+// every kRefreshNanos (sooner when the estimate gets close), and bytes committed since the
+// last read are subtracted. Allocation-free.
+class NodeMemoryGuard {
+ public:
+  static constexpr std::int64_t kRefreshNanos = 50'000'000;
+  static constexpr std::int64_t kMinMargin = std::int64_t{16} << 20;
+  static constexpr std::int64_t kMaxMargin = std::int64_t{1} << 30;
+  // True when `bytes` may be committed on `node`; else records kNodeFull in `failure`.
+  // Nodes whose meminfo cannot be read are admitted (nothing to check against).
+  static bool Admit(int node, std::size_t bytes, SpanFailure* failure) noexcept;
+  // Forces the next Admit of `node` to re-read meminfo (tests).
+  static void Invalidate(int node) noexcept;
+};
+
+class NodePages {
+ public:
+  // Size of one reserved range. A span larger than this gets a range of its own size.
+  static constexpr std::size_t kRangeBytes = std::size_t{1} << arena_internal::kGranuleShift;
+  static constexpr int kMaxRanges = 32;
+  static constexpr int kMaxPlacementNodes = 64;
+  // How far ahead of the bump pointer the range is made read-write and bound at once.
+  static constexpr std::size_t kMapStep = std::size_t{64} << 20;
+  static constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
+  // A provider for `placement` (kBind, kInterleave or kWeightedInterleave; validated by the
+  // caller) whose ranges are tagged with `owner_heap` in the granule table. Reserves the
+  // first range and binds its first step, so a Strict placement the kernel refuses fails
+  // here (PermissionDenied / FailedPrecondition with errno), and checks the hugetlbfs pool
+  // when options ask for it (FailedPrecondition naming nr_hugepages).
+  [[nodiscard]] static StatusOr<NodePages*> Create(const Policy& placement,
+                                                   const ArenaOptions& options, int owner_heap);
+
+  // --- called from jemalloc extent hooks: allocation-free ---------------------------------
+
+  // Carves a span of `size` bytes aligned to `alignment` (at `new_addr` if not null, which
+  // must then be where the bump pointer is). Commits it when *commit is true. Fresh spans
+  // are zero. nullptr on failure (ThreadSpanFailure says why).
+  void* AllocateSpan(void* new_addr, std::size_t size, std::size_t alignment, bool* zero,
+                     bool* commit) noexcept;
+  // Charges [addr, addr+size) (pages already charged are skipped) after the free-memory
+  // guard and the capacity gate agree; maps and binds it first if needed. False on refusal.
+  bool Commit(void* addr, std::size_t size) noexcept;
+  // Purges [addr, addr+size) and releases its charges. False when the range cannot be
+  // purged (hugetlb pages: jemalloc then keeps it committed).
+  bool Decommit(void* addr, std::size_t size) noexcept;
+  // Purges without releasing the charge (the range stays committed for jemalloc).
+  bool PurgeKeepCommitted(void* addr, std::size_t size) noexcept;
+  // True when both addresses lie in the same range (jemalloc may merge extents).
+  bool SameRange(const void* a, const void* b) const noexcept;
+
+  // --- introspection ----------------------------------------------------------------------
+  const Policy& placement() const { return placement_; }
+  const ArenaOptions& options() const { return options_; }
+  // The single node of the placement, or kNodeMixed.
+  int node() const { return node_; }
+  std::size_t mapped_bytes() const { return mapped_bytes_.load(std::memory_order_relaxed); }
+  std::size_t committed_bytes() const { return committed_bytes_.load(std::memory_order_relaxed); }
+  std::uint64_t fallbacks() const { return fallbacks_.load(std::memory_order_relaxed); }
+  std::uint64_t refusals() const { return refusals_.load(std::memory_order_relaxed); }
+  // The committed node recorded for the page at `addr` (kNodeNone when not committed).
+  int CommittedNodeOfPage(const void* addr) const noexcept;
+
+  NodePages(const NodePages&) = delete;
+  NodePages& operator=(const NodePages&) = delete;
+
+ private:
+  struct Range {
+    std::uintptr_t base = 0;
+    std::uintptr_t end = 0;
+    std::uintptr_t bump = 0;        // guarded by mutex_
+    std::uintptr_t mapped_end = 0;  // read-write and bound up to here; guarded by mutex_
+    std::atomic<std::uint16_t>* pages = nullptr;  // per page: see kState* in node_pages.cpp
+  };
+
+  NodePages(const Policy& placement, const ArenaOptions& options, int owner_heap);
+
+  Range* RangeOf(std::uintptr_t addr) const noexcept;
+  bool AddRange(std::size_t min_bytes, SpanFailure* failure) noexcept;  // mutex_ held
+  bool EnsureMapped(Range* range, std::uintptr_t end, SpanFailure* failure) noexcept;
+  bool ApplyPolicy(std::uintptr_t begin, std::uintptr_t end, SpanFailure* failure) noexcept;
+  bool BindWithFallback(std::uintptr_t begin, std::uintptr_t end, const os::KernelNodeMask& mask,
+                        os::PolicyMode mode, int first_node, SpanFailure* failure) noexcept;
+  int NodeIndexOfPage(const Range& range, std::uintptr_t page) const noexcept;
+  void AdviseLargeCommit(std::uintptr_t begin, std::uintptr_t end, bool huge) noexcept;
+
+  Policy placement_;
+  ArenaOptions options_;
+  int owner_heap_;
+  int node_ = kNodeMixed;
+  bool interleaved_ = false;  // page interleave: never huge pages
+  bool hugetlb_ = false;
+  int node_count_ = 0;
+  int nodes_[kMaxPlacementNodes] = {};
+  os::KernelNodeMask mask_;  // all placement nodes
+  std::size_t page_ = 4096;
+
+  mutable std::mutex mutex_;  // bump pointers, mapping steps, adding ranges
+  Range ranges_[kMaxRanges];
+  std::atomic<int> range_count_{0};
+
+  std::atomic<std::size_t> mapped_bytes_{0};
+  std::atomic<std::size_t> committed_bytes_{0};
+  std::atomic<std::uint64_t> fallbacks_{0};
+  std::atomic<std::uint64_t> refusals_{0};
+};
+
+}  // namespace numarena

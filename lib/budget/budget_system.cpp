@@ -1,0 +1,140 @@
+// Reading a node's memory figures and the process's cgroup memory limit (see
+// budget_system.hpp).
+#include "budget/budget_system.hpp"
+
+#include <charconv>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace numarena::budget_internal {
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+std::optional<std::uint64_t> ParseUnsigned(std::string_view s) {
+  s = Trim(s);
+  std::uint64_t value = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (ec != std::errc() || end != s.data() + s.size() || s.empty()) return std::nullopt;
+  return value;
+}
+
+absl::string_view AsAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+// One "memory.max" or "memory.current" value: a byte count, or "max" (nullopt in *value).
+Status ParseCgroupValue(std::string_view text, const std::string& display_path, bool allow_max,
+                        std::optional<std::uint64_t>* value) {
+  std::string_view t = Trim(text);
+  if (allow_max && t == "max") {
+    *value = std::nullopt;
+    return absl::OkStatus();
+  }
+  auto parsed = ParseUnsigned(t);
+  if (!parsed) {
+    return absl::DataLossError(absl::StrCat(display_path, ": expected a byte count",
+                                            allow_max ? " or 'max'" : "", ", found '",
+                                            AsAbsl(t.substr(0, 40)), "'"));
+  }
+  *value = *parsed;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+StatusOr<NodeMemory> ParseNodeMeminfo(std::string_view text, const std::string& display_path) {
+  std::optional<std::uint64_t> total, free;
+  for (absl::string_view line : absl::StrSplit(AsAbsl(text), '\n')) {
+    // "Node 0 MemTotal:       16333412 kB"
+    std::vector<absl::string_view> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (words.size() < 4 || words[0] != "Node") continue;
+    std::optional<std::uint64_t>* field = nullptr;
+    if (words[2] == "MemTotal:") field = &total;
+    if (words[2] == "MemFree:") field = &free;
+    if (field == nullptr) continue;
+    auto kib = ParseUnsigned(std::string_view(words[3].data(), words[3].size()));
+    std::uint64_t unit = 1;
+    if (words.size() >= 5 && words[4] == "kB") unit = 1024;
+    if (!kib || *kib > (UINT64_MAX / 1024)) {
+      return absl::DataLossError(absl::StrCat(display_path, ": malformed line '", line, "'"));
+    }
+    *field = *kib * unit;
+  }
+  if (!total || !free) {
+    return absl::DataLossError(absl::StrCat(display_path, ": no ", total ? "MemFree" : "MemTotal",
+                                            " line (expected 'Node N MemTotal: <kB> kB')"));
+  }
+  if (*free > *total) {
+    return absl::DataLossError(
+        absl::StrCat(display_path, ": MemFree ", *free, " exceeds MemTotal ", *total));
+  }
+  return NodeMemory{*total, *free};
+}
+
+StatusOr<NodeMemory> ReadNodeMemory(const SystemReader& reader, int node) {
+  std::string path = absl::StrCat("/sys/devices/system/node/node", node, "/meminfo");
+  auto text = reader.Read(path);
+  if (!text.ok()) return text.status();
+  return ParseNodeMeminfo(*text, reader.DisplayPath(path));
+}
+
+StatusOr<CgroupMemory> ReadCgroupMemory(const SystemReader& reader) {
+  CgroupMemory result;
+  auto self = reader.Read("/proc/self/cgroup");
+  if (!self.ok()) {
+    if (absl::IsNotFound(self.status())) return result;
+    return self.status();
+  }
+  // cgroup v2 has one line "0::/path"; v1 hierarchies (other ids) do not limit here.
+  std::optional<std::string> cgroup;
+  for (absl::string_view line : absl::StrSplit(*self, '\n')) {
+    if (line.substr(0, 3) == "0::") cgroup = std::string(line.substr(3));
+  }
+  if (!cgroup) return result;
+  if (cgroup->empty() || cgroup->front() != '/' || cgroup->find("/..") != std::string::npos) {
+    return absl::DataLossError(absl::StrCat(reader.DisplayPath("/proc/self/cgroup"),
+                                            ": malformed cgroup v2 path '", *cgroup, "'"));
+  }
+  result.cgroup = *cgroup;
+  // From the process's cgroup up to the root: the tightest memory.max wins.
+  std::string dir = *cgroup;
+  while (!dir.empty() && dir.back() == '/') dir.pop_back();
+  for (;;) {
+    std::string base = absl::StrCat("/sys/fs/cgroup", dir);
+    auto max_text = reader.Read(base + "/memory.max");
+    if (max_text.ok()) {
+      std::optional<std::uint64_t> max;
+      Status s = ParseCgroupValue(*max_text, reader.DisplayPath(base + "/memory.max"), true, &max);
+      if (!s.ok()) return s;
+      if (max && (!result.limit || *max < *result.limit)) {
+        result.limit = max;
+        result.current.reset();
+        auto current_text = reader.Read(base + "/memory.current");
+        if (current_text.ok()) {
+          s = ParseCgroupValue(*current_text, reader.DisplayPath(base + "/memory.current"), false,
+                               &result.current);
+          if (!s.ok()) return s;
+        } else if (!absl::IsNotFound(current_text.status())) {
+          return current_text.status();
+        }
+      }
+    } else if (!absl::IsNotFound(max_text.status())) {
+      return max_text.status();
+    }
+    if (dir.empty()) break;
+    dir.resize(dir.rfind('/'));
+  }
+  return result;
+}
+
+}  // namespace numarena::budget_internal

@@ -1,0 +1,415 @@
+// The NUMA health audit (doctor.hpp): one function per check, each reading its files
+// through the SystemReader and appending findings, or its id to `passed`, or a note to
+// `skipped` when the kernel does not have the file at all.
+#include "numarena/ops/doctor.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "numarena/ops/stat.hpp"
+#include "ops/ops_common.hpp"
+#include "ops/ops_parse.hpp"
+#include "topology/topology_parse.hpp"
+
+namespace numarena {
+namespace {
+
+constexpr const char* kThpDir = "/sys/kernel/mm/transparent_hugepage/";
+// Fraction of a process's private memory that must sit on its GPU's node.
+constexpr double kMinGpuLocalFraction = 0.9;
+// Recommended floor of vm.min_free_kbytes: 1% of memory, capped at seed 000's 2 GiB.
+constexpr std::int64_t kMinFreeCapKb = 2 * 1024 * 1024;
+constexpr std::int64_t kWatermarkScaleFactor = 300;
+
+class Audit {
+ public:
+  Audit(const SystemReader& reader, const Topology& topology, DoctorReport& report)
+      : reader_(reader), topology_(topology), report_(report) {}
+
+  // Reads an optional file; nullopt (and a `skipped` note) when absent.
+  StatusOr<std::optional<std::string>> ReadForCheck(const char* id, const std::string& path) {
+    auto text = ops::ReadOptional(reader_, path);
+    if (text.ok() && !text->has_value()) {
+      report_.skipped.push_back(absl::StrCat(id, ": ", reader_.DisplayPath(path), " not found"));
+    }
+    return text;
+  }
+
+  // An integer sysctl at /proc/sys/<dotted name with '/'>.
+  StatusOr<std::optional<std::int64_t>> ReadSysctl(const char* id, const std::string& name) {
+    std::string path = "/proc/sys/" + name;
+    std::replace(path.begin() + 10, path.end(), '.', '/');
+    auto text = ReadForCheck(id, path);
+    if (!text.ok()) return text.status();
+    if (!text->has_value()) return std::optional<std::int64_t>();
+    auto value = parse::ParseSysctlInteger(**text);
+    if (!value.ok()) return ops::FileError(reader_, path, value.status());
+    return std::optional<std::int64_t>(*value);
+  }
+
+  StatusOr<std::optional<parse::Selector>> ReadSelector(const char* id, const char* file) {
+    std::string path = absl::StrCat(kThpDir, file);
+    auto text = ReadForCheck(id, path);
+    if (!text.ok()) return text.status();
+    if (!text->has_value()) return std::optional<parse::Selector>();
+    auto selector = parse::ParseSelector(**text);
+    if (!selector.ok()) return ops::FileError(reader_, path, selector.status());
+    return std::optional<parse::Selector>(*std::move(selector));
+  }
+
+  void Add(Finding finding) { report_.findings.push_back(std::move(finding)); }
+  void Pass(const char* id) { report_.passed.emplace_back(id); }
+
+  Status CheckSysctlZero(const char* id, const char* name, const char* explanation) {
+    auto value = ReadSysctl(id, name);
+    if (!value.ok()) return value.status();
+    if (!value->has_value()) return absl::OkStatus();
+    if (**value == 0) {
+      Pass(id);
+      return absl::OkStatus();
+    }
+    Add({id, Severity::kWarning, name, absl::StrCat(**value), "0", explanation,
+         absl::StrCat("sysctl -w ", name, "=0   # persist in /etc/sysctl.d/90-numa.conf")});
+    return absl::OkStatus();
+  }
+
+  Status CheckNumaBalancing() {
+    return CheckSysctlZero(
+        "numa_balancing", "kernel.numa_balancing",
+        "Automatic NUMA balancing periodically unmaps pages to sample who touches them and "
+        "migrates pages and tasks on its own. A server whose threads and memory are already "
+        "bound gains nothing and pays in page faults and latency jitter.");
+  }
+
+  Status CheckZoneReclaim() {
+    return CheckSysctlZero(
+        "zone_reclaim_mode", "vm.zone_reclaim_mode",
+        "With zone reclaim the kernel reclaims (drops page cache, writes back, swaps) on "
+        "the local node before it allocates on a neighbour, which stalls allocations when "
+        "a node fills up.");
+  }
+
+  Status CheckThpEnabled() {
+    auto selector = ReadSelector("thp_enabled", "enabled");
+    if (!selector.ok()) return selector.status();
+    if (!selector->has_value()) return absl::OkStatus();
+    const std::string& value = (*selector)->selected;
+    if (value == "always" || value == "madvise") {
+      Pass("thp_enabled");
+      return absl::OkStatus();
+    }
+    Add({"thp_enabled", Severity::kWarning, "transparent_hugepage/enabled", value,
+         "always or madvise",
+         "numarena asks for transparent huge pages on large spans (MADV_HUGEPAGE); with "
+         "'never' every tensor and KV block is mapped with 4 KiB pages, which multiplies "
+         "TLB misses.",
+         absl::StrCat("echo madvise > ", kThpDir, "enabled")});
+    return absl::OkStatus();
+  }
+
+  Status CheckThpDefrag() {
+    auto selector = ReadSelector("thp_defrag", "defrag");
+    if (!selector.ok()) return selector.status();
+    if (!selector->has_value()) return absl::OkStatus();
+    const std::string& value = (*selector)->selected;
+    std::string fix = absl::StrCat("echo defer+madvise > ", kThpDir, "defrag");
+    if (value == "defer+madvise" || value == "madvise") {
+      Pass("thp_defrag");
+    } else if (value == "always") {
+      Add({"thp_defrag", Severity::kWarning, "transparent_hugepage/defrag", value,
+           "defer+madvise or madvise",
+           "With 'always' every page fault that wants a huge page compacts memory "
+           "synchronously when none is free, which shows up as latency spikes in requests.",
+           fix});
+    } else {
+      Add({"thp_defrag", Severity::kInfo, "transparent_hugepage/defrag", value,
+           "defer+madvise or madvise",
+           "Ranges that ask for huge pages (MADV_HUGEPAGE) do not get direct compaction, so "
+           "they get huge pages only when khugepaged collapses them later.",
+           fix});
+    }
+    return absl::OkStatus();
+  }
+
+  Status CheckMinFree() {
+    auto value = ReadSysctl("min_free_kbytes", "vm.min_free_kbytes");
+    if (!value.ok()) return value.status();
+    if (!value->has_value()) return absl::OkStatus();
+    std::uint64_t total_kb = 0;
+    for (const NodeInfo& node : topology_.nodes()) total_kb += node.mem_total_bytes / 1024;
+    std::int64_t floor_kb = std::min<std::int64_t>(kMinFreeCapKb, total_kb / 100);
+    if (**value >= floor_kb) {
+      Pass("min_free_kbytes");
+      return absl::OkStatus();
+    }
+    Add({"min_free_kbytes", Severity::kInfo, "vm.min_free_kbytes", absl::StrCat(**value),
+         absl::StrCat(">= ", floor_kb, " (1% of memory, at most 2 GiB)"),
+         "A small free-page reserve lets bursts of allocation fall into direct reclaim, "
+         "which stalls the allocating thread; a larger reserve keeps kswapd ahead.",
+         absl::StrCat("sysctl -w vm.min_free_kbytes=", floor_kb)});
+    return absl::OkStatus();
+  }
+
+  Status CheckWatermarkScale() {
+    auto value = ReadSysctl("watermark_scale_factor", "vm.watermark_scale_factor");
+    if (!value.ok()) return value.status();
+    if (!value->has_value()) return absl::OkStatus();
+    if (**value >= kWatermarkScaleFactor) {
+      Pass("watermark_scale_factor");
+      return absl::OkStatus();
+    }
+    Add({"watermark_scale_factor", Severity::kInfo, "vm.watermark_scale_factor",
+         absl::StrCat(**value), absl::StrCat(">= ", kWatermarkScaleFactor),
+         "The gap between the low and high watermarks (in 1/10000 of memory) decides how "
+         "early kswapd starts; the default of 10 wakes it late on large nodes.",
+         absl::StrCat("sysctl -w vm.watermark_scale_factor=", kWatermarkScaleFactor)});
+    return absl::OkStatus();
+  }
+
+  void CheckDeviceNodes() {
+    bool found = false;
+    bool multi_node = topology_.nodes().size() > 1;
+    for (const PciDevice& device : topology_.devices()) {
+      if (device.node) continue;
+      found = true;
+      Add({"device_node_unknown", multi_node ? Severity::kWarning : Severity::kInfo, device.bus_id,
+           absl::StrCat(DeviceKindName(device.kind), " numa_node = -1"),
+           "the node of the socket the device is attached to",
+           multi_node ? "The firmware (ACPI _PXM) does not tell the kernel where the device is, so "
+                        "nothing can place threads and memory next to it automatically; tools that "
+                        "read -1 as node 0 silently bind to the wrong socket."
+                      : "The kernel does not know the device's node; harmless on a one-node "
+                        "machine, but the BIOS NUMA settings are worth checking.",
+           absl::StrCat("echo <node> > /sys/bus/pci/devices/", device.bus_id,
+                        "/numa_node   # the node of its root port (lspci -tv); or enable "
+                        "NUMA/SRAT reporting in the BIOS")});
+    }
+    if (!found) Pass("device_node_unknown");
+  }
+
+  // IRQ numbers of a device: msi_irqs/ entries, else the legacy irq file.
+  StatusOr<std::vector<int>> DeviceIrqs(const PciDevice& device) {
+    std::string dir = absl::StrCat("/sys/bus/pci/devices/", device.bus_id);
+    std::vector<int> irqs;
+    auto entries = reader_.List(dir + "/msi_irqs");
+    if (entries.ok()) {
+      for (const std::string& entry : *entries) {
+        if (auto irq = parse::ParseDecimalEntry(entry); irq.ok()) irqs.push_back(*irq);
+      }
+    } else if (!absl::IsNotFound(entries.status())) {
+      return entries.status();
+    }
+    if (irqs.empty()) {
+      auto legacy = ops::ReadOptional(reader_, dir + "/irq");
+      if (!legacy.ok()) return legacy.status();
+      if (legacy->has_value()) {
+        auto irq = parse::ParseSysctlInteger(**legacy);
+        if (!irq.ok()) return ops::FileError(reader_, dir + "/irq", irq.status());
+        if (*irq > 0) irqs.push_back(static_cast<int>(*irq));
+      }
+    }
+    std::sort(irqs.begin(), irqs.end());
+    return irqs;
+  }
+
+  Status CheckNicIrqs() {
+    bool any_nic = false;
+    bool found = false;
+    for (const PciDevice& device : topology_.devices()) {
+      if (device.kind == DeviceKind::kGpu || !device.node) continue;
+      const std::vector<int>& node_cpus = topology_.cpus_of_node(*device.node);
+      if (node_cpus.empty()) continue;
+      auto irqs = DeviceIrqs(device);
+      if (!irqs.ok()) return irqs.status();
+      if (irqs->empty()) continue;
+      any_nic = true;
+      std::vector<int> remote_irqs;
+      std::set<int> remote_cpus;
+      for (int irq : *irqs) {
+        std::string path = absl::StrCat("/proc/irq/", irq, "/smp_affinity_list");
+        auto text = ops::ReadOptional(reader_, path);
+        if (!text.ok()) return text.status();
+        if (!text->has_value()) continue;
+        auto cpus = parse::ParseIrqAffinityList(**text);
+        if (!cpus.ok()) return ops::FileError(reader_, path, cpus.status());
+        bool remote = false;
+        for (int cpu : *cpus) {
+          if (!std::binary_search(node_cpus.begin(), node_cpus.end(), cpu)) {
+            remote = true;
+            remote_cpus.insert(cpu);
+          }
+        }
+        if (remote) remote_irqs.push_back(irq);
+      }
+      if (remote_irqs.empty()) continue;
+      found = true;
+      std::vector<int> outside(remote_cpus.begin(), remote_cpus.end());
+      std::string cpu_list = FormatIdList(node_cpus);
+      Add({"nic_irq_remote", Severity::kWarning, device.bus_id,
+           absl::StrCat(remote_irqs.size(), " of ", irqs->size(), " IRQs (",
+                        absl::StrJoin(remote_irqs, ","), ") may run on CPUs ",
+                        FormatIdList(outside), " outside node ", *device.node),
+           absl::StrCat("every IRQ on CPUs of node ", *device.node, " (", cpu_list, ")"),
+           "Interrupts and the network stack's softirq work run where the IRQ is delivered; "
+           "on another node every received packet crosses the socket interconnect before "
+           "the server's threads see it.",
+           absl::StrCat("for irq in ", absl::StrJoin(remote_irqs, " "), "; do echo ", cpu_list,
+                        " > /proc/irq/$irq/smp_affinity_list; done   # and exclude them "
+                        "from irqbalance (IRQBALANCE_BANNED_CPULIST or --banirq)")});
+    }
+    if (!any_nic) {
+      report_.skipped.push_back("nic_irq_remote: no NIC with a known node and IRQs");
+    } else if (!found) {
+      Pass("nic_irq_remote");
+    }
+    return absl::OkStatus();
+  }
+
+  Status CheckProcess(const std::string& gpu_bus_id, const std::string& pid) {
+    auto device = ops::FindDevice(topology_, gpu_bus_id);
+    if (!device.ok()) return device.status();
+    auto stat = StatProcess(reader_, topology_, pid);
+    if (!stat.ok()) return stat.status();
+    if (!(*device)->node) {
+      report_.skipped.push_back(absl::StrCat("process_*: the node of ", (*device)->bus_id,
+                                             " is unknown (see device_node_unknown)"));
+      return absl::OkStatus();
+    }
+    const int gpu_node = *(*device)->node;
+    const std::string subject = absl::StrCat("pid ", pid, stat->command.empty() ? "" : " (",
+                                             stat->command, stat->command.empty() ? "" : ")");
+    const std::string node_cpus = FormatIdList(topology_.cpus_of_node(gpu_node));
+    const std::string gpu = absl::StrCat((*device)->bus_id, " on node ", gpu_node);
+
+    // CPUs.
+    std::vector<int> on_gpu_node;
+    for (int cpu : stat->allowed_cpus) {
+      auto node = topology_.node_of_cpu(cpu);
+      if (node.ok() && *node == gpu_node) on_gpu_node.push_back(cpu);
+    }
+    std::vector<int> cpu_nodes = topology_.nodes_of_cpus(stat->allowed_cpus);
+    std::string observed_cpus =
+        absl::StrCat("may run on CPUs ", FormatIdList(stat->allowed_cpus), " (node",
+                     cpu_nodes.size() == 1 ? " " : "s ", absl::StrJoin(cpu_nodes, ","), ")");
+    std::string cpu_fix = absl::StrCat("taskset -a -p -c ", node_cpus, " ", pid,
+                                       "   # at start: numactl --cpunodebind=", gpu_node,
+                                       " --membind=", gpu_node, " <server>");
+    if (stat->allowed_cpus.empty()) {
+      report_.skipped.push_back("process_cpus: Cpus_allowed_list not readable");
+    } else if (on_gpu_node.empty()) {
+      Add({"process_cpus_remote", Severity::kCritical, subject, observed_cpus,
+           absl::StrCat("CPUs of node ", gpu_node, " (", node_cpus, "), next to GPU ", gpu),
+           "Every kernel launch, copy and host-side step of this process crosses the socket "
+           "interconnect to reach its GPU; this is worse than not binding at all.",
+           cpu_fix});
+    } else if (on_gpu_node.size() != stat->allowed_cpus.size()) {
+      Add({"process_cpus_unbound", Severity::kWarning, subject, observed_cpus,
+           absl::StrCat("only CPUs of node ", gpu_node, " (", node_cpus, "), next to GPU ", gpu),
+           "The scheduler may move the process's threads to another node, away from the GPU "
+           "and from the memory they allocated.",
+           cpu_fix});
+    } else {
+      Pass("process_cpus");
+    }
+
+    // Allowed memory nodes (cpuset).
+    if (!stat->allowed_mem_nodes.empty() &&
+        !std::binary_search(stat->allowed_mem_nodes.begin(), stat->allowed_mem_nodes.end(),
+                            gpu_node)) {
+      Add({"process_mems_exclude", Severity::kCritical, subject,
+           absl::StrCat("cpuset allows memory on node",
+                        stat->allowed_mem_nodes.size() == 1 ? " " : "s ",
+                        FormatIdList(stat->allowed_mem_nodes)),
+           absl::StrCat("node ", gpu_node, " allowed, next to GPU ", gpu),
+           "The process's cpuset forbids memory on its GPU's node, so every host buffer it "
+           "stages for the GPU is remote.",
+           absl::StrCat("docker/k8s: --cpuset-mems=", gpu_node,
+                        "; systemd: AllowedMemoryNodes=", gpu_node)});
+    } else if (!stat->allowed_mem_nodes.empty()) {
+      Pass("process_mems");
+    }
+
+    // Resident private memory.
+    if (stat->private_bytes == 0) {
+      report_.skipped.push_back("process_memory: the process has no resident private memory");
+      return absl::OkStatus();
+    }
+    std::uint64_t local = stat->private_bytes_on(gpu_node);
+    double fraction = static_cast<double>(local) / static_cast<double>(stat->private_bytes);
+    if (fraction >= kMinGpuLocalFraction) {
+      Pass("process_memory");
+      return absl::OkStatus();
+    }
+    std::vector<std::string> elsewhere;
+    std::vector<int> other_nodes;
+    for (const auto& [node, usage] : stat->by_node) {
+      if (node == gpu_node || usage.private_bytes() == 0) continue;
+      other_nodes.push_back(node);
+      elsewhere.push_back(
+          absl::StrCat("node ", node, ": ", FormatBytes(usage.private_bytes())));
+    }
+    Add({"process_memory_remote", Severity::kWarning, subject,
+         absl::StrCat(FormatPercent(fraction), " of ", FormatBytes(stat->private_bytes),
+                      " private memory on node ", gpu_node, " (", absl::StrJoin(elsewhere, ", "),
+                      ")"),
+         absl::StrCat(">= ", FormatPercent(kMinGpuLocalFraction), " on node ", gpu_node,
+                      ", next to GPU ", gpu),
+         "Host memory the GPU reads (pinned staging buffers, KV cache offload, tokenizer "
+         "output) on another node travels over the socket interconnect at a fraction of "
+         "local bandwidth.",
+         absl::StrCat("migratepages ", pid, " ", FormatIdList(other_nodes), " ", gpu_node,
+                      "   # at start: numactl --membind=", gpu_node, " <server>")});
+    return absl::OkStatus();
+  }
+
+ private:
+  const SystemReader& reader_;
+  const Topology& topology_;
+  DoctorReport& report_;
+};
+
+}  // namespace
+
+const char* SeverityName(Severity severity) {
+  switch (severity) {
+    case Severity::kInfo:
+      return "info";
+    case Severity::kWarning:
+      return "warning";
+    case Severity::kCritical:
+      return "critical";
+  }
+  return "?";
+}
+
+std::size_t DoctorReport::problem_count() const {
+  return static_cast<std::size_t>(
+      std::count_if(findings.begin(), findings.end(),
+                    [](const Finding& f) { return f.severity != Severity::kInfo; }));
+}
+
+bool DoctorReport::healthy() const { return problem_count() == 0; }
+
+StatusOr<DoctorReport> RunDoctor(const SystemReader& reader, const Topology& topology,
+                                 const DoctorOptions& options) {
+  if (!ops::IsPidArgument(options.pid)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", options.pid, "' is not a process id (expected a positive number or 'self')"));
+  }
+  DoctorReport report;
+  Audit audit(reader, topology, report);
+  for (auto check : {&Audit::CheckNumaBalancing, &Audit::CheckZoneReclaim, &Audit::CheckThpEnabled,
+                     &Audit::CheckThpDefrag, &Audit::CheckMinFree, &Audit::CheckWatermarkScale}) {
+    if (Status s = (audit.*check)(); !s.ok()) return s;
+  }
+  audit.CheckDeviceNodes();
+  if (Status s = audit.CheckNicIrqs(); !s.ok()) return s;
+  if (options.gpu_bus_id) {
+    if (Status s = audit.CheckProcess(*options.gpu_bus_id, options.pid); !s.ok()) return s;
+  }
+  return report;
+}
+
+}  // namespace numarena

@@ -1,0 +1,255 @@
+// The Prometheus exposition writer and the kernel/topology/process contributions
+// (metrics.hpp). The component contributions (arenas, budget, KV pools, migrations) are in
+// metrics_components.cpp.
+#include "numarena/ops/metrics.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "numarena/ops/stat.hpp"
+#include "numarena/topology.hpp"
+#include "ops/ops_common.hpp"
+
+namespace numarena {
+namespace {
+
+bool IsNameStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+bool ValidMetricName(std::string_view name) {
+  if (name.empty() || !(IsNameStart(name[0]) || name[0] == ':')) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return IsNameStart(c) || IsDigit(c) || c == ':'; });
+}
+
+bool ValidLabelName(std::string_view name) {
+  if (name.empty() || !IsNameStart(name[0]) || name.substr(0, 2) == "__") return false;
+  return std::all_of(name.begin(), name.end(), [](char c) { return IsNameStart(c) || IsDigit(c); });
+}
+
+// HELP text escapes backslash and newline; label values also the double quote.
+std::string Escape(std::string_view text, bool quote) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '"' && quote) {
+      out += "\\\"";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string FormatMetricValue(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  if (value == std::floor(value) && std::fabs(value) < 1e15) {
+    return absl::StrCat(static_cast<std::int64_t>(value));
+  }
+  char buffer[32];
+  auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return std::string(buffer, result.ptr);
+}
+
+ExpositionWriter& ExpositionWriter::Family(std::string_view name, MetricType type,
+                                           std::string_view help) {
+  std::string key(name);
+  if (!ValidMetricName(name) && error_.empty()) {
+    error_ = absl::StrCat("metric name '", key, "' does not match [a-zA-Z_:][a-zA-Z0-9_:]*");
+  }
+  if (type == MetricType::kCounter &&
+      (name.size() < 6 || name.substr(name.size() - 6) != "_total") && error_.empty()) {
+    error_ = absl::StrCat("counter '", key, "' must end in _total");
+  }
+  auto it = index_.find(key);
+  if (it != index_.end()) {
+    current_ = &families_[it->second];
+    if ((current_->type != type || current_->help != help) && error_.empty()) {
+      error_ = absl::StrCat("family '", key, "' declared twice with different type or help");
+    }
+    return *this;
+  }
+  index_[key] = families_.size();
+  families_.push_back(FamilyData{key, type, std::string(help), {}});
+  current_ = &families_.back();
+  return *this;
+}
+
+ExpositionWriter& ExpositionWriter::Sample(const MetricLabels& labels, double value) {
+  if (current_ == nullptr) {
+    if (error_.empty()) error_ = "Sample() before any Family()";
+    return *this;
+  }
+  std::string line = current_->name;
+  if (!labels.empty()) {
+    line += '{';
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+      const auto& [label, label_value] = labels[i];
+      if (!ValidLabelName(label) && error_.empty()) {
+        error_ = absl::StrCat("label name '", label, "' of ", current_->name, " is not valid");
+      }
+      absl::StrAppend(&line, i ? "," : "", label, "=\"", Escape(label_value, true), "\"");
+    }
+    line += '}';
+  }
+  absl::StrAppend(&line, " ", FormatMetricValue(value));
+  current_->samples.push_back(std::move(line));
+  return *this;
+}
+
+StatusOr<std::string> ExpositionWriter::Finish() const {
+  if (!error_.empty()) return absl::InvalidArgumentError(error_);
+  std::string out;
+  for (const FamilyData& f : families_) {
+    if (f.samples.empty()) continue;
+    absl::StrAppend(&out, "# HELP ", f.name, " ", Escape(f.help, false), "\n");
+    absl::StrAppend(&out, "# TYPE ", f.name, " ",
+                    f.type == MetricType::kCounter ? "counter" : "gauge", "\n");
+    for (const std::string& line : f.samples) absl::StrAppend(&out, line, "\n");
+  }
+  return out;
+}
+
+void AppendNodeCounterMetrics(ExpositionWriter& out,
+                              const std::map<int, NodeNumaCounters>& counters) {
+  struct Counter {
+    const char* name;
+    std::uint64_t NodeNumaCounters::*field;
+    const char* help;
+  };
+  static constexpr Counter kCounters[] = {
+      {"numarena_kernel_numa_hit_total", &NodeNumaCounters::numa_hit,
+       "Pages allocated on this node as intended (kernel numastat numa_hit)."},
+      {"numarena_kernel_numa_miss_total", &NodeNumaCounters::numa_miss,
+       "Pages allocated on this node although another was preferred (numa_miss)."},
+      {"numarena_kernel_numa_foreign_total", &NodeNumaCounters::numa_foreign,
+       "Pages intended for this node but allocated elsewhere (numa_foreign)."},
+      {"numarena_kernel_interleave_hit_total", &NodeNumaCounters::interleave_hit,
+       "Interleaved pages allocated on this node as intended (interleave_hit)."},
+      {"numarena_kernel_local_node_total", &NodeNumaCounters::local_node,
+       "Pages allocated on this node by a task running on it (local_node)."},
+      {"numarena_kernel_other_node_total", &NodeNumaCounters::other_node,
+       "Pages allocated on this node by a task running on another node (other_node)."},
+  };
+  for (const Counter& c : kCounters) {
+    out.Family(c.name, MetricType::kCounter, c.help);
+    for (const auto& [node, values] : counters) {
+      out.Sample({{"node", absl::StrCat(node)}}, static_cast<double>(values.*(c.field)));
+    }
+  }
+}
+
+void AppendTopologyMetrics(ExpositionWriter& out, const Topology& topology) {
+  out.Family("numarena_node_memory_total_bytes", MetricType::kGauge,
+             "Memory of the node (MemTotal of its meminfo).");
+  for (const NodeInfo& n : topology.nodes()) {
+    out.Sample({{"node", absl::StrCat(n.id)}}, static_cast<double>(n.mem_total_bytes));
+  }
+  out.Family("numarena_node_memory_free_bytes", MetricType::kGauge,
+             "Free memory of the node when the topology was discovered (MemFree).");
+  for (const NodeInfo& n : topology.nodes()) {
+    out.Sample({{"node", absl::StrCat(n.id)}}, static_cast<double>(n.mem_free_bytes));
+  }
+  out.Family("numarena_node_cpus", MetricType::kGauge,
+             "CPUs of the node (0 for memory-only nodes such as CXL expanders).");
+  for (const NodeInfo& n : topology.nodes()) {
+    out.Sample({{"node", absl::StrCat(n.id)}}, static_cast<double>(n.cpus.size()));
+  }
+  out.Family("numarena_device_node", MetricType::kGauge,
+             "NUMA node of a GPU or NIC; -1 when the kernel does not know it.");
+  for (const PciDevice& d : topology.devices()) {
+    out.Sample({{"bus_id", d.bus_id}, {"kind", DeviceKindName(d.kind)}}, d.node ? *d.node : -1);
+  }
+  out.Family("numarena_device_node_unknown", MetricType::kGauge,
+             "1 when the kernel reports numa_node -1 for the device.");
+  for (const PciDevice& d : topology.devices()) {
+    out.Sample({{"bus_id", d.bus_id}, {"kind", DeviceKindName(d.kind)}}, d.node ? 0 : 1);
+  }
+}
+
+void AppendProcessMetrics(ExpositionWriter& out, const Topology& topology,
+                          const ProcessNumaStat& stat,
+                          const std::vector<std::string>& served_devices) {
+  out.Family("numarena_process_memory_bytes", MetricType::kGauge,
+             "Resident memory of the process per node, from /proc/PID/numa_maps.");
+  for (const auto& [node, usage] : stat.by_node) {
+    std::string n = absl::StrCat(node);
+    out.Sample({{"node", n}, {"kind", "anonymous"}}, static_cast<double>(usage.anonymous_bytes));
+    out.Sample({{"node", n}, {"kind", "hugetlb"}}, static_cast<double>(usage.hugetlb_bytes));
+    out.Sample({{"node", n}, {"kind", "file"}}, static_cast<double>(usage.file_bytes));
+  }
+  out.Family("numarena_process_local_memory_ratio", MetricType::kGauge,
+             "Share of the process's private memory on the nodes its threads run on.");
+  out.Sample(stat.local_fraction);
+  if (served_devices.empty()) return;
+  std::vector<std::pair<const PciDevice*, int>> served;
+  for (const std::string& bus_id : served_devices) {
+    auto device = ops::FindDevice(topology, bus_id);
+    if (!device.ok()) continue;  // a configured device that is gone: nothing to report
+    int distance = -1;
+    if ((*device)->node) {
+      for (int node : stat.running_nodes) {
+        distance = std::max(distance, topology.distance(*(*device)->node, node));
+      }
+    }
+    served.emplace_back(*device, distance);
+  }
+  out.Family("numarena_device_distance", MetricType::kGauge,
+             "Largest SLIT distance between a served device's node and the nodes the process "
+             "runs on: 10 is local, -1 unknown.");
+  for (const auto& [d, distance] : served) {
+    out.Sample({{"bus_id", d->bus_id}, {"kind", DeviceKindName(d->kind)}}, distance);
+  }
+  out.Family("numarena_device_local_memory_ratio", MetricType::kGauge,
+             "Share of the process's private memory on a served device's node.");
+  for (const auto& [d, distance] : served) {
+    double ratio = 0;
+    if (d->node && stat.private_bytes > 0) {
+      ratio = static_cast<double>(stat.private_bytes_on(*d->node)) /
+              static_cast<double>(stat.private_bytes);
+    }
+    out.Sample({{"bus_id", d->bus_id}, {"kind", DeviceKindName(d->kind)}}, ratio);
+  }
+}
+
+StatusOr<std::string> RenderMetrics(const MetricsSources& sources) {
+  std::unique_ptr<SystemReader> live;
+  const SystemReader* reader = sources.reader;
+  if (reader == nullptr) {
+    live = MakeRootedReader();
+    reader = live.get();
+  }
+  const Topology* topology = sources.topology;
+  if (topology == nullptr) {
+    auto system = Topology::system();
+    if (!system.ok()) return system.status();
+    topology = *system;
+  }
+  ExpositionWriter out;
+  auto counters = ReadNodeCounters(*reader, *topology);
+  if (!counters.ok()) return counters.status();
+  AppendNodeCounterMetrics(out, *counters);
+  AppendTopologyMetrics(out, *topology);
+  if (!sources.pid.empty()) {
+    auto stat = StatProcess(*reader, *topology, sources.pid);
+    if (!stat.ok()) return stat.status();
+    AppendProcessMetrics(out, *topology, *stat, sources.served_devices);
+  }
+  if (!sources.arenas.empty()) AppendArenaMetrics(out, sources.arenas);
+  if (sources.budget != nullptr) AppendBudgetMetrics(out, *sources.budget);
+  for (const auto& [name, stats] : sources.kv_pools) {
+    if (stats != nullptr) AppendKvPoolMetrics(out, name, *stats);
+  }
+  if (sources.migrations != nullptr) AppendMigrationMetrics(out, *sources.migrations);
+  return out.Finish();
+}
+
+}  // namespace numarena

@@ -1,0 +1,141 @@
+// The OS layer: the only code in numarena that talks to the kernel.
+//
+// Every mmap, madvise, mbind, set_mempolicy, get_mempolicy, move_pages, sched_*affinity,
+// getcpu and getenv call, and every read of a file under /sys or /proc, goes through the
+// functions below. Everything above this layer is ordinary C++ that can be unit-tested on
+// a one-node machine with synthetic inputs (see topology's injected reader) and proven on
+// a real multi-node kernel in the NUMA lab.
+//
+// Conventions: functions return absl::Status / StatusOr with errno kept in the message
+// (see ErrnoToStatus). Node masks are sized from the kernel's possible node count, never a
+// fixed 64 bits, so machines with sparse or large node ids work.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "numarena/status.hpp"
+
+namespace numarena::os {
+
+// ---- files ---------------------------------------------------------------------------
+
+// Reads a whole (small) file. NotFound when it does not exist; the path is in the message.
+[[nodiscard]] StatusOr<std::string> ReadFile(const std::string& path);
+// Names of the entries of a directory (no "." or ".."), unsorted. NotFound when missing.
+[[nodiscard]] StatusOr<std::vector<std::string>> ListDirectory(const std::string& path);
+// Target of a symbolic link. NotFound when missing.
+[[nodiscard]] StatusOr<std::string> ReadLink(const std::string& path);
+// The environment variable, or an empty string when unset.
+std::string GetEnv(const char* name);
+
+// ---- virtual memory ------------------------------------------------------------------
+
+std::size_t PageSize();
+// Reserves address space that is neither readable nor committed (PROT_NONE|MAP_NORESERVE).
+[[nodiscard]] StatusOr<void*> ReserveAddressSpace(std::size_t bytes, std::size_t alignment);
+// Makes [addr, addr+bytes) of a reservation readable and writable (no page is touched).
+[[nodiscard]] Status CommitRange(void* addr, std::size_t bytes);
+// Returns [addr, addr+bytes) to PROT_NONE and drops its pages; the range stays reserved.
+[[nodiscard]] Status DecommitRange(void* addr, std::size_t bytes);
+// Anonymous read-write mapping (committed), optionally aligned.
+[[nodiscard]] StatusOr<void*> MapAnonymous(std::size_t bytes, std::size_t alignment = 0);
+// Mapping backed by hugetlbfs pages of `huge_page_bytes` (2 MiB or 1 GiB).
+[[nodiscard]] StatusOr<void*> MapHugetlb(std::size_t bytes, std::size_t huge_page_bytes);
+void Unmap(void* addr, std::size_t bytes);
+// Drops the pages of the range (MADV_DONTNEED); the mapping and its policy stay.
+[[nodiscard]] Status PurgeRange(void* addr, std::size_t bytes);
+// Asks for transparent huge pages (MADV_HUGEPAGE); advisory, errors are returned.
+[[nodiscard]] Status AdviseHugePages(void* addr, std::size_t bytes);
+// Forbids transparent huge pages for the range (MADV_NOHUGEPAGE), e.g. so MPOL_INTERLEAVE
+// spreads base pages even when THP is "always"; advisory, errors are returned.
+[[nodiscard]] Status AdviseNoHugePages(void* addr, std::size_t bytes);
+// True when every page of [addr, addr+bytes) is mapped, false when some page is not
+// (mincore(2) ENOMEM). `addr` is rounded down to a page. Linux 6.1's move_pages reports an
+// untouched page of an anonymous mapping as -EFAULT, the same as an unmapped one (newer
+// kernels say -ENOENT); this tells the two apart without faulting anything in.
+[[nodiscard]] StatusOr<bool> RangeIsMapped(const void* addr, std::size_t bytes);
+// Touches (populates) every page of the range for writing (MADV_POPULATE_WRITE when the
+// kernel has it, else a write of one byte per page).
+[[nodiscard]] Status PopulateWrite(void* addr, std::size_t bytes);
+
+// ---- memory policy -------------------------------------------------------------------
+
+// Size of the kernel's possible node mask as libnuma reports it (at least highest possible
+// id + 1; often the kernel's MAX_NUMNODES, e.g. 1024). Node masks are sized from it.
+int PossibleNodeCount();
+
+enum class PolicyMode { kDefault, kBind, kPreferred, kInterleave, kLocal };
+const char* PolicyModeName(PolicyMode mode);
+
+// mbind(2) over a range. `nodes` are node ids; flags may include MPOL_MF_STRICT/MOVE.
+[[nodiscard]] Status BindRange(void* addr, std::size_t bytes, PolicyMode mode,
+                               std::span<const int> nodes, unsigned flags = 0);
+// set_mempolicy(2) for the calling thread.
+[[nodiscard]] Status SetThreadPolicy(PolicyMode mode, std::span<const int> nodes);
+// The node the page at `addr` is on (get_mempolicy MPOL_F_NODE|MPOL_F_ADDR). Faults the
+// page in if it is not resident, so prefer QueryPageNodes to inspect without touching.
+[[nodiscard]] StatusOr<int> NodeOfAddress(void* addr);
+// move_pages(2) with a null node list: fills `status` with the node of each page or a
+// negative errno (-ENOENT: not resident, -EFAULT: not mapped). Batched internally.
+[[nodiscard]] Status QueryPageNodes(std::span<void* const> pages, std::span<int> status);
+// move_pages(2) to `target`: migrates the pages; `status` receives the node or -errno.
+[[nodiscard]] Status MovePages(std::span<void* const> pages, std::span<const int> target,
+                               std::span<int> status);
+
+// ---- CPUs ----------------------------------------------------------------------------
+
+// CPUs the calling thread may run on (sched_getaffinity), ascending.
+[[nodiscard]] StatusOr<std::vector<int>> ThreadAffinity();
+// CPUs the process runs on: the union of its threads' sched_getaffinity masks, ascending.
+// taskset, numactl and container runtimes set every thread's mask at start; unlike
+// ThreadAffinity (or the main thread's mask) the union does not shrink when one thread,
+// the caller or the main thread, pins itself to a node.
+[[nodiscard]] StatusOr<std::vector<int>> ProcessAffinity();
+// Pins the calling thread to `cpus` (sched_setaffinity).
+[[nodiscard]] Status SetThreadAffinity(std::span<const int> cpus);
+// (cpu, node) the calling thread is running on now (getcpu).
+struct CpuAndNode {
+  int cpu = -1;
+  int node = -1;
+};
+CpuAndNode CurrentCpuAndNode();
+
+// ---- allocation-free calls -----------------------------------------------------------
+// For code that must not allocate (jemalloc extent hooks, which may run with allocator locks
+// held; jemalloc issue #978): these never touch the heap or build a Status. They return 0
+// on success or an errno value.
+
+// A node mask with inline storage for the kernel's policy calls.
+struct KernelNodeMask {
+  static constexpr int kMaxNodes = 1024;
+  unsigned long words[kMaxNodes / (8 * sizeof(unsigned long))] = {};
+  unsigned long max_node = 0;  // the `maxnode` argument
+};
+// Fills `mask` with `nodes`; EINVAL when a node id is negative or >= kMaxNodes.
+int MakeKernelNodeMask(std::span<const int> nodes, KernelNodeMask* mask);
+// mbind(2) with a prebuilt mask (kDefault/kLocal ignore it).
+int BindRangeNoAlloc(void* addr, std::size_t bytes, PolicyMode mode, const KernelNodeMask& mask);
+// Reserves address space like ReserveAddressSpace; *out receives the aligned start.
+int ReserveAddressSpaceNoAlloc(std::size_t bytes, std::size_t alignment, void** out);
+// mprotect(PROT_READ|PROT_WRITE) of part of a reservation.
+int CommitRangeNoAlloc(void* addr, std::size_t bytes);
+// Replaces part of a reservation with hugetlbfs pages (MAP_FIXED|MAP_HUGETLB); the kernel
+// reserves the huge pages now, so ENOMEM means the pool is too small.
+int MapHugetlbFixedNoAlloc(void* addr, std::size_t bytes, std::size_t huge_page_bytes);
+// MADV_DONTNEED.
+int PurgeRangeNoAlloc(void* addr, std::size_t bytes);
+// MADV_HUGEPAGE (huge = true) or MADV_NOHUGEPAGE.
+int AdviseHugePagesNoAlloc(void* addr, std::size_t bytes, bool huge);
+// Reads at most capacity-1 bytes of a small file into `buffer` and NUL-terminates it.
+// Returns the length read, or -errno.
+long ReadFileNoAlloc(const char* path, char* buffer, std::size_t capacity);
+// The node of the CPU the calling thread runs on, through the vDSO getcpu (cheap); -1 if
+// the kernel does not say.
+int CurrentNodeFast();
+
+}  // namespace numarena::os

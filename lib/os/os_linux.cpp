@@ -1,0 +1,500 @@
+// Linux implementation of the OS layer (os.hpp). Nothing else in numarena includes
+// <numaif.h>, <sys/mman.h> or <sched.h>, or opens files under /sys and /proc.
+#include <dirent.h>
+#include <fcntl.h>
+#include <numa.h>
+#include <numaif.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "os/os.hpp"
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+namespace numarena::os {
+namespace {
+
+constexpr std::size_t kBitsPerWord = sizeof(unsigned long) * 8;
+// move_pages copies its arrays into the kernel; batches keep that allocation small.
+constexpr std::size_t kMovePagesBatch = 1024;
+
+std::string Hex(const void* p) {
+  return absl::StrCat("0x", absl::Hex(reinterpret_cast<std::uintptr_t>(p)));
+}
+
+int ToKernelMode(PolicyMode mode) {
+  switch (mode) {
+    case PolicyMode::kDefault:
+      return MPOL_DEFAULT;
+    case PolicyMode::kBind:
+      return MPOL_BIND;
+    case PolicyMode::kPreferred:
+      return MPOL_PREFERRED;
+    case PolicyMode::kInterleave:
+      return MPOL_INTERLEAVE;
+    case PolicyMode::kLocal:
+      return MPOL_LOCAL;
+  }
+  return MPOL_DEFAULT;
+}
+
+// A node mask sized for the kernel: at least the possible node count, and large enough for
+// the highest id asked for (which the kernel then rejects with a clear EINVAL).
+struct NodeMask {
+  std::vector<unsigned long> words;
+  unsigned long max_node = 0;  // the `maxnode` argument: bits in `words`, plus one.
+
+  explicit NodeMask(std::span<const int> nodes) {
+    int highest = PossibleNodeCount() - 1;
+    for (int n : nodes) highest = std::max(highest, n);
+    std::size_t word_count = static_cast<std::size_t>(highest) / kBitsPerWord + 1;
+    words.assign(word_count, 0);
+    for (int n : nodes) {
+      if (n >= 0) words[n / kBitsPerWord] |= 1UL << (n % kBitsPerWord);
+    }
+    // The kernel reads maxnode-1 bits (a historical off-by-one libnuma also follows).
+    max_node = word_count * kBitsPerWord + 1;
+  }
+};
+
+Status BatchedMovePages(std::span<void* const> pages, const int* target, std::span<int> status,
+                        const char* what) {
+  if (pages.size() != status.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": pages and status differ in size"));
+  }
+  for (std::size_t first = 0; first < pages.size(); first += kMovePagesBatch) {
+    std::size_t count = std::min(kMovePagesBatch, pages.size() - first);
+    long rc = move_pages(0, count, const_cast<void**>(pages.data() + first),
+                         target == nullptr ? nullptr : target + first, status.data() + first,
+                         MPOL_MF_MOVE);
+    if (rc < 0) {
+      return ErrnoToStatus(errno,
+                           absl::StrCat(what, "(", count, " pages from ", Hex(pages[first]), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::string> ReadFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", path));
+  std::string out;
+  char buffer[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      return ErrnoToStatus(err, absl::StrCat("read ", path));
+    }
+    if (n == 0) break;
+    out.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+StatusOr<std::vector<std::string>> ListDirectory(const std::string& path) {
+  DIR* dir = ::opendir(path.c_str());
+  if (dir == nullptr) return ErrnoToStatus(errno, absl::StrCat("opendir ", path));
+  std::vector<std::string> names;
+  while (dirent* entry = ::readdir(dir)) {
+    std::string_view name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    names.emplace_back(name);
+  }
+  ::closedir(dir);
+  return names;
+}
+
+StatusOr<std::string> ReadLink(const std::string& path) {
+  char buffer[4096];
+  ssize_t n = ::readlink(path.c_str(), buffer, sizeof buffer - 1);
+  if (n < 0) return ErrnoToStatus(errno, absl::StrCat("readlink ", path));
+  return std::string(buffer, static_cast<std::size_t>(n));
+}
+
+std::string GetEnv(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? std::string() : std::string(value);
+}
+
+std::size_t PageSize() {
+  static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+StatusOr<void*> ReserveAddressSpace(std::size_t bytes, std::size_t alignment) {
+  if (alignment < PageSize()) alignment = PageSize();
+  std::size_t padded = bytes + alignment;
+  void* raw =
+      ::mmap(nullptr, padded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) {
+    return ErrnoToStatus(errno, absl::StrCat("mmap(reserve ", bytes, " bytes)"));
+  }
+  auto base = reinterpret_cast<std::uintptr_t>(raw);
+  std::uintptr_t aligned = (base + alignment - 1) & ~(alignment - 1);
+  if (aligned > base) ::munmap(raw, aligned - base);
+  std::uintptr_t end = aligned + bytes;
+  std::uintptr_t raw_end = base + padded;
+  if (raw_end > end) ::munmap(reinterpret_cast<void*>(end), raw_end - end);
+  return reinterpret_cast<void*>(aligned);
+}
+
+Status CommitRange(void* addr, std::size_t bytes) {
+  if (::mprotect(addr, bytes, PROT_READ | PROT_WRITE) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("mprotect(", Hex(addr), ", ", bytes, ", RW)"));
+  }
+  return absl::OkStatus();
+}
+
+Status DecommitRange(void* addr, std::size_t bytes) {
+  // MAP_FIXED over the range drops its pages and its memory policy in one call.
+  void* p = ::mmap(addr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+                   -1, 0);
+  if (p == MAP_FAILED) {
+    return ErrnoToStatus(errno, absl::StrCat("mmap(decommit ", Hex(addr), ", ", bytes, ")"));
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<void*> MapAnonymous(std::size_t bytes, std::size_t alignment) {
+  if (alignment <= PageSize()) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return ErrnoToStatus(errno, absl::StrCat("mmap(", bytes, " bytes)"));
+    return p;
+  }
+  auto reserved = ReserveAddressSpace(bytes, alignment);
+  if (!reserved.ok()) return reserved.status();
+  if (Status s = CommitRange(*reserved, bytes); !s.ok()) {
+    Unmap(*reserved, bytes);
+    return s;
+  }
+  return *reserved;
+}
+
+StatusOr<void*> MapHugetlb(std::size_t bytes, std::size_t huge_page_bytes) {
+  int shift = 0;
+  while ((std::size_t{1} << shift) < huge_page_bytes) ++shift;
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | (shift << MAP_HUGE_SHIFT);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
+  if (p == MAP_FAILED) {
+    int err = errno;
+    Status s =
+        ErrnoToStatus(err, absl::StrCat("mmap(MAP_HUGETLB ", huge_page_bytes >> 20, " MiB pages, ",
+                                        bytes, " bytes); check /sys/kernel/mm/hugepages/hugepages-",
+                                        huge_page_bytes >> 10, "kB/nr_hugepages"));
+    if (err == ENOMEM || err == EINVAL) return absl::FailedPreconditionError(s.message());
+    return s;
+  }
+  return p;
+}
+
+void Unmap(void* addr, std::size_t bytes) { ::munmap(addr, bytes); }
+
+Status PurgeRange(void* addr, std::size_t bytes) {
+  if (::madvise(addr, bytes, MADV_DONTNEED) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("madvise(", Hex(addr), ", ", bytes, ", DONTNEED)"));
+  }
+  return absl::OkStatus();
+}
+
+Status AdviseHugePages(void* addr, std::size_t bytes) {
+  if (::madvise(addr, bytes, MADV_HUGEPAGE) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("madvise(", Hex(addr), ", ", bytes, ", HUGEPAGE)"));
+  }
+  return absl::OkStatus();
+}
+
+Status AdviseNoHugePages(void* addr, std::size_t bytes) {
+  if (::madvise(addr, bytes, MADV_NOHUGEPAGE) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("madvise(", Hex(addr), ", ", bytes, ", NOHUGEPAGE)"));
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<bool> RangeIsMapped(const void* addr, std::size_t bytes) {
+  const std::size_t page = PageSize();
+  auto begin = reinterpret_cast<std::uintptr_t>(addr) & ~(page - 1);
+  auto end = (reinterpret_cast<std::uintptr_t>(addr) + bytes + page - 1) & ~(page - 1);
+  if (end == begin) return true;
+  std::vector<unsigned char> residency((end - begin) / page);
+  if (::mincore(reinterpret_cast<void*>(begin), end - begin, residency.data()) == 0) return true;
+  if (errno == ENOMEM) return false;
+  return ErrnoToStatus(errno, absl::StrCat("mincore(", Hex(addr), ", ", bytes, ")"));
+}
+
+Status PopulateWrite(void* addr, std::size_t bytes) {
+  if (::madvise(addr, bytes, MADV_POPULATE_WRITE) == 0) return absl::OkStatus();
+  if (errno != EINVAL) {
+    return ErrnoToStatus(errno,
+                         absl::StrCat("madvise(", Hex(addr), ", ", bytes, ", POPULATE_WRITE)"));
+  }
+  // Kernels before 5.14: touch one byte per page, preserving the contents.
+  auto* bytes_ptr = static_cast<volatile unsigned char*>(addr);
+  for (std::size_t off = 0; off < bytes; off += PageSize()) {
+    bytes_ptr[off] = bytes_ptr[off];
+  }
+  return absl::OkStatus();
+}
+
+int PossibleNodeCount() {
+  static const int count = [] {
+    // libnuma derives this from the kernel's possible node mask; without NUMA it is 1.
+    int n = numa_available() < 0 ? 1 : numa_num_possible_nodes();
+    return n > 0 ? n : 1;
+  }();
+  return count;
+}
+
+const char* PolicyModeName(PolicyMode mode) {
+  switch (mode) {
+    case PolicyMode::kDefault:
+      return "MPOL_DEFAULT";
+    case PolicyMode::kBind:
+      return "MPOL_BIND";
+    case PolicyMode::kPreferred:
+      return "MPOL_PREFERRED";
+    case PolicyMode::kInterleave:
+      return "MPOL_INTERLEAVE";
+    case PolicyMode::kLocal:
+      return "MPOL_LOCAL";
+  }
+  return "MPOL_?";
+}
+
+// The kernel has no notion of a negative node: a NodeMask would silently drop it, and an
+// empty mask means "local" to MPOL_PREFERRED, so a bad id must be refused here.
+Status CheckNodeIds(std::span<const int> nodes, const char* call) {
+  for (int n : nodes) {
+    if (n < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          call, ": node id ", n, " is negative (nodes=", absl::StrJoin(nodes, ","), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status BindRange(void* addr, std::size_t bytes, PolicyMode mode, std::span<const int> nodes,
+                 unsigned flags) {
+  bool without_nodes = mode == PolicyMode::kDefault || mode == PolicyMode::kLocal;
+  if (!without_nodes) {
+    if (Status s = CheckNodeIds(nodes, "mbind"); !s.ok()) return s;
+  }
+  NodeMask mask(without_nodes ? std::span<const int>() : nodes);
+  long rc = mbind(addr, bytes, ToKernelMode(mode), without_nodes ? nullptr : mask.words.data(),
+                  without_nodes ? 0 : mask.max_node, flags);
+  if (rc != 0) {
+    return ErrnoToStatus(errno,
+                         absl::StrCat("mbind(", Hex(addr), ", ", bytes, ", ", PolicyModeName(mode),
+                                      ", nodes=", absl::StrJoin(nodes, ","), ")"));
+  }
+  return absl::OkStatus();
+}
+
+Status SetThreadPolicy(PolicyMode mode, std::span<const int> nodes) {
+  bool without_nodes = mode == PolicyMode::kDefault || mode == PolicyMode::kLocal;
+  if (!without_nodes) {
+    if (Status s = CheckNodeIds(nodes, "set_mempolicy"); !s.ok()) return s;
+  }
+  NodeMask mask(without_nodes ? std::span<const int>() : nodes);
+  long rc = set_mempolicy(ToKernelMode(mode), without_nodes ? nullptr : mask.words.data(),
+                          without_nodes ? 0 : mask.max_node);
+  if (rc != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("set_mempolicy(", PolicyModeName(mode),
+                                             ", nodes=", absl::StrJoin(nodes, ","), ")"));
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<int> NodeOfAddress(void* addr) {
+  int node = -1;
+  if (get_mempolicy(&node, nullptr, 0, addr, MPOL_F_NODE | MPOL_F_ADDR) != 0) {
+    return ErrnoToStatus(errno,
+                         absl::StrCat("get_mempolicy(MPOL_F_NODE|MPOL_F_ADDR, ", Hex(addr), ")"));
+  }
+  return node;
+}
+
+Status QueryPageNodes(std::span<void* const> pages, std::span<int> status) {
+  return BatchedMovePages(pages, nullptr, status, "move_pages(query)");
+}
+
+Status MovePages(std::span<void* const> pages, std::span<const int> target, std::span<int> status) {
+  if (target.size() != pages.size()) {
+    return absl::InvalidArgumentError("move_pages: pages and target nodes differ in size");
+  }
+  return BatchedMovePages(pages, target.data(), status, "move_pages(move)");
+}
+
+namespace {
+// sched_getaffinity of thread `tid` (0: the calling thread).
+StatusOr<std::vector<int>> AffinityOf(pid_t tid) {
+  // Size the set from the kernel's CPU count so machines with > 1024 CPUs work.
+  std::size_t cpus = static_cast<std::size_t>(std::max(::sysconf(_SC_NPROCESSORS_CONF), 1L));
+  for (int attempt = 0; attempt < 8; ++attempt, cpus *= 2) {
+    cpu_set_t* set = CPU_ALLOC(cpus);
+    std::size_t size = CPU_ALLOC_SIZE(cpus);
+    CPU_ZERO_S(size, set);
+    if (::sched_getaffinity(tid, size, set) != 0) {
+      int err = errno;
+      CPU_FREE(set);
+      if (err == EINVAL) continue;
+      return ErrnoToStatus(err, "sched_getaffinity");
+    }
+    std::vector<int> out;
+    for (std::size_t cpu = 0; cpu < size * 8; ++cpu) {
+      if (CPU_ISSET_S(cpu, size, set)) out.push_back(static_cast<int>(cpu));
+    }
+    CPU_FREE(set);
+    return out;
+  }
+  return absl::InternalError("sched_getaffinity: CPU mask larger than expected");
+}
+}  // namespace
+
+StatusOr<std::vector<int>> ThreadAffinity() { return AffinityOf(0); }
+
+StatusOr<std::vector<int>> ProcessAffinity() {
+  // The union over the process's threads (/proc/self/task): neither the calling thread's
+  // mask nor the main thread's alone, since either may have pinned itself to one node.
+  auto tasks = ListDirectory("/proc/self/task");
+  if (!tasks.ok()) return ThreadAffinity();
+  std::vector<int> cpus;
+  for (const std::string& task : *tasks) {
+    int tid = 0;
+    if (!absl::SimpleAtoi(task, &tid) || tid <= 0) continue;
+    auto mask = AffinityOf(static_cast<pid_t>(tid));
+    if (!mask.ok()) continue;  // the thread exited since the listing
+    cpus.insert(cpus.end(), mask->begin(), mask->end());
+  }
+  if (cpus.empty()) return ThreadAffinity();
+  std::sort(cpus.begin(), cpus.end());
+  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+  return cpus;
+}
+
+Status SetThreadAffinity(std::span<const int> cpus) {
+  int highest = 0;
+  for (int c : cpus) highest = std::max(highest, c);
+  cpu_set_t* set = CPU_ALLOC(highest + 1);
+  std::size_t size = CPU_ALLOC_SIZE(highest + 1);
+  CPU_ZERO_S(size, set);
+  for (int c : cpus) {
+    if (c >= 0) CPU_SET_S(c, size, set);
+  }
+  int rc = ::sched_setaffinity(0, size, set);
+  int err = errno;
+  CPU_FREE(set);
+  if (rc != 0) {
+    return ErrnoToStatus(err,
+                         absl::StrCat("sched_setaffinity(cpus=", absl::StrJoin(cpus, ","), ")"));
+  }
+  return absl::OkStatus();
+}
+
+CpuAndNode CurrentCpuAndNode() {
+  unsigned cpu = 0, node = 0;
+  if (::syscall(SYS_getcpu, &cpu, &node, nullptr) != 0) return {};
+  return {static_cast<int>(cpu), static_cast<int>(node)};
+}
+
+// ---- allocation-free calls -------------------------------------------------------------
+
+int MakeKernelNodeMask(std::span<const int> nodes, KernelNodeMask* mask) {
+  *mask = KernelNodeMask();
+  for (int n : nodes) {
+    if (n < 0 || n >= KernelNodeMask::kMaxNodes) return EINVAL;
+    mask->words[n / kBitsPerWord] |= 1UL << (n % kBitsPerWord);
+  }
+  mask->max_node = sizeof(mask->words) * 8 + 1;  // see NodeMask: the kernel reads maxnode-1
+  return 0;
+}
+
+int BindRangeNoAlloc(void* addr, std::size_t bytes, PolicyMode mode, const KernelNodeMask& mask) {
+  bool without_nodes = mode == PolicyMode::kDefault || mode == PolicyMode::kLocal;
+  long rc = mbind(addr, bytes, ToKernelMode(mode), without_nodes ? nullptr : mask.words,
+                  without_nodes ? 0 : mask.max_node, 0);
+  return rc == 0 ? 0 : errno;
+}
+
+int ReserveAddressSpaceNoAlloc(std::size_t bytes, std::size_t alignment, void** out) {
+  if (alignment < PageSize()) alignment = PageSize();
+  std::size_t padded = bytes + alignment;
+  void* raw =
+      ::mmap(nullptr, padded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return errno;
+  auto base = reinterpret_cast<std::uintptr_t>(raw);
+  std::uintptr_t aligned = (base + alignment - 1) & ~(alignment - 1);
+  if (aligned > base) ::munmap(raw, aligned - base);
+  std::uintptr_t end = aligned + bytes;
+  std::uintptr_t raw_end = base + padded;
+  if (raw_end > end) ::munmap(reinterpret_cast<void*>(end), raw_end - end);
+  *out = reinterpret_cast<void*>(aligned);
+  return 0;
+}
+
+int CommitRangeNoAlloc(void* addr, std::size_t bytes) {
+  return ::mprotect(addr, bytes, PROT_READ | PROT_WRITE) == 0 ? 0 : errno;
+}
+
+int MapHugetlbFixedNoAlloc(void* addr, std::size_t bytes, std::size_t huge_page_bytes) {
+  int shift = 0;
+  while ((std::size_t{1} << shift) < huge_page_bytes) ++shift;
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_FIXED | (shift << MAP_HUGE_SHIFT);
+  void* p = ::mmap(addr, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
+  return p == MAP_FAILED ? errno : 0;
+}
+
+int PurgeRangeNoAlloc(void* addr, std::size_t bytes) {
+  return ::madvise(addr, bytes, MADV_DONTNEED) == 0 ? 0 : errno;
+}
+
+int AdviseHugePagesNoAlloc(void* addr, std::size_t bytes, bool huge) {
+  return ::madvise(addr, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0 ? 0 : errno;
+}
+
+long ReadFileNoAlloc(const char* path, char* buffer, std::size_t capacity) {
+  if (capacity == 0) return -EINVAL;
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  std::size_t length = 0;
+  while (length + 1 < capacity) {
+    ssize_t n = ::read(fd, buffer + length, capacity - 1 - length);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      return -err;
+    }
+    if (n == 0) break;
+    length += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  buffer[length] = '\0';
+  return static_cast<long>(length);
+}
+
+int CurrentNodeFast() {
+  unsigned cpu = 0, node = 0;
+  // glibc's getcpu uses the vDSO: no kernel entry on x86-64.
+  if (::getcpu(&cpu, &node) != 0) return -1;
+  return static_cast<int>(node);
+}
+
+}  // namespace numarena::os

@@ -1,0 +1,406 @@
+// First-touch correction: prefault, correct, and node-verified allocation (see
+// first_touch.hpp).
+//
+// The kernel facts this relies on:
+//   - mbind(MPOL_BIND) without MPOL_MF_MOVE changes where *future* faults go and leaves
+//     resident pages alone, so prefault binds first, populates, then migrates the pages that
+//     were resident before it was called.
+//   - move_pages(2) with a node list stores, per page, the node it is on afterwards or a
+//     negative errno (EBUSY pinned, EACCES shared, ENOMEM node full, EFAULT not mapped,
+//     ENOENT not present). When a migration attempt fails part-way the kernel returns the
+//     count of pages it did not migrate and leaves the status of the rest unwritten, so
+//     statuses start at a sentinel and unwritten ones are retried, then counted as EAGAIN.
+#include "numarena/first_touch.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <exception>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "numarena/page_nodes.hpp"
+#include "numarena/topology.hpp"
+#include "os/os.hpp"
+
+namespace numarena {
+namespace {
+
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+// move_pages leaves a status unwritten when it aborts a batch; no kernel value is INT_MIN.
+constexpr int kStatusUnwritten = INT_MIN;
+// Retries for pages the kernel did not get to (transient failures: page locked, under I/O).
+constexpr int kMoveAttempts = 3;
+
+std::string Hex(const void* p) {
+  return absl::StrCat("0x", absl::Hex(reinterpret_cast<std::uintptr_t>(p)));
+}
+
+// Prefixes a status message with what this layer was doing, keeping the code.
+Status Annotate(const Status& status, const std::string& context) {
+  return Status(status.code(), absl::StrCat(context, ": ", std::string(status.message())));
+}
+
+struct PageRange {
+  void* begin = nullptr;
+  std::size_t bytes = 0;
+  std::size_t pages = 0;
+};
+
+PageRange WidenToPages(void* ptr, std::size_t len) {
+  const std::size_t page = os::PageSize();
+  auto first = reinterpret_cast<std::uintptr_t>(ptr) & ~(page - 1);
+  auto last = (reinterpret_cast<std::uintptr_t>(ptr) + len + page - 1) & ~(page - 1);
+  return {reinterpret_cast<void*>(first), last - first, (last - first) / page};
+}
+
+// The node must be online and the process allowed to use its memory.
+Status CheckTargetNode(int node, const std::string& context, const Topology** topology_out) {
+  auto topology = Topology::system();
+  if (!topology.ok()) return Annotate(topology.status(), context);
+  const Topology& topo = **topology;
+  if (!topo.has_node(node)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, ": node ", node, " is not an online NUMA node (online: ",
+                     absl::StrJoin(topo.node_ids(), ","), "); pass one of those"));
+  }
+  if (!topo.memory_allowed(node)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, ": node ", node,
+        " is outside this process's allowed memory nodes (Mems_allowed / cpuset.mems: ",
+        absl::StrJoin(topo.process().allowed_mem_nodes, ","),
+        "); widen the cpuset or pick an allowed node"));
+  }
+  if (topology_out != nullptr) *topology_out = &topo;
+  return absl::OkStatus();
+}
+
+Status CheckRange(const void* ptr, std::size_t len, const CorrectOptions& options,
+                  const std::string& context) {
+  if (ptr == nullptr && len > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, ": null pointer with a length of ", len, " bytes"));
+  }
+  if (options.batch_pages == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, ": CorrectOptions::batch_pages is 0; use at least 1 (default 1024)"));
+  }
+  return absl::OkStatus();
+}
+
+void CountFailure(PlacementReport& report, int negative_errno) {
+  ++report.failed;
+  ++report.failures_by_reason[negative_errno];
+}
+
+// Migrates `pages` (all misplaced) to `node`. Pages that did not report `node` are asked
+// again before they count as failed: a transparent huge page migrates as a whole, and the
+// kernel reports its other subpages in the same call as busy (already isolated) although
+// they move with it. Pages still elsewhere are retried a few times (transient failures:
+// page locked, under I/O, batch aborted), then counted with the kernel's last reason.
+Status MoveBatch(std::vector<void*> pages, int node, PlacementReport& report) {
+  std::vector<int> reasons;
+  for (int attempt = 0; attempt < kMoveAttempts && !pages.empty(); ++attempt) {
+    std::vector<int> targets(pages.size(), node);
+    std::vector<int> status(pages.size(), kStatusUnwritten);
+    if (Status s = os::MovePages(pages, targets, status); !s.ok()) return s;
+    std::vector<void*> pending;
+    reasons.clear();
+    for (std::size_t i = 0; i < pages.size(); ++i) {
+      if (status[i] == node) {
+        ++report.moved;
+        continue;
+      }
+      pending.push_back(pages[i]);
+      if (status[i] == kStatusUnwritten) {
+        reasons.push_back(-EAGAIN);
+      } else if (status[i] >= 0) {
+        reasons.push_back(-EREMOTE);  // migrated, but the kernel put it elsewhere
+      } else {
+        reasons.push_back(status[i]);
+      }
+    }
+    if (pending.empty()) return absl::OkStatus();
+    std::vector<int> now(pending.size(), -ENOENT);
+    if (Status s = os::QueryPageNodes(pending, now); !s.ok()) return s;
+    pages.clear();
+    std::vector<int> still;
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+      if (now[i] == node) {
+        ++report.moved;
+      } else {
+        pages.push_back(pending[i]);
+        still.push_back(reasons[i]);
+      }
+    }
+    reasons = std::move(still);
+  }
+  for (int reason : reasons) CountFailure(report, reason);
+  return absl::OkStatus();
+}
+
+// The end (page index from `base`) of the window starting at page `first`: at least
+// `batch` pages, extended to the next huge-page boundary, so a transparent huge page (which
+// migrates as a whole) never straddles two windows and is counted once, as moved.
+std::size_t WindowEnd(const char* base, std::size_t first, std::size_t batch, std::size_t total) {
+  const std::size_t page = os::PageSize();
+  std::size_t end = std::min(total, first + batch);
+  auto address = reinterpret_cast<std::uintptr_t>(base) + end * page;
+  auto aligned = (address + kHugePage - 1) & ~(kHugePage - 1);
+  return std::min(total, end + (aligned - address) / page);
+}
+
+StatusOr<PlacementReport> CorrectRange(const PageRange& range, int node,
+                                       const CorrectOptions& options) {
+  PlacementReport report;
+  report.node = node;
+  report.pages_checked = range.pages;
+  const std::size_t page = os::PageSize();
+  auto* base = static_cast<char*>(range.begin);
+  for (std::size_t first = 0, end = 0; first < range.pages; first = end) {
+    end = WindowEnd(base, first, options.batch_pages, range.pages);
+    const std::size_t count = end - first;
+    char* window = base + first * page;
+    auto nodes = page_node_list(window, count * page);
+    // page_node_list says -ENOENT for untouched pages on every kernel (6.1 says -EFAULT).
+    if (!nodes.ok()) return nodes.status();
+    std::vector<void*> misplaced;
+    for (std::size_t i = 0; i < count; ++i) {
+      int where = (*nodes)[i];
+      if (where == node) {
+        ++report.already_local;
+      } else if (where == -ENOENT) {
+        ++report.not_resident;
+      } else if (where < 0) {
+        CountFailure(report, where);
+      } else {
+        misplaced.push_back(window + i * page);
+      }
+    }
+    if (!misplaced.empty()) {
+      if (Status s = MoveBatch(std::move(misplaced), node, report); !s.ok()) return s;
+    }
+  }
+  return report;
+}
+
+// Writes every page of the range, from a thread on `cpus` when there are any. Returns the
+// node the writing thread ran on (-1 when the kernel does not say).
+StatusOr<int> PopulateFrom(const std::vector<int>& cpus, const PageRange& range) {
+  if (!cpus.empty()) {
+    Status populated = absl::OkStatus();
+    int ran_on = -1;
+    try {
+      std::thread worker([&] {
+        // If pinning fails (a cpuset changed since discovery) the page still lands on the
+        // bound node; only the zeroing runs remotely.
+        (void)os::SetThreadAffinity(cpus);
+        populated = os::PopulateWrite(range.begin, range.bytes);
+        ran_on = os::CurrentCpuAndNode().node;
+      });
+      worker.join();
+      if (!populated.ok()) return populated;
+      return ran_on;
+    } catch (const std::exception&) {
+      // No thread available (thread limit): the calling thread populates; the binding
+      // still decides the node.
+    }
+  }
+  if (Status s = os::PopulateWrite(range.begin, range.bytes); !s.ok()) return s;
+  return os::CurrentCpuAndNode().node;
+}
+
+std::size_t MappedBytes(std::size_t bytes) {
+  const std::size_t page = os::PageSize();
+  return (bytes + page - 1) / page * page;
+}
+
+// Maps, binds, prefaults and verifies. On success the caller owns [*data, MappedBytes).
+StatusOr<void*> MapOnNode(std::size_t bytes, int node, PlacementReport* report_out) {
+  std::string context = absl::StrCat("AllocateOnNode(", bytes, " bytes, node ", node, ")");
+  if (bytes == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, ": size is 0; ask for at least 1 byte"));
+  }
+  if (Status s = CheckTargetNode(node, context, nullptr); !s.ok()) return s;
+  const std::size_t mapped = MappedBytes(bytes);
+  const bool large = bytes >= kHugePage;
+  auto data = os::MapAnonymous(mapped, large ? kHugePage : 0);
+  if (!data.ok()) return Annotate(data.status(), context);
+  // Huge pages are a TLB optimisation only; a kernel without THP still places correctly.
+  if (large) (void)os::AdviseHugePages(*data, mapped);
+
+  auto report = prefault(*data, mapped, node);
+  if (!report.ok()) {
+    os::Unmap(*data, mapped);
+    return Annotate(report.status(), context);
+  }
+  // Verify independently of the report: the kernel's answer for every page, now.
+  auto nodes = page_node_list(*data, mapped);
+  if (!nodes.ok()) {
+    os::Unmap(*data, mapped);
+    return Annotate(nodes.status(), context);
+  }
+  std::size_t elsewhere = 0;
+  for (int where : *nodes) elsewhere += where != node ? 1 : 0;
+  if (elsewhere > 0) {
+    os::Unmap(*data, mapped);
+    std::string detail =
+        absl::StrCat(context, ": ", elsewhere, " of ", nodes->size(), " pages are not on node ",
+                     node, " after prefault and correction; ", report->ToString());
+    if (report->failures_by_reason.count(-ENOMEM) > 0) {
+      return absl::ResourceExhaustedError(absl::StrCat(detail, "; the node is out of free memory"));
+    }
+    return absl::FailedPreconditionError(detail);
+  }
+  if (report_out != nullptr) *report_out = *std::move(report);
+  return *data;
+}
+
+}  // namespace
+
+std::string PlacementFailureName(int negative_errno) {
+  switch (-negative_errno) {
+    case EBUSY:
+      return "EBUSY pinned page";
+    case ENOMEM:
+      return "ENOMEM target node full";
+    case EACCES:
+      return "EACCES page shared with another process";
+    case EFAULT:
+      return "EFAULT not mapped";
+    case ENOENT:
+      return "ENOENT page vanished";
+    case EIO:
+      return "EIO page could not be written back";
+    case EINVAL:
+      return "EINVAL dirty page without migration support";
+    case EAGAIN:
+      return "EAGAIN kernel did not migrate it (transient)";
+    case EREMOTE:
+      return "EREMOTE kernel put the page on another node";
+    default:
+      return absl::StrCat("errno ", -negative_errno);
+  }
+}
+
+std::string PlacementReport::ToString() const {
+  std::string out = absl::StrCat("node ", node, ": ", pages_checked, " pages checked, ",
+                                 already_local, " already local, ", moved, " moved, ", not_resident,
+                                 " not resident, ", failed, " failed");
+  if (!failures_by_reason.empty()) {
+    out += " (";
+    out +=
+        absl::StrJoin(failures_by_reason, ", ",
+                      [](std::string* s, const std::pair<const int, std::size_t>& entry) {
+                        absl::StrAppend(s, PlacementFailureName(entry.first), ": ", entry.second);
+                      });
+    out += ")";
+  }
+  return out;
+}
+
+StatusOr<PlacementReport> correct(void* ptr, std::size_t len, int node,
+                                  const CorrectOptions& options) {
+  std::string context = absl::StrCat("correct(", Hex(ptr), ", ", len, " bytes, node ", node, ")");
+  if (Status s = CheckTargetNode(node, context, nullptr); !s.ok()) return s;
+  if (Status s = CheckRange(ptr, len, options, context); !s.ok()) return s;
+  PlacementReport report;
+  report.node = node;
+  if (len == 0) return report;
+  PageRange range = WidenToPages(ptr, len);
+  if (options.bind_range) {
+    const int nodes[] = {node};
+    if (Status s = os::BindRange(range.begin, range.bytes, os::PolicyMode::kBind, nodes);
+        !s.ok()) {
+      return Annotate(s, context);
+    }
+  }
+  auto corrected = CorrectRange(range, node, options);
+  if (!corrected.ok()) return Annotate(corrected.status(), context);
+  return corrected;
+}
+
+StatusOr<PlacementReport> prefault(void* ptr, std::size_t len, int node,
+                                   const CorrectOptions& options) {
+  std::string context = absl::StrCat("prefault(", Hex(ptr), ", ", len, " bytes, node ", node, ")");
+  const Topology* topology = nullptr;
+  if (Status s = CheckTargetNode(node, context, &topology); !s.ok()) return s;
+  if (Status s = CheckRange(ptr, len, options, context); !s.ok()) return s;
+  PlacementReport empty;
+  empty.node = node;
+  if (len == 0) return empty;
+
+  PageRange range = WidenToPages(ptr, len);
+  const int nodes[] = {node};
+  if (Status s = os::BindRange(range.begin, range.bytes, os::PolicyMode::kBind, nodes);
+      !s.ok()) {
+    return Annotate(s, context);
+  }
+  // The node's CPUs this process may run on; empty for memory-only nodes.
+  std::vector<int> cpus;
+  const std::vector<int>& allowed = topology->process().allowed_cpus;
+  for (int cpu : topology->cpus_of_node(node)) {
+    if (std::find(allowed.begin(), allowed.end(), cpu) != allowed.end()) cpus.push_back(cpu);
+  }
+  auto populated_from = PopulateFrom(cpus, range);
+  if (!populated_from.ok()) return Annotate(populated_from.status(), context);
+
+  auto report = CorrectRange(range, node, options);
+  if (!report.ok()) return Annotate(report.status(), context);
+  report->populated_from_node = *populated_from;
+  return report;
+}
+
+// ---- NodeBuffer and FirstTouchAllocator ----------------------------------------------------
+
+NodeBuffer::NodeBuffer(NodeBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      node_(std::exchange(other.node_, -1)),
+      report_(std::move(other.report_)) {}
+
+NodeBuffer& NodeBuffer::operator=(NodeBuffer&& other) noexcept {
+  if (this != &other) {
+    Release();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    node_ = std::exchange(other.node_, -1);
+    report_ = std::move(other.report_);
+  }
+  return *this;
+}
+
+NodeBuffer::~NodeBuffer() { Release(); }
+
+void NodeBuffer::Release() {
+  if (data_ != nullptr) os::Unmap(data_, MappedBytes(size_));
+  data_ = nullptr;
+  size_ = 0;
+}
+
+StatusOr<NodeBuffer> AllocateOnNode(std::size_t bytes, int node) {
+  PlacementReport report;
+  auto data = MapOnNode(bytes, node, &report);
+  if (!data.ok()) return data.status();
+  NodeBuffer buffer;
+  buffer.data_ = *data;
+  buffer.size_ = bytes;
+  buffer.node_ = node;
+  buffer.report_ = std::move(report);
+  return buffer;
+}
+
+StatusOr<void*> FirstTouchAllocator::allocate(std::size_t bytes) {
+  return MapOnNode(bytes, node_, nullptr);
+}
+
+void FirstTouchAllocator::deallocate(void* ptr, std::size_t bytes) {
+  if (ptr != nullptr && bytes > 0) os::Unmap(ptr, MappedBytes(bytes));
+}
+
+}  // namespace numarena

@@ -1,0 +1,156 @@
+// Placement policy values and their validation against a topology (see policy.hpp).
+#include "numarena/policy.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "numarena/topology.hpp"
+#include "os/os.hpp"
+
+namespace numarena {
+namespace {
+
+std::vector<int> SortedUnique(std::vector<int> nodes) {
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  return nodes;
+}
+
+Status CheckNode(const Topology& topology, int node, const Policy& policy) {
+  if (!topology.has_node(node)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", policy.ToString(), ": node ", node,
+        " is not an online NUMA node (online: ", absl::StrJoin(topology.node_ids(), ","), ")"));
+  }
+  if (!topology.memory_allowed(node)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", policy.ToString(), ": node ", node,
+        " is outside this process's allowed memory nodes (Mems_allowed / cpuset.mems: ",
+        absl::StrJoin(topology.process().allowed_mem_nodes, ","),
+        "); widen the cpuset or pick an allowed node"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const char* PolicyKindName(PolicyKind kind) {
+  switch (kind) {
+    case PolicyKind::kBind:
+      return "bind";
+    case PolicyKind::kPreferred:
+      return "preferred";
+    case PolicyKind::kInterleave:
+      return "interleave";
+    case PolicyKind::kWeightedInterleave:
+      return "weighted";
+    case PolicyKind::kLocal:
+      return "local";
+  }
+  return "?";
+}
+
+Policy Policy::Bind(int node, BindMode mode) { return Bind(std::vector<int>{node}, mode); }
+
+Policy Policy::Bind(std::vector<int> nodes, BindMode mode) {
+  Policy p(PolicyKind::kBind, mode);
+  p.nodes_ = SortedUnique(std::move(nodes));
+  return p;
+}
+
+Policy Policy::Preferred(int node, BindMode mode) {
+  Policy p(PolicyKind::kPreferred, mode);
+  p.nodes_ = {node};
+  return p;
+}
+
+Policy Policy::Interleave(std::vector<int> nodes, BindMode mode) {
+  Policy p(PolicyKind::kInterleave, mode);
+  p.nodes_ = SortedUnique(std::move(nodes));
+  return p;
+}
+
+Policy Policy::WeightedInterleave(std::vector<NodeWeight> weights, BindMode mode,
+                                  std::size_t chunk_bytes) {
+  Policy p(PolicyKind::kWeightedInterleave, mode);
+  for (const NodeWeight& w : weights) p.nodes_.push_back(w.node);
+  p.weights_ = std::move(weights);
+  p.chunk_bytes_ = chunk_bytes;
+  return p;
+}
+
+Policy Policy::Local(BindMode mode) { return Policy(PolicyKind::kLocal, mode); }
+
+int Policy::single_node() const {
+  if ((kind_ == PolicyKind::kBind || kind_ == PolicyKind::kPreferred) && nodes_.size() == 1) {
+    return nodes_[0];
+  }
+  return -1;
+}
+
+Status Policy::Validate(const Topology& topology) const {
+  if (kind_ == PolicyKind::kLocal) return absl::OkStatus();
+  if (nodes_.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy ", ToString(), ": the node set is empty; name at least one node"));
+  }
+  for (int node : nodes_) {
+    if (Status s = CheckNode(topology, node, *this); !s.ok()) return s;
+  }
+  if (kind_ == PolicyKind::kWeightedInterleave) {
+    std::vector<int> seen;
+    for (const NodeWeight& w : weights_) {
+      if (w.weight == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("policy ", ToString(), ": node ", w.node,
+                         " has weight 0; drop it from the set or give it a positive weight"));
+      }
+      if (std::find(seen.begin(), seen.end(), w.node) != seen.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("policy ", ToString(), ": node ", w.node, " is weighted twice"));
+      }
+      seen.push_back(w.node);
+    }
+    if (chunk_bytes_ == 0 || chunk_bytes_ % os::PageSize() != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("policy ", ToString(), ": chunk of ", chunk_bytes_,
+                       " bytes is not a multiple of the page size ", os::PageSize()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string Policy::ToString() const {
+  std::string body;
+  if (kind_ == PolicyKind::kWeightedInterleave) {
+    body = absl::StrJoin(weights_, ",", [](std::string* out, const NodeWeight& w) {
+      absl::StrAppend(out, w.node, ":", w.weight);
+    });
+  } else {
+    body = absl::StrJoin(nodes_, ",");
+  }
+  std::string out = kind_ == PolicyKind::kLocal
+                        ? std::string("local")
+                        : absl::StrCat(PolicyKindName(kind_), "(", body, ")");
+  bool default_mode = (kind_ == PolicyKind::kPreferred || kind_ == PolicyKind::kLocal)
+                          ? mode_ == BindMode::kAdvisory
+                          : mode_ == BindMode::kStrict;
+  if (!default_mode) out += mode_ == BindMode::kStrict ? "/strict" : "/advisory";
+  return out;
+}
+
+int WeightedChunkNode(const std::vector<NodeWeight>& weights, std::size_t index) {
+  std::size_t period = 0;
+  for (const NodeWeight& w : weights) period += w.weight;
+  if (period == 0) return -1;
+  std::size_t slot = index % period;
+  for (const NodeWeight& w : weights) {
+    if (slot < w.weight) return w.node;
+    slot -= w.weight;
+  }
+  return -1;
+}
+
+}  // namespace numarena

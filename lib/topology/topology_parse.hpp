@@ -1,0 +1,91 @@
+// Parsers for the kernel files topology discovery reads, as pure functions of their text.
+//
+// Each parser takes the whole contents of one file (or one field) and returns the value or
+// an InvalidArgument status whose message says what was wrong and where ("element 2
+// '7-5': reversed range"). They never read files, so they are unit-tested and fuzzed on
+// synthetic inputs; the topology layer reads the file, calls the parser and turns a
+// failure into DataLoss prefixed with the file's path.
+//
+// Formats follow what the kernel prints, with a little tolerance for hand-written fixtures:
+// leading/trailing whitespace (the trailing newline) is ignored everywhere.
+//
+// ID lists (cpulist, online, Cpus_allowed_list, cpuset.cpus.effective, ...):
+//   "0-47,96-143", "3", "" (empty set). Elements are "N" or "A-B" with A <= B, separated by
+//   commas, optionally surrounded by spaces. Rejected, with a message saying why:
+//   - the stride form "A-B:C/D": the kernel accepts it when *written* to a cpuset but
+//     never prints it, so seeing it in a file we read means the file is not what we think;
+//   - reversed ranges "7-5", empty elements "1,,2", signs, hex, other characters;
+//   - ids above kMaxListId (bounds the memory a list can expand to; Linux allows at most
+//     8192 CPUs and 1024 nodes).
+//   Duplicates and overlaps are merged; the result is ascending and unique.
+//
+//   auto cpus = numarena::parse::ParseCpuList("0-3,8\n");  // {0, 1, 2, 3, 8}
+//   std::string s = numarena::FormatIdList(*cpus);           // "0-3,8" (numarena/format.hpp)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "numarena/format.hpp"
+#include "numarena/status.hpp"
+
+namespace numarena::parse {
+
+// The largest CPU or node id an ID list may contain.
+inline constexpr int kMaxListId = 65535;
+
+// Parses an ID list (see above). `what` names the list in error messages ("CPU list").
+[[nodiscard]] StatusOr<std::vector<int>> ParseIdList(std::string_view text, std::string_view what);
+[[nodiscard]] StatusOr<std::vector<int>> ParseCpuList(std::string_view text);
+[[nodiscard]] StatusOr<std::vector<int>> ParseNodeList(std::string_view text);
+
+// One row of /sys/devices/system/node/nodeN/distance: "10 12 32 32\n" -> {10, 12, 32, 32}.
+// Entries are decimal SLIT distances 0..255 separated by whitespace; at least one entry.
+[[nodiscard]] StatusOr<std::vector<int>> ParseDistanceRow(std::string_view text);
+
+// /sys/devices/system/node/nodeN/meminfo. Every non-empty line must have the form
+// "Node <id> <Key>: <value>[ kB]" with one node id throughout; MemTotal and MemFree are
+// required, MemUsed defaults to MemTotal - MemFree. Values in kB are returned in bytes.
+struct NodeMeminfo {
+  int node = -1;
+  std::uint64_t total_bytes = 0;
+  std::uint64_t free_bytes = 0;
+  std::uint64_t used_bytes = 0;
+};
+[[nodiscard]] StatusOr<NodeMeminfo> ParseNodeMeminfo(std::string_view text);
+
+// The cpuset lines of /proc/<pid>/status ("Cpus_allowed_list:\t0-7"). Absent lines stay
+// nullopt; a present but malformed list is an error naming the field.
+struct ProcStatusLimits {
+  std::optional<std::vector<int>> cpus_allowed;
+  std::optional<std::vector<int>> mems_allowed;
+};
+[[nodiscard]] StatusOr<ProcStatusLimits> ParseProcStatus(std::string_view text);
+
+// /proc/<pid>/cgroup: "hierarchy:controllers:path" per line. `unified` is the path of the
+// cgroup v2 entry ("0::/system.slice/x.service"), `cpuset_v1` that of a cgroup v1 hierarchy
+// whose controllers include cpuset. Paths are absolute and never contain a ".." component
+// (so they cannot leave the cgroup mount when joined to it).
+struct CgroupPaths {
+  std::optional<std::string> unified;
+  std::optional<std::string> cpuset_v1;
+};
+[[nodiscard]] StatusOr<CgroupPaths> ParseProcCgroup(std::string_view text);
+
+// /sys/bus/pci/devices/<bdf>/class: "0x030200" -> 0x030200 (24 bits).
+[[nodiscard]] StatusOr<std::uint32_t> ParsePciClass(std::string_view text);
+// /sys/bus/pci/devices/<bdf>/{vendor,device}: "0x10de" -> 0x10de (16 bits).
+[[nodiscard]] StatusOr<std::uint16_t> ParseHexId(std::string_view text);
+// /sys/bus/pci/devices/<bdf>/numa_node: "1" -> 1; "-1" -> nullopt (the kernel does not
+// know). Other negative values and ids above kMaxListId are errors.
+[[nodiscard]] StatusOr<std::optional<int>> ParseNumaNode(std::string_view text);
+// A decimal unsigned value such as an HMAT attribute ("read_bandwidth": "204800\n").
+[[nodiscard]] StatusOr<std::uint64_t> ParseDecimalU64(std::string_view text);
+// A directory entry naming a node ("node12" -> 12); nullopt for anything else.
+std::optional<int> ParseNodeEntryName(std::string_view name);
+
+}  // namespace numarena::parse

@@ -1,0 +1,287 @@
+// The node page provider on the host (one node): spans are aligned, zero, bound before touch
+// and resident on the node; commits are charged once per page against the capacity gate with
+// the committing thread's priority and released exactly (from any thread) on decommit;
+// decommitted pages stay mapped and fault back in; the free-memory guard refuses what a node
+// cannot hold; Strict placements the kernel refuses fail at creation, Advisory ones fall back
+// and count it; hugetlb without a pool is a FailedPrecondition naming nr_hugepages; weighted
+// interleave charges chunks to nodes 3:1.
+#include "alloc/node_pages.hpp"
+#include "numarena/arena.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "numarena/page_nodes.hpp"
+#include "os/os.hpp"
+
+namespace {
+
+using numarena::NodePages;
+using numarena::Policy;
+using numarena::Priority;
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+// A gate that records what is charged per (node, priority) and refuses past a limit.
+class RecordingGate : public numarena::CapacityGate {
+ public:
+  explicit RecordingGate(std::size_t limit = SIZE_MAX) : limit_(limit) {}
+  numarena::Status Charge(int node, std::size_t bytes, Priority priority) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (total_ + bytes > limit_) {
+      return absl::ResourceExhaustedError("recording gate: over the test limit");
+    }
+    total_ += bytes;
+    charged_[{node, priority}] += static_cast<long long>(bytes);
+    return absl::OkStatus();
+  }
+  void Release(int node, std::size_t bytes, Priority priority) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    total_ -= bytes;
+    charged_[{node, priority}] -= static_cast<long long>(bytes);
+  }
+  long long Charged(int node, Priority priority) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return charged_[{node, priority}];
+  }
+  std::size_t total() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return total_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::size_t limit_;
+  std::size_t total_ = 0;
+  std::map<std::pair<int, Priority>, long long> charged_;
+};
+
+// Installs a gate for one test and removes it after.
+struct GateScope {
+  explicit GateScope(numarena::CapacityGate* gate) { numarena::SetCapacityGate(gate); }
+  ~GateScope() { numarena::SetCapacityGate(nullptr); }
+};
+
+int next_owner = 200;  // heap ids these tests tag granules with (the arena tests use low ids)
+
+NodePages* Make(const Policy& policy, numarena::ArenaOptions options = {}) {
+  auto pages = NodePages::Create(policy, options, next_owner++);
+  INFO(pages.status().ToString());
+  REQUIRE(pages.ok());
+  return *pages;
+}
+
+void* Span(NodePages* pages, std::size_t bytes, std::size_t alignment, bool commit) {
+  bool zero = false;
+  void* p = pages->AllocateSpan(nullptr, bytes, alignment, &zero, &commit);
+  INFO(numarena::ThreadSpanFailure().ToStatus("span").ToString());
+  REQUIRE(p != nullptr);
+  CHECK(zero);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("a committed span is aligned, zero, tagged and resident on its node after touch") {
+  NodePages* pages = Make(Policy::Bind(0));
+  void* p = Span(pages, 4 * kMiB, 2 * kMiB, /*commit=*/true);
+  CHECK(reinterpret_cast<std::uintptr_t>(p) % (2 * kMiB) == 0);
+  CHECK(pages->committed_bytes() == 4 * kMiB);
+  CHECK(pages->mapped_bytes() >= 4 * kMiB);
+  CHECK(numarena::arena_internal::HeapOf(p) == next_owner - 1);
+  CHECK(pages->node() == 0);
+  CHECK(pages->CommittedNodeOfPage(p) == 0);
+  auto* bytes = static_cast<unsigned char*>(p);
+  std::size_t nonzero = 0;
+  for (std::size_t i = 0; i < 4 * kMiB; ++i) nonzero += bytes[i] != 0;
+  CHECK(nonzero == 0);
+  std::memset(p, 0xab, 4 * kMiB);
+  auto counts = numarena::page_nodes(p, 4 * kMiB);
+  REQUIRE(counts.ok());
+  CHECK(counts->on(0) == counts->total_pages);
+}
+
+TEST_CASE("decommit purges but keeps the range mapped and bound, recommit charges again") {
+  RecordingGate gate;
+  GateScope scope(&gate);
+  NodePages* pages = Make(Policy::Bind(0));
+  void* p = Span(pages, 2 * kMiB, 4096, /*commit=*/true);
+  CHECK(gate.Charged(0, Priority::kNormal) == static_cast<long long>(2 * kMiB));
+  std::memset(p, 1, 2 * kMiB);
+  REQUIRE(pages->Decommit(p, 2 * kMiB));
+  CHECK(pages->committed_bytes() == 0);
+  CHECK(gate.total() == 0);
+  auto counts = numarena::page_nodes(p, 2 * kMiB);
+  REQUIRE(counts.ok());
+  CHECK(counts->resident() == 0);
+  CHECK(counts->unmapped == 0);
+  REQUIRE(pages->Commit(p, 2 * kMiB));
+  CHECK(static_cast<unsigned char*>(p)[100] == 0);  // purged pages come back zero
+  std::memset(p, 2, 2 * kMiB);
+  counts = numarena::page_nodes(p, 2 * kMiB);
+  REQUIRE(counts.ok());
+  CHECK(counts->on(0) == counts->total_pages);
+  CHECK(gate.total() == 2 * kMiB);
+  REQUIRE(pages->Decommit(p, 2 * kMiB));
+}
+
+TEST_CASE("pages are charged once, with the committer's priority, released from any thread") {
+  RecordingGate gate;
+  GateScope scope(&gate);
+  NodePages* pages = Make(Policy::Bind(0));
+  void* p = Span(pages, 8 * kMiB, 4096, /*commit=*/false);
+  CHECK(pages->committed_bytes() == 0);
+  CHECK(gate.total() == 0);
+  {
+    numarena::PriorityScope low(Priority::kLow);
+    REQUIRE(pages->Commit(p, 4 * kMiB));
+    REQUIRE(pages->Commit(p, 4 * kMiB));  // already charged: nothing more
+  }
+  {
+    numarena::PriorityScope high(Priority::kHigh);
+    REQUIRE(pages->Commit(p, 8 * kMiB));  // only the second half is new
+  }
+  CHECK(gate.Charged(0, Priority::kLow) == static_cast<long long>(4 * kMiB));
+  CHECK(gate.Charged(0, Priority::kHigh) == static_cast<long long>(4 * kMiB));
+  CHECK(pages->committed_bytes() == 8 * kMiB);
+  std::thread other([&] { REQUIRE(pages->Decommit(static_cast<char*>(p) + 2 * kMiB, 4 * kMiB)); });
+  other.join();
+  CHECK(gate.Charged(0, Priority::kLow) == static_cast<long long>(2 * kMiB));
+  CHECK(gate.Charged(0, Priority::kHigh) == static_cast<long long>(2 * kMiB));
+  REQUIRE(pages->Decommit(p, 8 * kMiB));
+  CHECK(gate.total() == 0);
+  CHECK(pages->committed_bytes() == 0);
+}
+
+TEST_CASE("a gate refusal fails the commit with ResourceExhausted and charges nothing") {
+  RecordingGate gate(3 * kMiB);
+  GateScope scope(&gate);
+  NodePages* pages = Make(Policy::Bind(0));
+  void* p = Span(pages, 4 * kMiB, 4096, /*commit=*/false);
+  numarena::ThreadSpanFailure().Clear();
+  CHECK_FALSE(pages->Commit(p, 4 * kMiB));
+  const auto& failure = numarena::ThreadSpanFailure();
+  CHECK(failure.kind == numarena::SpanFailure::Kind::kGateRefused);
+  auto status = failure.ToStatus("test");
+  CHECK(status.code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(status.message()), Catch::Contains("node 0"));
+  CHECK_THAT(std::string(status.message()), Catch::Contains("over the test limit"));
+  CHECK(gate.total() == 0);
+  CHECK(pages->committed_bytes() == 0);
+  CHECK(pages->refusals() == 1);
+  REQUIRE(pages->Commit(p, 2 * kMiB));  // within the limit
+  REQUIRE(pages->Decommit(p, 4 * kMiB));
+  CHECK(gate.total() == 0);
+  numarena::ThreadSpanFailure().Clear();
+}
+
+TEST_CASE("the free-memory guard refuses more than the node holds and names the numbers") {
+  numarena::SpanFailure failure;
+  CHECK(numarena::NodeMemoryGuard::Admit(0, 4096, &failure));
+  CHECK_FALSE(failure.failed());
+  numarena::NodeMemoryGuard::Invalidate(0);
+  std::size_t absurd = std::size_t{1} << 50;  // 1 PiB
+  CHECK_FALSE(numarena::NodeMemoryGuard::Admit(0, absurd, &failure));
+  REQUIRE(failure.kind == numarena::SpanFailure::Kind::kNodeFull);
+  auto status = failure.ToStatus("commit");
+  CHECK(status.code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(status.message()), Catch::Contains("node 0 cannot take"));
+  CHECK_THAT(std::string(status.message()), Catch::Contains("Preferred"));
+  CHECK(failure.node_total > 0);
+
+  // Through a provider: a commit past the node is refused before any page is touched.
+  // Twice the node's memory (address space only: sanitizers limit how much can be reserved).
+  std::size_t twice =
+      (static_cast<std::size_t>(failure.node_total) * 2 + 2 * kMiB - 1) & ~(2 * kMiB - 1);
+  NodePages* pages = Make(Policy::Bind(0));
+  void* p = Span(pages, twice, 4096, /*commit=*/false);
+  numarena::ThreadSpanFailure().Clear();
+  CHECK_FALSE(pages->Commit(p, twice));
+  CHECK(numarena::ThreadSpanFailure().kind == numarena::SpanFailure::Kind::kNodeFull);
+  CHECK(pages->refusals() == 1);
+  numarena::ThreadSpanFailure().Clear();
+}
+
+TEST_CASE("a Strict placement the kernel refuses fails at creation, Advisory falls back") {
+  // Node 1 does not exist on this host: mbind says EINVAL.
+  const int offline = 1;
+  auto strict = NodePages::Create(Policy::Bind(offline), {}, next_owner++);
+  REQUIRE_FALSE(strict.ok());
+  CHECK_THAT(std::string(strict.status().message()), Catch::Contains("mbind"));
+  CHECK_THAT(std::string(strict.status().message()), Catch::Contains("Advisory"));
+
+  NodePages* advisory = Make(Policy::Bind(offline, numarena::BindMode::kAdvisory));
+  CHECK(advisory->fallbacks() == 2);  // membind -> preferred -> none
+  void* p = Span(advisory, 2 * kMiB, 4096, /*commit=*/true);
+  std::memset(p, 3, 2 * kMiB);
+  auto counts = numarena::page_nodes(p, 2 * kMiB);
+  REQUIRE(counts.ok());
+  CHECK(counts->resident() == counts->total_pages);
+}
+
+TEST_CASE("weighted interleave charges chunks to nodes 3:1") {
+  RecordingGate gate;
+  GateScope scope(&gate);
+  // Node 1 is absent here, so binding falls back (Advisory); the charges follow the chunk
+  // order WeightedChunkNode gives, which is what the lab checks page by page.
+  NodePages* pages =
+      Make(Policy::WeightedInterleave({{0, 3}, {1, 1}}, numarena::BindMode::kAdvisory, 2 * kMiB));
+  void* p = Span(pages, 16 * kMiB, 8 * kMiB, /*commit=*/true);
+  CHECK(gate.Charged(0, Priority::kNormal) == static_cast<long long>(12 * kMiB));
+  CHECK(gate.Charged(1, Priority::kNormal) == static_cast<long long>(4 * kMiB));
+  auto* base = static_cast<char*>(p);
+  CHECK(pages->CommittedNodeOfPage(base) == 0);
+  CHECK(pages->CommittedNodeOfPage(base + 5 * kMiB) == 0);
+  CHECK(pages->CommittedNodeOfPage(base + 6 * kMiB) == 1);
+  CHECK(pages->CommittedNodeOfPage(base + 14 * kMiB) == 1);
+  CHECK(pages->node() == numarena::kNodeMixed);
+  REQUIRE(pages->Decommit(p, 16 * kMiB));
+  CHECK(gate.total() == 0);
+}
+
+TEST_CASE("interleave charges pages round-robin over its nodes") {
+  RecordingGate gate;
+  GateScope scope(&gate);
+  NodePages* pages = Make(Policy::Interleave({0, 1}, numarena::BindMode::kAdvisory));
+  void* p = Span(pages, 64 * 4096, 4096, /*commit=*/true);
+  CHECK(gate.Charged(0, Priority::kNormal) == 32 * 4096);
+  CHECK(gate.Charged(1, Priority::kNormal) == 32 * 4096);
+  REQUIRE(pages->Decommit(p, 64 * 4096));
+}
+
+TEST_CASE("spans grow in place only at the bump pointer") {
+  NodePages* pages = Make(Policy::Bind(0));
+  void* p = Span(pages, 64 * 4096, 4096, /*commit=*/false);
+  bool zero = false, commit = false;
+  void* next = static_cast<char*>(p) + 64 * 4096;
+  CHECK(pages->AllocateSpan(next, 4096, 4096, &zero, &commit) == next);
+  CHECK(pages->AllocateSpan(p, 4096, 4096, &zero, &commit) == nullptr);
+  CHECK(pages->SameRange(p, next));
+  int on_stack = 0;
+  CHECK_FALSE(pages->SameRange(p, &on_stack));
+}
+
+TEST_CASE("bad provider requests are InvalidArgument / FailedPrecondition with the fix") {
+  auto preferred = NodePages::Create(Policy::Preferred(0), {}, next_owner++);
+  CHECK(preferred.status().code() == absl::StatusCode::kInvalidArgument);
+  numarena::ArenaOptions odd;
+  odd.hugetlb_page_bytes = 3 * kMiB;
+  CHECK(NodePages::Create(Policy::Bind(0), odd, next_owner++).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+
+  numarena::ArenaOptions huge;
+  huge.hugetlb_page_bytes = numarena::ArenaOptions::kHugetlb1G;
+  auto pool = numarena::os::ReadFile("/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages");
+  auto result = NodePages::Create(Policy::Bind(0), huge, next_owner++);
+  if (!pool.ok() || std::atoll(pool->c_str()) == 0) {
+    REQUIRE(result.status().code() == absl::StatusCode::kFailedPrecondition);
+    CHECK_THAT(std::string(result.status().message()), Catch::Contains("nr_hugepages"));
+  } else {
+    CHECK(result.ok());
+  }
+}

@@ -1,0 +1,83 @@
+// The decode-table experiment on this machine with tiny sizes: every configuration runs,
+// the attention math gives the same checksum under every placement, the one-node note is
+// there when the machine has one node, the renderers are complete, and bad options are
+// refused naming the option.
+#include "numarena/ops/decode.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+
+#include "json_check.hpp"
+#include "numarena/topology.hpp"
+
+namespace {
+
+numarena::decode::DecodeOptions Tiny() {
+  numarena::decode::DecodeOptions options;
+  options.sequences = 2;
+  options.prompt_tokens = 20;
+  options.decode_steps = 3;
+  options.layers = 2;
+  options.kv_heads = 2;
+  options.head_dim = 8;
+  return options;
+}
+
+TEST_CASE("decode experiment: five configurations, same math, complete output", "[decode]") {
+  auto table = numarena::decode::RunDecodeExperiment(Tiny());
+  INFO((table.ok() ? std::string("ok") : std::string(table.status().message())));
+  REQUIRE(table.ok());
+  REQUIRE(table->configurations.size() == 5);
+  REQUIRE(table->kv_bytes_per_token == 2u * 2 * 8 * 4 * 2);
+  for (const auto& r : table->configurations) {
+    INFO(r.name);
+    REQUIRE(r.p50_ttft_ms > 0);
+    REQUIRE(r.p99_tbt_ms > 0);
+    REQUIRE(r.decode_tokens_per_second > 0);
+    REQUIRE(r.kv_pages > 0);
+    REQUIRE(std::isfinite(r.checksum));
+    REQUIRE(r.checksum == table->configurations[0].checksum);
+    REQUIRE(r.kv_local_fraction >= 0);
+    REQUIRE(r.kv_local_fraction <= 1);
+  }
+  auto topology = numarena::Topology::system();
+  REQUIRE(topology.ok());
+  if (table->cpu_nodes.size() == 1) {
+    REQUIRE(table->notes.size() == 1);
+    REQUIRE(table->notes[0].find("one NUMA node") == 0);
+    for (const auto& r : table->configurations) REQUIRE(r.kv_local_fraction == 1.0);
+  }
+  const std::string text = numarena::decode::RenderDecodeTable(*table);
+  REQUIRE(text.find("membind_cpubind") != std::string::npos);
+  auto doc = numarena::testing::ParseJson(numarena::decode::RenderDecodeJson(*table));
+  REQUIRE(doc.has_value());
+  REQUIRE(doc->at("configurations").array.size() == 5);
+}
+
+TEST_CASE("decode experiment: a chosen subset runs in the order given", "[decode]") {
+  auto options = Tiny();
+  options.configurations = {"full", "no_binding"};
+  auto table = numarena::decode::RunDecodeExperiment(options);
+  REQUIRE(table.ok());
+  REQUIRE(table->configurations.size() == 2);
+  REQUIRE(table->configurations[0].name == "full");
+  REQUIRE(table->configurations[1].name == "no_binding");
+}
+
+TEST_CASE("decode experiment: bad options are refused naming the option", "[decode]") {
+  auto options = Tiny();
+  options.prompt_tokens = 0;
+  auto refused = numarena::decode::RunDecodeExperiment(options);
+  REQUIRE(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(std::string(refused.status().message()).find("prompt_tokens is 0") != std::string::npos);
+  options = Tiny();
+  options.configurations = {"turbo"};
+  refused = numarena::decode::RunDecodeExperiment(options);
+  REQUIRE(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(std::string(refused.status().message()).find("unknown configuration 'turbo'") !=
+          std::string::npos);
+}
+
+}  // namespace

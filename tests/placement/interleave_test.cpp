@@ -1,0 +1,267 @@
+// Interleaved buffers on the host: sizes, alignment, huge-page advice, ExpectedNode on a
+// one-node set (every page must be on that node), policy validation naming the bad node,
+// move-only ownership, and the Strict/Advisory contract under a seccomp filter that makes
+// the kernel refuse mbind (all of it, or all but MPOL_PREFERRED). Spreading over several
+// nodes is proven in tests/lab/interleave_lab.cpp.
+#include "numarena/interleave.hpp"
+
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <numaif.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <type_traits>
+
+#include "numarena/page_nodes.hpp"
+#include "numarena/topology.hpp"
+#include "os/os.hpp"
+
+namespace numarena {
+namespace {
+
+const std::size_t kPage = os::PageSize();
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
+const Topology& System() {
+  auto topology = Topology::system();
+  REQUIRE(topology.ok());
+  return **topology;
+}
+
+int HostNode() { return System().nodes().front().id; }
+int MissingNode() { return System().nodes().back().id + 1; }
+
+bool Contains(const Status& status, const std::string& needle) {
+  return std::string(status.message()).find(needle) != std::string::npos;
+}
+
+// Every page of the buffer is resident on the node ExpectedNode names.
+void CheckEveryPageWhereExpected(const InterleavedBuffer& buffer) {
+  auto nodes = page_node_list(buffer.data(), buffer.size());
+  REQUIRE(nodes.ok());
+  REQUIRE(nodes->size() == buffer.mapped_bytes() / kPage);
+  for (std::size_t i = 0; i < nodes->size(); ++i) {
+    INFO("page " << i);
+    REQUIRE(buffer.ExpectedNode(i * kPage) >= 0);
+    REQUIRE((*nodes)[i] == buffer.ExpectedNode(i * kPage));
+  }
+}
+
+// Runs `body` on a thread where mbind fails with EPERM (as under a seccomp profile), except
+// mbind(MPOL_PREFERRED) when `allow_preferred`. The filter is per thread. Returns false when
+// the filter cannot be installed here.
+bool RunWithMbindDenied(bool allow_preferred, const std::function<void()>& body) {
+  (void)Topology::system();  // discover outside the filtered thread
+  bool installed = false;
+  std::thread worker([&] {
+    const unsigned mode_arg = offsetof(seccomp_data, args) + 2 * sizeof(std::uint64_t);
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mbind, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, mode_arg),  // low word of mbind's `mode`
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, allow_preferred ? MPOL_PREFERRED : 0xffffffffu, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+    };
+    sock_fprog program = {static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return;
+    if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &program) != 0) return;
+    installed = true;
+    body();
+  });
+  worker.join();
+  if (!installed) WARN("seccomp filter could not be installed here; refusal paths not exercised");
+  return installed;
+}
+
+TEST_CASE("page interleave over one node puts every page there") {
+  InterleaveOptions options;
+  options.populate = true;
+  auto buffer = AllocateInterleaved(10 * kPage - 7, Policy::Interleave({HostNode()}), options);
+  REQUIRE(buffer.ok());
+  CHECK(buffer->size() == 10 * kPage - 7);
+  CHECK(buffer->mapped_bytes() == 10 * kPage);
+  CHECK(buffer->policy() == Policy::Interleave({HostNode()}));
+  CHECK(buffer->stats().applied == AppliedPlacement::kAsRequested);
+  CHECK(buffer->stats().ranges == 1);
+  CHECK_FALSE(buffer->stats().huge_pages);  // below 2 MiB
+  CheckEveryPageWhereExpected(*buffer);
+  CHECK(buffer->ExpectedNode(buffer->size()) == -1);
+  CHECK(buffer->ExpectedNode(buffer->size() - 1) == HostNode());
+}
+
+TEST_CASE("large buffers are 2 MiB aligned, huge pages make page interleave unpredictable") {
+  const std::size_t bytes = 2 * kHugePage + 5;
+  auto huge = AllocateInterleaved(bytes, Policy::Interleave({HostNode()}));
+  REQUIRE(huge.ok());
+  CHECK(reinterpret_cast<std::uintptr_t>(huge->data()) % kHugePage == 0);
+  CHECK(huge->mapped_bytes() == 2 * kHugePage + kPage);
+  CHECK(huge->stats().huge_pages);
+  CHECK(huge->ExpectedNode(0) == -1);  // the kernel's unit may be 4 KiB or 2 MiB
+  // Not populated: nothing is resident until written, then it is on the node.
+  auto before = page_nodes(huge->data(), huge->size());
+  REQUIRE(before.ok());
+  CHECK(before->resident() == 0);
+  std::memset(huge->data(), 7, huge->size());
+  auto after = page_nodes(huge->data(), huge->size());
+  REQUIRE(after.ok());
+  CHECK(after->on(HostNode()) == after->total_pages);
+
+  InterleaveOptions base_pages;
+  base_pages.huge_pages = false;
+  base_pages.populate = true;
+  auto small_pages = AllocateInterleaved(bytes, Policy::Interleave({HostNode()}), base_pages);
+  REQUIRE(small_pages.ok());
+  CHECK(reinterpret_cast<std::uintptr_t>(small_pages->data()) % kHugePage == 0);
+  CHECK_FALSE(small_pages->stats().huge_pages);
+  CheckEveryPageWhereExpected(*small_pages);
+}
+
+TEST_CASE("weighted interleave binds runs of chunks to their nodes") {
+  InterleaveOptions options;
+  options.populate = true;
+  const std::size_t chunk = 16 * kPage;
+  auto policy = Policy::WeightedInterleave({{HostNode(), 3}}, BindMode::kStrict, chunk);
+  auto buffer = AllocateInterleaved(10 * chunk + kPage, policy, options);
+  REQUIRE(buffer.ok());
+  // One node: all eleven chunks form one run, so one mbind.
+  CHECK(buffer->stats().ranges == 1);
+  CHECK(buffer->stats().applied == AppliedPlacement::kAsRequested);
+  CheckEveryPageWhereExpected(*buffer);
+
+  auto defaults = AllocateInterleaved(3 * kHugePage, Policy::WeightedInterleave({{HostNode(), 1}}));
+  REQUIRE(defaults.ok());
+  CHECK(defaults->policy().chunk_bytes() == Policy::kDefaultWeightedChunk);
+  CHECK(defaults->ExpectedNode(3 * kHugePage - 1) == HostNode());
+  CHECK(defaults->ExpectedNode(3 * kHugePage) == -1);
+}
+
+TEST_CASE("bad sizes and policies are InvalidArgument naming the problem") {
+  const int missing = MissingNode();
+  const std::string named = "node " + std::to_string(missing);
+  struct Case {
+    std::size_t bytes;
+    std::optional<Policy> policy;
+    std::string needle;
+  };
+  const Case cases[] = {
+      {0, Policy::Interleave({HostNode()}), "size is 0"},
+      {kPage, Policy::Bind(HostNode()), "bind is not an interleave policy"},
+      {kPage, Policy::Local(), "local is not an interleave policy"},
+      {kPage, Policy::Preferred(HostNode()), "preferred is not an interleave policy"},
+      {kPage, Policy::Interleave({HostNode(), missing}), named},
+      {kPage, Policy::Interleave({}), "node set is empty"},
+      {kPage, Policy::WeightedInterleave({{HostNode(), 1}, {missing, 2}}), named},
+      {kPage, Policy::WeightedInterleave({{HostNode(), 0}}), "has weight 0"},
+      {kPage, Policy::WeightedInterleave({{HostNode(), 1}, {HostNode(), 1}}), "weighted twice"},
+      {kPage, Policy::WeightedInterleave({{HostNode(), 1}}, BindMode::kStrict, kPage + 1),
+       "not a multiple of the page size"},
+      {kPage, Policy::WeightedInterleave({{HostNode(), 1}}, BindMode::kStrict, 0),
+       "not a multiple of the page size"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.policy->ToString() << " " << c.bytes << " bytes");
+    auto buffer = AllocateInterleaved(c.bytes, *c.policy);
+    CHECK(buffer.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(Contains(buffer.status(), c.needle));
+    CHECK(Contains(buffer.status(), "AllocateInterleaved("));
+  }
+}
+
+TEST_CASE("buffers are move-only owners") {
+  auto first = AllocateInterleaved(4 * kPage, Policy::Interleave({HostNode()}));
+  auto second = AllocateInterleaved(8 * kPage, Policy::Interleave({HostNode()}));
+  REQUIRE(first.ok());
+  REQUIRE(second.ok());
+  std::memset(first->data(), 3, first->size());
+  InterleavedBuffer owner = std::move(*first);
+  CHECK(first->data() == nullptr);
+  CHECK(first->size() == 0);
+  CHECK(first->ExpectedNode(0) == -1);
+  CHECK(static_cast<unsigned char*>(owner.data())[4 * kPage - 1] == 3);
+  owner = std::move(*second);  // unmaps the first mapping
+  CHECK(owner.size() == 8 * kPage);
+  CHECK(second->data() == nullptr);
+  static_assert(!std::is_copy_constructible_v<InterleavedBuffer>);
+}
+
+TEST_CASE("strict policies fail with the kernel's EPERM, advisory ones fall back and say so") {
+  const std::size_t bytes = 64 * kPage;
+  const auto chunked = [](BindMode mode) {
+    return Policy::WeightedInterleave({{HostNode(), 1}}, mode, 16 * kPage);
+  };
+  Status strict_interleave, strict_weighted;
+  std::optional<InterleavedBuffer> advisory_interleave, advisory_weighted;
+  bool ran = RunWithMbindDenied(/*allow_preferred=*/false, [&] {
+    strict_interleave = AllocateInterleaved(bytes, Policy::Interleave({HostNode()})).status();
+    strict_weighted = AllocateInterleaved(bytes, chunked(BindMode::kStrict)).status();
+    auto a = AllocateInterleaved(bytes, Policy::Interleave({HostNode()}, BindMode::kAdvisory));
+    if (a.ok()) advisory_interleave.emplace(*std::move(a));
+    auto w = AllocateInterleaved(bytes, chunked(BindMode::kAdvisory));
+    if (w.ok()) advisory_weighted.emplace(*std::move(w));
+  });
+  if (!ran) return;
+  for (const Status& s : {strict_interleave, strict_weighted}) {
+    CHECK(s.code() == absl::StatusCode::kPermissionDenied);
+    CHECK(Contains(s, "errno 1 EPERM"));
+    CHECK(Contains(s, "mbind("));
+  }
+  CHECK(Contains(strict_interleave, "MPOL_INTERLEAVE"));
+  CHECK(Contains(strict_weighted, "MPOL_BIND"));
+  for (auto* buffer : {&advisory_interleave, &advisory_weighted}) {
+    REQUIRE(buffer->has_value());
+    const InterleaveStats& stats = (*buffer)->stats();
+    CHECK(stats.applied == AppliedPlacement::kNone);
+    CHECK(stats.ranges == 1);
+    CHECK(stats.fallbacks_to_none == 1);
+    CHECK(stats.fallbacks_to_preferred == 0);
+    CHECK(stats.first_fallback_error.find("EPERM") != std::string::npos);
+    CHECK((*buffer)->ExpectedNode(0) == -1);               // no promise after a fallback
+    std::memset((*buffer)->data(), 1, (*buffer)->size());  // still usable memory
+  }
+}
+
+TEST_CASE("advisory policies fall back to preferred when only that is allowed") {
+  const std::size_t bytes = 64 * kPage;
+  std::optional<InterleavedBuffer> interleaved, weighted;
+  bool ran = RunWithMbindDenied(/*allow_preferred=*/true, [&] {
+    auto a = AllocateInterleaved(bytes, Policy::Interleave({HostNode()}, BindMode::kAdvisory));
+    if (a.ok()) interleaved.emplace(*std::move(a));
+    auto w = AllocateInterleaved(
+        bytes, Policy::WeightedInterleave({{HostNode(), 1}}, BindMode::kAdvisory, 16 * kPage));
+    if (w.ok()) weighted.emplace(*std::move(w));
+  });
+  if (!ran) return;
+  for (auto* buffer : {&interleaved, &weighted}) {
+    REQUIRE(buffer->has_value());
+    const InterleaveStats& stats = (*buffer)->stats();
+    CHECK(stats.applied == AppliedPlacement::kPreferred);
+    CHECK(stats.fallbacks_to_preferred == 1);
+    CHECK(stats.fallbacks_to_none == 0);
+    CHECK(stats.first_fallback_error.find("EPERM") != std::string::npos);
+    std::memset((*buffer)->data(), 1, (*buffer)->size());
+    auto counts = page_nodes((*buffer)->data(), (*buffer)->size());
+    REQUIRE(counts.ok());
+    CHECK(counts->on(HostNode()) == 64);
+  }
+  CHECK(std::string(AppliedPlacementName(AppliedPlacement::kPreferred)) == "preferred");
+}
+
+}  // namespace
+}  // namespace numarena
