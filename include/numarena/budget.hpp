@@ -53,9 +53,11 @@
 //   numarena::BudgetOptions options;                 // kSystem, 80 / 85 / 90 %
 //   auto budget = numarena::Budget::Create(options, *numarena::Topology::system().value());
 //   if (!budget.ok()) { std::cerr << budget.status() << "\n"; return 2; }
+//   // A KvPool given `KvPoolOptions::budget` registers its own hook; any cache can do the
+//   // same, here a pool built without one:
 //   (*budget)->AddReclaimHook(numarena::Priority::kLow, "kv-cold",
 //       [&](int node, std::size_t bytes) -> numarena::StatusOr<std::size_t> {
-//         return kv_pool.DemoteCold(node, bytes);    // bytes actually freed
+//         return kv_pool->Reclaim(node, bytes);      // bytes actually freed
 //       });
 //   (*budget)->AddListener([](const numarena::BudgetEvent& e) { log(e); });
 //   if (auto s = numarena::InstallProcessBudget(budget->get()); !s.ok()) ...  // now charged

@@ -16,11 +16,11 @@
 // a program's definition wins; MALLOC_CONF in the environment is applied on top either way).
 //
 // oversize_threshold:0 turns off jemalloc's "oversize" handling, which otherwise purges every
-// freed extent above 8 MiB at once, in every arena, explicit ones included. For numarena that
-// meant each 8 MiB+ tensor freed and allocated again was re-faulted page by page: 132 us per
-// 8 MiB alloc+free pair instead of 0.3 us here (bench/peers_bench alloc_free_8MiB). Without it,
-// large extents follow the arena's normal decay like every other size, and arena purge()
-// (or a budget's reclaim) still returns them on demand.
+// freed extent above 8 MiB at once, in every arena, explicit ones included, so each 8 MiB+
+// tensor freed and allocated again would be faulted in afresh, page by page (the cost is in
+// bench/RESULTS.md, "Code history"). Without it, large extents follow the arena's normal
+// decay like every other size, and arena purge() (or a budget's reclaim) still returns them
+// on demand.
 extern "C" {
 __attribute__((weak)) const char* malloc_conf = "oversize_threshold:0";
 }
