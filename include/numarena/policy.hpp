@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "numarena/status.hpp"
@@ -76,9 +77,29 @@ class Policy {
   // that is not a multiple of the page size.
   [[nodiscard]] Status Validate(const Topology& topology) const;
 
-  // "bind(1)", "bind(0,1)/advisory", "preferred(2)", "interleave(0,1,2,3)", "weighted(0:3,1:1)",
-  // "local".
+  // The policy in the syntax Parse reads: "bind(1)", "bind(0,1)/advisory", "preferred(2)",
+  // "interleave(0,1,2,3)", "weighted(0:3,1:1)", "weighted(0:1,1:1)/chunk=65536", "local".
+  // The mode is written only when it is not the kind's default, the chunk only when it is
+  // not kDefaultWeightedChunk, so Parse(p.ToString()) == p.
   std::string ToString() const;
+
+  // A policy from text: the one syntax numarena's C API, the CLI and `numarena run` share.
+  //
+  //   policy  := kind ( "/" option )*
+  //   kind    := "bind(" NODES ")" | "preferred(" NODE ")" | "interleave(" NODES ")"
+  //            | "weighted(" NODE ":" WEIGHT ( "," NODE ":" WEIGHT )* ")" | "local"
+  //   option  := "strict" | "advisory" | "chunk=" SIZE        (chunk: weighted only)
+  //   NODES   := the kernel's list syntax, e.g. "0", "0-3", "0,2-3"
+  //   SIZE    := bytes with an optional K/M/G suffix (numarena::ParseByteSize), e.g. "64K"
+  //
+  // "membind" is accepted for "bind". No spaces. Modes default as the factories do (Bind,
+  // Interleave and WeightedInterleave strict; Preferred and Local advisory). InvalidArgument
+  // names what is wrong and where; the result is not validated against a machine (use
+  // Validate).
+  //
+  //   auto policy = numarena::Policy::Parse("interleave(0-3)/advisory");
+  //   auto kv = numarena::Policy::Parse("weighted(0:3,2:1)/chunk=2M");
+  [[nodiscard]] static StatusOr<Policy> Parse(std::string_view text);
 
   friend bool operator==(const Policy&, const Policy&) = default;
   template <typename H>

@@ -138,6 +138,9 @@ std::string Policy::ToString() const {
                           ? mode_ == BindMode::kAdvisory
                           : mode_ == BindMode::kStrict;
   if (!default_mode) out += mode_ == BindMode::kStrict ? "/strict" : "/advisory";
+  if (kind_ == PolicyKind::kWeightedInterleave && chunk_bytes_ != kDefaultWeightedChunk) {
+    absl::StrAppend(&out, "/chunk=", chunk_bytes_);
+  }
   return out;
 }
 
