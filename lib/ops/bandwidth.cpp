@@ -10,15 +10,16 @@
 #include <barrier>
 #include <chrono>
 #include <cmath>
-#include <ctime>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "ops/bandwidth_kernels.hpp"
+#include "numarena/format.hpp"
 #include "numarena/ops/bandwidth.hpp"
 #include "numarena/topology.hpp"
+#include "ops/bandwidth_kernels.hpp"
+#include "ops/ops_common.hpp"
 #include "os/os.hpp"
 
 namespace numarena {
@@ -50,7 +51,6 @@ const BandwidthCell* BandwidthMatrix::cell(int cpu_node, int memory_node) const 
 namespace {
 
 using bandwidth_internal::kDoublesPerLine;
-using bandwidth_internal::NodeBuffer;
 using bandwidth_internal::PointerChase;
 using Clock = std::chrono::steady_clock;
 
@@ -337,15 +337,6 @@ StatusOr<double> RunLatency(PointerChase chase, int cpu, double seconds) {
   return latency;
 }
 
-std::string UtcNow() {
-  std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char text[32];
-  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return text;
-}
-
 double Ratio(double numerator, double denominator) {
   return denominator > 0 ? numerator / denominator : 0;
 }
@@ -412,10 +403,10 @@ void Derive(BandwidthMatrix& m) {
         "against, so the local/remote ratios are not defined (reported as 0)"));
   }
   if (m.llc_bytes > 0 && m.buffer_bytes < 2 * m.llc_bytes) {
-    m.notes.push_back(absl::StrFormat(
-        "each array is %.1f MiB, less than twice the last-level cache (%.1f MiB): part of the "
-        "traffic may be served by the cache, so figures can exceed memory bandwidth",
-        m.buffer_bytes / double(kMiB), m.llc_bytes / double(kMiB)));
+    m.notes.push_back(absl::StrCat(
+        "each array is ", FormatBytes(m.buffer_bytes), ", less than twice the last-level cache (",
+        FormatBytes(m.llc_bytes), "): part of the traffic may be served by the cache, so "
+        "figures can exceed memory bandwidth"));
   }
   for (const BandwidthRow& row : m.rows) {
     if (row.threads > static_cast<int>(row.cpus.size())) {
@@ -424,9 +415,9 @@ void Derive(BandwidthMatrix& m) {
     }
     for (const BandwidthCell& c : row.cells) {
       if (c.pages_on_node_fraction < 0.999) {
-        m.notes.push_back(
-            absl::StrFormat("only %.1f%% of the pages of node %d's arrays were on node %d",
-                            100 * c.pages_on_node_fraction, c.memory_node, c.memory_node));
+        m.notes.push_back(absl::StrCat("only ", FormatPercent(c.pages_on_node_fraction),
+                                       " of the pages of node ", c.memory_node,
+                                       "'s arrays were on node ", c.memory_node));
         break;
       }
     }
@@ -441,7 +432,7 @@ StatusOr<BandwidthMatrix> MeasureBandwidthMatrix(const Topology& topology,
   if (!plan.ok()) return plan.status();
 
   BandwidthMatrix m;
-  m.timestamp_utc = UtcNow();
+  m.timestamp_utc = ops::UtcNow();
   m.buffer_bytes = plan->buffer_bytes;
   m.llc_bytes = plan->llc_bytes;
   m.latency_measured = options.measure_latency;
@@ -475,15 +466,16 @@ StatusOr<BandwidthMatrix> MeasureBandwidthMatrix(const Topology& topology,
     NodeBuffer buffers[3];
     double on_node = 1;
     for (NodeBuffer& buffer : buffers) {
-      auto created = NodeBuffer::Create(plan->buffer_bytes, node);
+      auto created = AllocateOnNode(plan->buffer_bytes, node);
       if (!created.ok()) {
         return Status(created.status().code(), absl::StrCat("arrays on memory node ", node, ": ",
                                                             created.status().message()));
       }
       buffer = std::move(*created);
-      on_node = std::min(on_node, buffer.FractionOnNode());
+      on_node = std::min(on_node, bandwidth_internal::FractionOnNode(buffer));
     }
-    Arrays arrays{buffers[0].doubles(), buffers[1].doubles(), buffers[2].doubles(),
+    auto doubles = [](const NodeBuffer& buffer) { return static_cast<double*>(buffer.data()); };
+    Arrays arrays{doubles(buffers[0]), doubles(buffers[1]), doubles(buffers[2]),
                   plan->buffer_bytes / sizeof(double)};
     auto measure_begin = Clock::now();
     setup += measure_begin - setup_begin;

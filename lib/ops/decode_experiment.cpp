@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <ctime>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -23,9 +22,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "numarena/arena.hpp"
+#include "numarena/format.hpp"
 #include "numarena/kv_pool.hpp"
+#include "numarena/ops/json.hpp"
 #include "numarena/page_nodes.hpp"
 #include "numarena/topology.hpp"
+#include "ops/ops_common.hpp"
 #include "os/os.hpp"
 
 namespace numarena::decode {
@@ -270,15 +272,6 @@ StatusOr<Plan> MakePlan(const Topology& topology, const DecodeOptions& options) 
     plan.group_worker.push_back(candidates[(g / nodes) % candidates.size()]);
   }
   return plan;
-}
-
-std::string UtcNow() {
-  std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char text[32];
-  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return text;
 }
 
 double Percentile(std::vector<double> values, double p) {
@@ -550,23 +543,6 @@ StatusOr<ConfigurationResult> RunConfiguration(const Configuration& config, cons
   return result;
 }
 
-std::string JsonString(const std::string& text) {
-  std::string out = "\"";
-  for (char ch : text) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    if (static_cast<unsigned char>(ch) < 0x20) {
-      out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(ch));
-      continue;
-    }
-    out += ch;
-  }
-  return out + "\"";
-}
-
-std::string JsonNumber(double value) {
-  return std::isfinite(value) ? absl::StrFormat("%.6g", value) : std::string("null");
-}
-
 }  // namespace
 
 const std::vector<std::string>& ConfigurationNames() {
@@ -619,7 +595,7 @@ StatusOr<DecodeTable> RunDecodeExperiment(const DecodeOptions& options) {
   table.cpu_nodes = plan->cpu_nodes;
   table.kv_bytes_per_token = static_cast<std::size_t>(options.layers) * options.kv_heads *
                              options.head_dim * sizeof(float) * 2;
-  table.timestamp_utc = UtcNow();
+  table.timestamp_utc = ops::UtcNow();
   if (plan->cpu_nodes.size() == 1) {
     table.notes.push_back(absl::StrCat(
         "one NUMA node (", plan->cpu_nodes[0],
@@ -642,52 +618,63 @@ std::string RenderDecodeTable(const DecodeTable& t) {
   const DecodeOptions& o = t.options;
   absl::StrAppendFormat(&out,
                         "numarena decode  %s  %d sequences x (%d prompt + %d decode) tokens, %d "
-                        "layers, %d KV heads x %d, fp32 KV %.1f KiB/token, %d worker thread(s) "
+                        "layers, %d KV heads x %d, fp32 KV %s/token, %d worker thread(s) "
                         "on CPU node(s) %s\n",
                         t.timestamp_utc, o.sequences, o.prompt_tokens, o.decode_steps, o.layers,
-                        o.kv_heads, o.head_dim, t.kv_bytes_per_token / 1024.0, t.threads,
+                        o.kv_heads, o.head_dim, FormatBytes(t.kv_bytes_per_token), t.threads,
                         absl::StrJoin(t.cpu_nodes, ","));
   for (const std::string& note : t.notes) absl::StrAppend(&out, "note: ", note, "\n");
   absl::StrAppendFormat(&out, "\n%-17s %14s %13s %10s %14s  %s\n", "configuration", "P50 TTFT (ms)",
                         "P99 TBT (ms)", "tokens/s", "KV node-local", "what it does");
   for (const ConfigurationResult& r : t.configurations) {
-    absl::StrAppendFormat(&out, "%-17s %14.1f %13.2f %10.1f %13.1f%%  %s\n", r.name, r.p50_ttft_ms,
-                          r.p99_tbt_ms, r.decode_tokens_per_second, 100 * r.kv_local_fraction,
-                          r.description);
+    absl::StrAppendFormat(&out, "%-17s %14.1f %13.2f %10.1f %14s  %s\n", r.name, r.p50_ttft_ms,
+                          r.p99_tbt_ms, r.decode_tokens_per_second,
+                          FormatPercent(r.kv_local_fraction), r.description);
   }
   return out;
 }
 
 std::string RenderDecodeJson(const DecodeTable& t) {
   const DecodeOptions& o = t.options;
-  std::string out = "{\n  \"schema\": \"numarena.decode/1\",\n";
-  absl::StrAppend(&out, "  \"timestamp_utc\": ", JsonString(t.timestamp_utc), ",\n");
-  absl::StrAppend(&out, "  \"options\": {\"sequences\": ", o.sequences,
-                  ", \"prompt_tokens\": ", o.prompt_tokens, ", \"decode_steps\": ", o.decode_steps,
-                  ", \"layers\": ", o.layers, ", \"kv_heads\": ", o.kv_heads,
-                  ", \"head_dim\": ", o.head_dim, ", \"threads\": ", t.threads, "},\n");
-  absl::StrAppend(&out, "  \"cpu_nodes\": [", absl::StrJoin(t.cpu_nodes, ", "), "],\n");
-  absl::StrAppend(&out, "  \"kv_bytes_per_token\": ", t.kv_bytes_per_token, ",\n");
-  std::vector<std::string> notes;
-  for (const std::string& n : t.notes) notes.push_back(JsonString(n));
-  absl::StrAppend(&out, "  \"notes\": [", absl::StrJoin(notes, ", "), "],\n");
-  absl::StrAppend(&out, "  \"configurations\": [");
-  for (std::size_t i = 0; i < t.configurations.size(); ++i) {
-    const ConfigurationResult& r = t.configurations[i];
-    absl::StrAppend(&out, i == 0 ? "\n" : ",\n", "    {\"name\": ", JsonString(r.name),
-                    ", \"description\": ", JsonString(r.description),
-                    ", \"pinned\": ", r.pinned ? "true" : "false",
-                    ",\n     \"p50_ttft_ms\": ", JsonNumber(r.p50_ttft_ms),
-                    ", \"p99_tbt_ms\": ", JsonNumber(r.p99_tbt_ms),
-                    ", \"decode_tokens_per_second\": ", JsonNumber(r.decode_tokens_per_second),
-                    ", \"prefill_tokens_per_second\": ", JsonNumber(r.prefill_tokens_per_second),
-                    ",\n     \"kv_local_fraction\": ", JsonNumber(r.kv_local_fraction),
-                    ", \"kv_pages\": ", r.kv_pages, ", \"kv_nodes\": [",
-                    absl::StrJoin(r.kv_nodes, ", "), "], \"worker_nodes\": [",
-                    absl::StrJoin(r.worker_nodes, ", "),
-                    "], \"checksum\": ", JsonNumber(r.checksum), "}");
+  std::string out;
+  JsonWriter json(out);
+  json.BeginObject();
+  json.Key("schema").String("numarena.decode/1");
+  json.Key("timestamp_utc").String(t.timestamp_utc);
+  json.Key("options").BeginObject();
+  json.Key("sequences").Int(o.sequences);
+  json.Key("prompt_tokens").Int(o.prompt_tokens);
+  json.Key("decode_steps").Int(o.decode_steps);
+  json.Key("layers").Int(o.layers);
+  json.Key("kv_heads").Int(o.kv_heads);
+  json.Key("head_dim").Int(o.head_dim);
+  json.Key("threads").Int(t.threads);
+  json.EndObject();
+  json.Key("cpu_nodes").IntArray(t.cpu_nodes);
+  json.Key("kv_bytes_per_token").Uint(t.kv_bytes_per_token);
+  json.Key("notes").BeginArray();
+  for (const std::string& n : t.notes) json.String(n);
+  json.EndArray();
+  json.Key("configurations").BeginArray();
+  for (const ConfigurationResult& r : t.configurations) {
+    json.BeginObject();
+    json.Key("name").String(r.name);
+    json.Key("description").String(r.description);
+    json.Key("pinned").Bool(r.pinned);
+    json.Key("p50_ttft_ms").Double(r.p50_ttft_ms);
+    json.Key("p99_tbt_ms").Double(r.p99_tbt_ms);
+    json.Key("decode_tokens_per_second").Double(r.decode_tokens_per_second);
+    json.Key("prefill_tokens_per_second").Double(r.prefill_tokens_per_second);
+    json.Key("kv_local_fraction").Double(r.kv_local_fraction);
+    json.Key("kv_pages").Uint(r.kv_pages);
+    json.Key("kv_nodes").IntArray(r.kv_nodes);
+    json.Key("worker_nodes").IntArray(r.worker_nodes);
+    json.Key("checksum").Double(r.checksum);
+    json.EndObject();
   }
-  absl::StrAppend(&out, "\n  ]\n}\n");
+  json.EndArray();
+  json.EndObject();
+  out += '\n';
   return out;
 }
 

@@ -1,6 +1,6 @@
-// Small helpers shared by the operations components (doctor, advise, stat, metrics, report):
-// finding a PCI device by a bus id as users type it, reading optional kernel files through
-// a SystemReader, and printing byte counts and ratios the way the tools show them.
+// Small helpers shared by the operations components (doctor, advise, stat, metrics, report,
+// bandwidth, decode): finding a PCI device by a bus id as users type it, reading optional
+// kernel files through a SystemReader, and the timestamp the measurement reports carry.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,10 @@ namespace numarena::ops {
 // Wraps a parse error of `path` as DataLoss naming the file as the reader shows it.
 [[nodiscard]] Status FileError(const SystemReader& reader, const std::string& path,
                                const Status& parse_error);
+
+// The current time in UTC as ISO 8601 to the second, "2025-01-31T12:00:00Z": the
+// timestamp_utc of the bandwidth matrix and the decode table.
+std::string UtcNow();
 
 // True when "/proc/<pid>" names a plausible process: "self" or a positive decimal number.
 bool IsPidArgument(std::string_view pid);

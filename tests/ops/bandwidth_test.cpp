@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <set>
@@ -75,11 +76,11 @@ TEST_CASE("node buffer is bound, populated and on its node", "[bandwidth]") {
   auto topology = numarena::Topology::system();
   REQUIRE(topology.ok());
   int node = (*topology)->nodes().front().id;
-  auto buffer = bi::NodeBuffer::Create(std::size_t{3} << 20, node);
+  auto buffer = numarena::AllocateOnNode(std::size_t{3} << 20, node);
   REQUIRE(buffer.ok());
-  REQUIRE(buffer->bytes() == (std::size_t{3} << 20));
-  REQUIRE(buffer->FractionOnNode() == 1.0);
-  std::memset(buffer->data(), 1, buffer->bytes());
+  REQUIRE(buffer->size() == (std::size_t{3} << 20));
+  REQUIRE(bi::FractionOnNode(*buffer) == 1.0);
+  std::memset(buffer->data(), 1, buffer->size());
 }
 
 TEST_CASE("a small matrix on this machine is complete and consistent", "[bandwidth]") {
@@ -180,6 +181,35 @@ TEST_CASE("a small matrix on this machine is complete and consistent", "[bandwid
       }
     }
   }
+}
+
+TEST_CASE("the JSON carries any note text and non-finite figures as valid JSON", "[bandwidth]") {
+  // Notes quote names from the machine (sysfs), so they may hold any bytes.
+  numarena::BandwidthMatrix m;
+  m.timestamp_utc = "2025-01-31T12:00:00Z";
+  m.cpu_nodes = {0};
+  m.memory_nodes = {0};
+  m.notes = {"tab\there, quote \" and \\, bell \x07, bad UTF-8 \xff\xc3, ok \xc3\xa9"};
+  numarena::BandwidthRow row;
+  row.cpu_node = 0;
+  row.cpus = {0, 1};
+  row.threads = 2;
+  row.local_column = 0;
+  row.cells.resize(1);
+  row.cells[0].memory_node = 0;
+  row.cells[0].latency_ns = std::nan("");
+  row.cells[0].bytes_per_second[0] = INFINITY;
+  m.rows.push_back(row);
+  const std::string json = numarena::RenderBandwidthJson(m);
+  INFO(json);
+  auto doc = numarena::testing::ParseJson(json);
+  REQUIRE(doc.has_value());
+  REQUIRE(doc->at("notes").array.at(0).string ==
+          "tab\there, quote \" and \\, bell \x07, bad UTF-8 \xEF\xBF\xBD\xEF\xBF\xBD, ok \xc3\xa9");
+  const auto& cell = doc->at("rows").array.at(0).at("cells").array.at(0);
+  REQUIRE(cell.at("latency_ns").kind == numarena::testing::JsonValue::Kind::kNull);
+  REQUIRE(cell.at("bytes_per_second").at("read").kind == numarena::testing::JsonValue::Kind::kNull);
+  REQUIRE(json.back() == '\n');
 }
 
 TEST_CASE("latency can be skipped", "[bandwidth]") {

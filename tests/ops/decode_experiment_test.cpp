@@ -80,4 +80,30 @@ TEST_CASE("decode experiment: bad options are refused naming the option", "[deco
           std::string::npos);
 }
 
+TEST_CASE("decode experiment: the JSON carries any text and non-finite figures validly",
+          "[decode]") {
+  numarena::decode::DecodeTable t;
+  t.timestamp_utc = "2025-01-31T12:00:00Z";
+  t.cpu_nodes = {0};
+  t.notes = {"newline\nand \"quotes\", control \x01, bad UTF-8 \x80\xe2\x82"};
+  numarena::decode::ConfigurationResult r;
+  r.name = "full";
+  r.description = "back\\slash";
+  r.p50_ttft_ms = std::nan("");
+  r.checksum = -INFINITY;
+  r.kv_nodes = {0, -1};
+  t.configurations.push_back(r);
+  const std::string json = numarena::decode::RenderDecodeJson(t);
+  INFO(json);
+  auto doc = numarena::testing::ParseJson(json);
+  REQUIRE(doc.has_value());
+  REQUIRE(doc->at("notes").array.at(0).string ==
+          "newline\nand \"quotes\", control \x01, bad UTF-8 \xEF\xBF\xBD\xEF\xBF\xBD");
+  const auto& c = doc->at("configurations").array.at(0);
+  REQUIRE(c.at("description").string == "back\\slash");
+  REQUIRE(c.at("p50_ttft_ms").kind == numarena::testing::JsonValue::Kind::kNull);
+  REQUIRE(c.at("checksum").kind == numarena::testing::JsonValue::Kind::kNull);
+  REQUIRE(c.at("kv_nodes").array.at(1).number == -1);
+}
+
 }  // namespace
