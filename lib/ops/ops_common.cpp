@@ -43,6 +43,13 @@ Status FileError(const SystemReader& reader, const std::string& path, const Stat
       absl::StrCat(reader.DisplayPath(path), ": ", std::string(parse_error.message())));
 }
 
+Status ThreadStartError(const char* what, int index, int count, const std::system_error& error) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "could not start ", what, " ", index + 1, " of ", count, ": ", error.what(),
+      "; the system refused another thread (its thread or memory limit), so ask for fewer "
+      "threads"));
+}
+
 std::string UtcNow() {
   const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   std::tm tm{};

@@ -52,8 +52,7 @@ void Check(const Target& target, Hostile kind, const std::string& command) {
   fs::copy(fs::path(NUMARENA_FIXTURES) / "laptop-1node", dir.path(), fs::copy_options::recursive);
   const fs::path file = dir.path() / target.file;
   numarena::testing::MakeHostile(file, kind);
-  INFO(target.file << " as " << numarena::testing::HostileName(kind) << ", numarena "
-                   << command);
+  INFO(target.file << " as " << numarena::testing::HostileName(kind) << ", numarena " << command);
   auto run = numarena::testing::RunCli(
       command + " --sysfs-root '" + (dir.path() / "sys").string() + "'", kTimeoutSeconds);
   INFO("stderr: " << run.err);

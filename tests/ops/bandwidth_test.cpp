@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/bandwidth_kernels.hpp"
 #include "json_check.hpp"
 #include "numarena/topology.hpp"
+#include "ops/bandwidth_kernels.hpp"
 
 namespace {
 
@@ -212,6 +212,20 @@ TEST_CASE("the JSON carries any note text and non-finite figures as valid JSON",
   REQUIRE(json.back() == '\n');
 }
 
+TEST_CASE("arrays larger than a node's free memory are refused before any is made", "[bandwidth]") {
+  for (std::size_t bytes : {std::size_t{1} << 50, SIZE_MAX / 2, SIZE_MAX - 63}) {
+    auto options = SmallOptions();
+    options.buffer_bytes = bytes;
+    auto matrix = numarena::MeasureBandwidthMatrix(options);
+    REQUIRE_FALSE(matrix.ok());
+    INFO(matrix.status().message());
+    CHECK(matrix.status().code() == absl::StatusCode::kResourceExhausted);
+    CHECK(std::string(matrix.status().message()).find("three arrays of ") == 0);
+    CHECK(std::string(matrix.status().message()).find(" free; ask for smaller arrays") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("latency can be skipped", "[bandwidth]") {
   auto options = SmallOptions();
   options.measure_latency = false;
@@ -239,8 +253,17 @@ TEST_CASE("bad options are refused with a message naming the problem", "[bandwid
   options.buffer_bytes = 4096;
   expect_invalid(options, "buffer_bytes is 4096");
   options = SmallOptions();
+  options.threads_per_node = numarena::kMaxBandwidthThreadsPerNode + 1;
+  expect_invalid(options, "threads_per_node is 1025; use 1 to 1024");
+  options = SmallOptions();
   options.seconds = 0;
   expect_invalid(options, "seconds is 0");
+  options = SmallOptions();
+  options.seconds = 1e300;  // would overflow the conversion to clock ticks
+  expect_invalid(options, "seconds is 1e+300");
+  options = SmallOptions();
+  options.seconds = INFINITY;
+  expect_invalid(options, "seconds is inf");
   options = SmallOptions();
   options.cpu_nodes = {4242};
   expect_invalid(options, "CPU node 4242 is not an online node");

@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <climits>
 #include <cmath>
 #include <string>
 
@@ -73,11 +74,37 @@ TEST_CASE("decode experiment: bad options are refused naming the option", "[deco
   REQUIRE(refused.status().code() == absl::StatusCode::kInvalidArgument);
   REQUIRE(std::string(refused.status().message()).find("prompt_tokens is 0") != std::string::npos);
   options = Tiny();
+  options.threads = numarena::decode::kMaxDecodeThreads + 1;
+  refused = numarena::decode::RunDecodeExperiment(options);
+  REQUIRE(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(std::string(refused.status().message()).find("threads is 1025; use 1 to 1024") !=
+          std::string::npos);
+  options = Tiny();
   options.configurations = {"turbo"};
   refused = numarena::decode::RunDecodeExperiment(options);
   REQUIRE(refused.status().code() == absl::StatusCode::kInvalidArgument);
   REQUIRE(std::string(refused.status().message()).find("unknown configuration 'turbo'") !=
           std::string::npos);
+}
+
+TEST_CASE("decode experiment: sizes beyond free memory are refused before the run", "[decode]") {
+  auto options = Tiny();
+  options.sequences = 100000;
+  options.prompt_tokens = 100000;  // 100000 x 100016 tokens x 2 x 2 x 8 x 8 bytes: 2.3 TiB
+  auto refused = numarena::decode::RunDecodeExperiment(options);
+  REQUIRE(refused.status().code() == absl::StatusCode::kResourceExhausted);
+  const std::string message(refused.status().message());
+  INFO(message);
+  CHECK(message.find("the run needs ") == 0);
+  CHECK(message.find("(KV cache 2.3 TiB, worker scratch ") != std::string::npos);
+  CHECK(message.find(" free on CPU node(s) ") != std::string::npos);
+
+  // Every size at INT_MAX: the product does not fit in 64 bits, and is not wrapped.
+  options.sequences = options.prompt_tokens = options.decode_steps = INT_MAX;
+  options.layers = options.kv_heads = options.head_dim = INT_MAX;
+  refused = numarena::decode::RunDecodeExperiment(options);
+  REQUIRE(refused.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(std::string(refused.status().message()).find("the run would need more than 16 EiB") == 0);
 }
 
 TEST_CASE("decode experiment: the JSON carries any text and non-finite figures validly",

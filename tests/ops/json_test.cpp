@@ -60,9 +60,8 @@ TEST_CASE("json: structure, commas and keys", "[json]") {
   REQUIRE_FALSE(json.complete());
   json.EndObject();
   REQUIRE(json.complete());
-  REQUIRE(out ==
-          R"({"nodes":[0,1],"empty":[],"inner":{"a":true,"b":false},"none":{},"gpu":null,)"
-          R"("ids":[3,-1,7],"list":[{},"x",null]})");
+  REQUIRE(out == R"({"nodes":[0,1],"empty":[],"inner":{"a":true,"b":false},"none":{},"gpu":null,)"
+                 R"("ids":[3,-1,7],"list":[{},"x",null]})");
   REQUIRE(ParseJson(out).has_value());
 }
 
@@ -101,10 +100,10 @@ TEST_CASE("json: quotes, backslashes and every control character are escaped", "
 
 TEST_CASE("json: well-formed UTF-8 passes through unchanged", "[json]") {
   const std::vector<std::string> texts = {
-      "caf\xC3\xA9",                  // U+00E9
-      "\xC2\x80\xDF\xBF",             // U+0080, U+07FF: the 2-byte range's ends
-      "\xE0\xA0\x80\xEF\xBF\xBF",     // U+0800, U+FFFF
-      "\xED\x9F\xBF\xEE\x80\x80",     // U+D7FF, U+E000: either side of the surrogates
+      "caf\xC3\xA9",                       // U+00E9
+      "\xC2\x80\xDF\xBF",                  // U+0080, U+07FF: the 2-byte range's ends
+      "\xE0\xA0\x80\xEF\xBF\xBF",          // U+0800, U+FFFF
+      "\xED\x9F\xBF\xEE\x80\x80",          // U+D7FF, U+E000: either side of the surrogates
       "\xF0\x90\x80\x80\xF4\x8F\xBF\xBF",  // U+10000, U+10FFFF
       "GPU \xE2\x80\x94 H100 \xF0\x9F\x9A\x80",
   };
@@ -123,28 +122,35 @@ TEST_CASE("json: ill-formed UTF-8 becomes U+FFFD, one per maximal ill-formed sub
   };
   const std::string R = kReplacement;
   const std::vector<Case> cases = {
-      {"\x80", R},                             // a stray continuation byte
-      {"a\xBF" "b", "a" + R + "b"},            // ... between ASCII
-      {"\xC0\xAF", R + R},                     // overlong '/': C0 is never a lead byte
-      {"\xC1\xBF", R + R},                     // C1 neither
-      {"\xE0\x80\x80", R + R + R},             // overlong 3-byte form
-      {"\xED\xA0\x80", R + R + R},             // a UTF-16 surrogate (U+D800)
-      {"\xF0\x80\x80\x80", R + R + R + R},     // overlong 4-byte form
-      {"\xF4\x90\x80\x80", R + R + R + R},     // above U+10FFFF
-      {"\xF5\x80", R + R},                     // F5..FF are never lead bytes
-      {"\xFF\xFE", R + R},                     //
-      {"\xE2\x82", R},                         // truncated at the end: one for the prefix
-      {"\xE2\x82" "A", R + "A"},               // truncated before ASCII
-      {"\xF0\x9F\x98" "x", R + "x"},           // a 4-byte sequence missing its last byte
-      {"\xC3", R},                             // a lone lead byte at the end
-      {"ok\xC3\xA9\xC3", "ok\xC3\xA9" + R},    // valid, then truncated
+      {"\x80", R},  // a stray continuation byte
+      {"a\xBF"
+       "b",
+       "a" + R + "b"},                      // ... between ASCII
+      {"\xC0\xAF", R + R},                  // overlong '/': C0 is never a lead byte
+      {"\xC1\xBF", R + R},                  // C1 neither
+      {"\xE0\x80\x80", R + R + R},          // overlong 3-byte form
+      {"\xED\xA0\x80", R + R + R},          // a UTF-16 surrogate (U+D800)
+      {"\xF0\x80\x80\x80", R + R + R + R},  // overlong 4-byte form
+      {"\xF4\x90\x80\x80", R + R + R + R},  // above U+10FFFF
+      {"\xF5\x80", R + R},                  // F5..FF are never lead bytes
+      {"\xFF\xFE", R + R},                  //
+      {"\xE2\x82", R},                      // truncated at the end: one for the prefix
+      {"\xE2\x82"
+       "A",
+       R + "A"},  // truncated before ASCII
+      {"\xF0\x9F\x98"
+       "x",
+       R + "x"},                                     // a 4-byte sequence missing its last byte
+      {"\xC3", R},                                   // a lone lead byte at the end
+      {"ok\xC3\xA9\xC3", "ok\xC3\xA9" + R},          // valid, then truncated
       {"\xE2\x82\xE2\x82\xAC", R + "\xE2\x82\xAC"},  // truncated, then a whole euro sign
   };
   for (const Case& c : cases) {
     INFO(Quoted(c.in));
     REQUIRE(RoundTrip(c.in) == c.out);
   }
-  REQUIRE(Quoted("\xE2\x82" "A") == R"("\ufffdA")");
+  REQUIRE(Quoted("\xE2\x82"
+                 "A") == R"("\ufffdA")");
 }
 
 TEST_CASE("json: any bytes at all give a document that parses", "[json]") {
@@ -153,7 +159,7 @@ TEST_CASE("json: any bytes at all give a document that parses", "[json]") {
   std::uniform_int_distribution<int> byte(0, 255);
   // Bias toward the bytes that matter: controls, quotes, backslashes and UTF-8 lead and
   // continuation bytes.
-  const unsigned char interesting[] = {0x00, 0x1F, '"', '\\', 0x7F, 0x80, 0xBF, 0xC0, 0xC2,
+  const unsigned char interesting[] = {0x00, 0x1F, '"',  '\\', 0x7F, 0x80, 0xBF, 0xC0, 0xC2,
                                        0xDF, 0xE0, 0xED, 0xEF, 0xF0, 0xF4, 0xF5, 0xFF, 'a'};
   for (int i = 0; i < 20000; ++i) {
     std::string text;

@@ -86,8 +86,7 @@ inline void MakeHostile(const std::filesystem::path& at, Hostile kind) {
   std::filesystem::remove_all(at, ignored);
   auto check = [&](bool ok, const char* what) {
     if (!ok) {
-      throw std::runtime_error(std::string(what) + " " + at.string() + ": " +
-                               std::strerror(errno));
+      throw std::runtime_error(std::string(what) + " " + at.string() + ": " + std::strerror(errno));
     }
   };
   switch (kind) {
