@@ -1,10 +1,10 @@
 // The OS layer: the only code in numarena that talks to the kernel.
 //
 // Every mmap, madvise, mbind, set_mempolicy, get_mempolicy, move_pages, sched_*affinity,
-// getcpu and getenv call, and every read of a file under /sys or /proc, goes through the
-// functions below. Everything above this layer is ordinary C++ that can be unit-tested on
-// a one-node machine with synthetic inputs (see topology's injected reader) and proven on
-// a real multi-node kernel in the NUMA lab.
+// getcpu and getenv call, and every read of a file under /sys or /proc (or of a recorded
+// tree standing in for them), goes through the functions below. Everything above this
+// layer is ordinary C++ that can be unit-tested on a one-node machine with synthetic inputs
+// (see topology's injected reader) and proven on a real multi-node kernel in the NUMA lab.
 //
 // Conventions: functions return absl::Status / StatusOr with errno kept in the message
 // (see ErrnoToStatus). Node masks are sized from the kernel's possible node count, never a
@@ -24,8 +24,20 @@ namespace numarena::os {
 
 // ---- files ---------------------------------------------------------------------------
 
-// Reads a whole (small) file. NotFound when it does not exist; the path is in the message.
-[[nodiscard]] StatusOr<std::string> ReadFile(const std::string& path);
+// The most ReadFile reads from one file unless told otherwise: far above any kernel file
+// numarena reads (the largest, /proc/<pid>/numa_maps of a process with very many mappings,
+// is a few MiB), and small enough that a wrong file cannot exhaust memory.
+inline constexpr std::size_t kMaxFileBytes = std::size_t{64} << 20;
+
+// Reads a whole regular file of at most `max_bytes` bytes. The path is in every message.
+//   NotFound            it does not exist (also a dangling symbolic link)
+//   FailedPrecondition  it is a directory (EISDIR), a FIFO, socket or device (opened without
+//                       blocking and refused before any read, so a FIFO with no writer or a
+//                       link to /dev/zero cannot hang or exhaust memory), it is larger than
+//                       max_bytes, or the path loops (ELOOP) or runs through a non-directory
+//   others              as ErrnoToStatus (PermissionDenied for EACCES, ...)
+[[nodiscard]] StatusOr<std::string> ReadFile(const std::string& path,
+                                             std::size_t max_bytes = kMaxFileBytes);
 // Names of the entries of a directory (no "." or ".."), unsorted. NotFound when missing.
 [[nodiscard]] StatusOr<std::vector<std::string>> ListDirectory(const std::string& path);
 // Target of a symbolic link. NotFound when missing.
@@ -131,8 +143,9 @@ int MapHugetlbFixedNoAlloc(void* addr, std::size_t bytes, std::size_t huge_page_
 int PurgeRangeNoAlloc(void* addr, std::size_t bytes);
 // MADV_HUGEPAGE (huge = true) or MADV_NOHUGEPAGE.
 int AdviseHugePagesNoAlloc(void* addr, std::size_t bytes, bool huge);
-// Reads at most capacity-1 bytes of a small file into `buffer` and NUL-terminates it.
-// Returns the length read, or -errno.
+// Reads at most capacity-1 bytes of a small regular file into `buffer` and NUL-terminates
+// it. Returns the length read, or -errno: -EISDIR for a directory, -EINVAL for a FIFO,
+// socket or device (refused without blocking, as ReadFile does).
 long ReadFileNoAlloc(const char* path, char* buffer, std::size_t capacity);
 // The node of the CPU the calling thread runs on, through the vDSO getcpu (cheap); -1 if
 // the kernel does not say.

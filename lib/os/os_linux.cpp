@@ -6,6 +6,7 @@
 #include <numaif.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -89,9 +90,60 @@ Status BatchedMovePages(std::span<void* const> pages, const int* target, std::sp
 
 }  // namespace
 
-StatusOr<std::string> ReadFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+const char* FileTypeName(mode_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFDIR:
+      return "a directory";
+    case S_IFIFO:
+      return "a FIFO";
+    case S_IFSOCK:
+      return "a socket";
+    case S_IFCHR:
+      return "a character device";
+    case S_IFBLK:
+      return "a block device";
+    default:
+      return "not a regular file";
+  }
+}
+
+}  // namespace
+
+StatusOr<std::string> ReadFile(const std::string& path, std::size_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO without a writer (or a device) would otherwise wait forever;
+  // it is refused below before any read. O_NOCTTY: a terminal never becomes ours.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", path));
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    int err = errno;
+    ::close(fd);
+    return ErrnoToStatus(err, absl::StrCat("fstat ", path));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    ::close(fd);
+    // A directory keeps its errno name, as read(2) would report it.
+    if (S_ISDIR(info.st_mode)) return ErrnoToStatus(EISDIR, absl::StrCat("read ", path));
+    // /dev/zero or /dev/urandom (e.g. behind a symlink in a recorded tree) would never end,
+    // a FIFO or socket may never answer: kernel files under /sys and /proc are regular.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "read ", path, ": ", FileTypeName(info.st_mode),
+        ", not a regular file; numarena reads only regular files (as the kernel's files under "
+        "/sys and /proc are)"));
+  }
+  auto too_large = [&] {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "read ", path, ": larger than ", max_bytes,
+        " bytes, the most numarena reads from one file; no kernel file it reads is that large, "
+        "so this is not the file it expects"));
+  };
+  // sysfs reports 4096 and procfs 0 whatever the content: st_size only refuses early.
+  if (static_cast<std::uint64_t>(info.st_size) > max_bytes) {
+    ::close(fd);
+    return too_large();
+  }
   std::string out;
   char buffer[4096];
   for (;;) {
@@ -103,6 +155,10 @@ StatusOr<std::string> ReadFile(const std::string& path) {
       return ErrnoToStatus(err, absl::StrCat("read ", path));
     }
     if (n == 0) break;
+    if (static_cast<std::size_t>(n) > max_bytes - out.size()) {
+      ::close(fd);
+      return too_large();
+    }
     out.append(buffer, static_cast<std::size_t>(n));
   }
   ::close(fd);
@@ -471,8 +527,19 @@ int AdviseHugePagesNoAlloc(void* addr, std::size_t bytes, bool huge) {
 
 long ReadFileNoAlloc(const char* path, char* buffer, std::size_t capacity) {
   if (capacity == 0) return -EINVAL;
-  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  // As ReadFile: never wait on a FIFO or device, read regular files only.
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return -errno;
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return -err;
+  }
+  if (!S_ISREG(info.st_mode)) {
+    ::close(fd);
+    return S_ISDIR(info.st_mode) ? -EISDIR : -EINVAL;
+  }
   std::size_t length = 0;
   while (length + 1 < capacity) {
     ssize_t n = ::read(fd, buffer + length, capacity - 1 - length);
