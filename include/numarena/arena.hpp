@@ -158,8 +158,25 @@ class Arena {
   std::atomic<std::uint64_t> fallbacks_{0};
 };
 
-// Frees any pointer numarena allocated, on any thread; nullptr is ignored. A pointer from
-// another allocator is a bug: numarena reports it on stderr and aborts.
+// Misuse. Freeing a pointer outside numarena's address ranges (from malloc, another
+// allocator, the stack) is always detected: numarena says so on stderr and aborts. Inside its
+// ranges the fast paths trust the caller, and these are undefined behaviour that numarena does
+// not detect by default:
+//   - a double free (a small object is then handed out twice, a large one crashes jemalloc);
+//   - freeing an address numarena never returned (a pointer into the middle of an object,
+//     or a stray one): a crash in jemalloc or a corrupt heap;
+//   - a sized free whose size or alignment differs from the allocation's: the object goes
+//     back to the wrong size class and is later handed out for requests it is too small for;
+//   - use after free and writes past the end of an object (never detected: numarena's memory
+//     is not instrumented by AddressSanitizer).
+// Checked mode detects the first three: it reports the call, the pointer and what is wrong
+// with it on stderr and aborts. Turn it on with the environment variable NUMARENA_CHECK=1; it
+// is read once, when the first arena is created, and holds for the life of the process. In
+// checked mode every allocation and free takes the out-of-line path (no front cache) and a
+// locked table lookup, several times slower than the fast paths, which do not change when
+// checking is off.
+//
+// Frees any pointer numarena allocated, on any thread; nullptr is ignored (see Misuse above).
 inline void deallocate(void* p) noexcept {
   int heap = arena_internal::HeapOf(p);
   if (heap >= 0) {
@@ -180,7 +197,8 @@ inline void deallocate(void* p) noexcept {
   arena_internal::DeallocateSlow(p);
 }
 
-// Sized free (faster for large objects): `size` and `alignment` as given to allocate.
+// Sized free (faster for large objects): `size` and `alignment` exactly as given to allocate
+// (an alignment up to alignof(max_align_t) counts as alignof(max_align_t)).
 inline void deallocate(void* p, std::size_t size,
                        std::size_t alignment = alignof(std::max_align_t)) noexcept {
   int heap = arena_internal::HeapOf(p);
@@ -206,8 +224,12 @@ inline void deallocate(void* p, std::size_t size,
 inline bool owns(const void* p) { return arena_internal::HeapOf(p) >= 0; }
 
 // Usable bytes of the allocation at `p` (at least the size asked for); 0 when numarena
-// does not own `p`.
+// does not own `p`. `p` must be a live allocation (checked mode aborts otherwise).
 std::size_t usable_size(const void* p);
+
+// True when checked mode is on (NUMARENA_CHECK=1; see Misuse above). The first call, or the
+// first arena, reads the environment; the answer never changes afterwards.
+bool checked_mode();
 
 // The node the arena that allocated `p` places its pages on: a node id for single-node
 // Bind arenas and for the per-node heaps of Preferred and Local arenas; kNodeMixed for

@@ -242,6 +242,10 @@ class Budget final : public CapacityGate {
 
   // Stops the refresh thread. Uninstall the budget (InstallProcessBudget(nullptr)) and make
   // sure no Charge/Release can still reach it first.
+  //
+  // fork(): a budget stays usable in the child of a multi-threaded process (numarena's fork
+  // handlers hold its locks across fork()). The refresh thread does not survive fork(); the
+  // child's first Charge, Admit, Snapshot or Refresh of the budget starts a new one.
   ~Budget() override;
   Budget(const Budget&) = delete;
   Budget& operator=(const Budget&) = delete;
@@ -308,6 +312,7 @@ class Budget final : public CapacityGate {
   struct Node;
   struct Callbacks;
   struct RefreshThread;
+  friend struct BudgetFork;  // fork() handlers (budget.cpp)
 
   explicit Budget(BudgetOptions options);
   Node* Find(int node) const;
@@ -317,6 +322,12 @@ class Budget final : public CapacityGate {
   void Deliver(const BudgetEvent& event);
   std::size_t RunReclaim(Node& n, std::size_t bytes);
   Status Refuse(Node& n, std::size_t bytes, Priority priority, const char* why, std::size_t freed);
+  void StartRefresher();
+  // In a fork child whose parent had a refresh thread: starts one (once).
+  void RestartRefresherIfLost() const {
+    if (refresher_lost_.load(std::memory_order_relaxed)) [[unlikely]] RestartRefresher();
+  }
+  void RestartRefresher() const;
 
   BudgetOptions options_;
   std::vector<std::unique_ptr<Node>> nodes_;  // ascending by id
@@ -334,6 +345,8 @@ class Budget final : public CapacityGate {
   std::optional<std::uint64_t> cgroup_limit_;  // guarded by refresh_mutex_
   std::optional<std::uint64_t> cgroup_usage_;  // guarded by refresh_mutex_
   std::unique_ptr<RefreshThread> refresher_;
+  // Set in a fork child when the parent's refresh thread was lost with the fork.
+  mutable std::atomic<bool> refresher_lost_{false};
 };
 
 // Makes `budget` the process-wide capacity gate that every numarena page provider charges

@@ -4,26 +4,53 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <new>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "alloc/checked.hpp"
 #include "alloc/front_cache.hpp"
 #include "alloc/jemalloc_heap.hpp"
 #include "alloc/node_pages.hpp"
 #include "numarena/topology.hpp"
+#include "os/fork.hpp"
 #include "os/os.hpp"
 
 namespace numarena {
 namespace {
 
-thread_local Status* t_last_error = nullptr;  // leaked per thread on purpose: see SetLastError
+// The reason of this thread's last failed allocation. A trivially destructible pointer, so it
+// can be read and written at any point of the thread's exit (allocations may fail inside other
+// thread_local destructors); LastErrorOwner frees it when the thread's thread_locals are
+// destroyed.
+thread_local Status* t_last_error = nullptr;
+// Set once LastErrorOwner has run: a Status made after that would never be freed, so later
+// failures keep only their code (t_late_error_code).
+thread_local bool t_last_error_released = false;
+thread_local absl::StatusCode t_late_error_code = absl::StatusCode::kOk;
+
+struct LastErrorOwner {
+  bool armed = false;
+  ~LastErrorOwner() {
+    delete t_last_error;
+    t_last_error = nullptr;
+    t_last_error_released = true;
+  }
+};
+thread_local LastErrorOwner t_last_error_owner;
 
 void SetLastError(Status status) {
-  // A heap-allocated Status per thread, never destroyed, so a late free during thread exit
-  // never touches a destroyed thread_local.
-  if (t_last_error == nullptr) t_last_error = new Status();
+  if (t_last_error == nullptr) {
+    if (t_last_error_released) {
+      t_late_error_code = status.code();
+      return;
+    }
+    t_last_error_owner.armed = true;  // constructs the owner: its destructor runs at thread exit
+    t_last_error = new Status();
+  }
   *t_last_error = std::move(status);
 }
 
@@ -55,15 +82,28 @@ T ReadArenaStat(unsigned arena_index, const char* name) {
   return value;
 }
 
+// Sets the allocator's fork stages and registers the fork handler (end of this file).
+void InstallAllocatorForkHandlers();
+
 }  // namespace
 
 // Owns every arena, keyed by (policy, options); arenas are never destroyed.
 class ArenaRegistry {
  public:
   static ArenaRegistry& Get() {
-    static auto* registry = new ArenaRegistry();
+    // call_once rather than a function-local static: pthread_once recovers in a fork child
+    // whose parent was inside it, a static's guard would stay taken.
+    static std::once_flag once;
+    static ArenaRegistry* registry = nullptr;
+    std::call_once(once, [] {
+      registry = new ArenaRegistry();
+      InstallAllocatorForkHandlers();  // before any thread can hold the registry's lock
+    });
     return *registry;
   }
+
+  // The registry's lock, for the fork handlers.
+  absl::Mutex& mutex() ABSL_LOCK_RETURNED(mutex_) { return mutex_; }
 
   StatusOr<Arena*> Find(const Policy& policy, const ArenaOptions& options) {
     absl::MutexLock lock(&mutex_);
@@ -251,7 +291,11 @@ void* Arena::AllocateSlow(std::size_t size, std::size_t alignment) noexcept {
   }
   Status error;
   void* p = AllocateWithFallback(size, alignment, /*primary_tried=*/false, &error);
-  if (p == nullptr) SetLastError(std::move(error));
+  if (p == nullptr) {
+    SetLastError(std::move(error));
+  } else if (checked::Enabled()) {
+    checked::RecordAllocation(p, size, alignment);
+  }
   return p;
 }
 
@@ -265,7 +309,11 @@ void* Arena::AllocateAfterFastMiss(std::size_t size) noexcept {
           : absl::ResourceExhaustedError(absl::StrCat(what, ": jemalloc could not allocate"));
   failure.Clear();
   void* p = AllocateWithFallback(size, alignof(std::max_align_t), /*primary_tried=*/true, &error);
-  if (p == nullptr) SetLastError(std::move(error));
+  if (p == nullptr) {
+    SetLastError(std::move(error));
+  } else if (checked::Enabled()) {  // not reached: checked mode leaves thread_flags at 0
+    checked::RecordAllocation(p, size, alignof(std::max_align_t));
+  }
   return p;
 }
 
@@ -299,8 +347,7 @@ void Arena::purge() {
   ForEachHeap(primary_heap_, node_heaps_, node_heap_count_, [](Heap& heap) {
     // This thread's cached objects first, so their pages can be purged too.
     FlushFrontCache(heap.id);
-    if (int tcache = arena_internal::TcacheIdOf(arena_internal::thread_flags[heap.id]);
-        tcache >= 0) {
+    if (int tcache = arena_internal::TcacheIdOf(ThreadFlags(heap.id)); tcache >= 0) {
       unsigned id = static_cast<unsigned>(tcache);
       mallctl("tcache.flush", nullptr, nullptr, &id, sizeof id);
     }
@@ -339,7 +386,13 @@ ArenaStats Arena::stats() const {
 
 std::size_t usable_size(const void* p) {
   if (p == nullptr || arena_internal::HeapOf(p) < 0) return 0;
+  if (checked::Enabled()) checked::CheckLive(p, "numarena::usable_size");
   return sallocx(const_cast<void*>(p), 0);
+}
+
+bool checked_mode() {
+  checked::Decide();
+  return checked::Enabled();
 }
 
 int node_of(const void* p) {
@@ -349,7 +402,13 @@ int node_of(const void* p) {
 }
 
 Status last_allocation_error() {
-  return t_last_error == nullptr ? absl::OkStatus() : *t_last_error;
+  if (t_last_error != nullptr) return *t_last_error;
+  if (t_late_error_code != absl::StatusCode::kOk) {
+    return Status(t_late_error_code,
+                  "numarena: an allocation failed after this thread's thread_local objects were "
+                  "destroyed, where its full reason can no longer be kept");
+  }
+  return absl::OkStatus();
 }
 
 namespace arena_internal {
@@ -366,6 +425,7 @@ void DeallocateSlow(void* p) noexcept {
   if (p == nullptr) return;
   int heap = HeapOf(p);
   if (heap < 0 || HeapById(heap) == nullptr) NotOurs(p);
+  if (checked::Enabled()) checked::CheckFree(p);
   dallocx(p, EnsureThreadCache(heap));
 }
 
@@ -373,9 +433,50 @@ void DeallocateSizedSlow(void* p, std::size_t size, std::size_t alignment) noexc
   if (p == nullptr) return;
   int heap = HeapOf(p);
   if (heap < 0 || HeapById(heap) == nullptr) NotOurs(p);
+  if (checked::Enabled()) checked::CheckSizedFree(p, size, alignment);
   if (size == 0) size = 1;
   sdallocx(p, size, EnsureThreadCache(heap) | AlignFlags(EffectiveAlignment(size, alignment)));
 }
 
 }  // namespace arena_internal
+
+// ---- fork (os/fork.hpp) ------------------------------------------------------------------------
+
+namespace {
+
+// In the child the lock is this thread's (prepare took it), but threads the child does not
+// have may be queued on it, and a wake-up absl designates for one of them would never be
+// passed on: release it, then build it anew.
+void RecreateInChild(absl::Mutex& mutex) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  mutex.Unlock();
+  mutex.~Mutex();
+  new (&mutex) absl::Mutex();
+}
+
+void PrepareRegistry() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // Function-local statics the arena paths use: if another thread were in the middle of
+  // initializing one, its guard would stay taken in the child. Finish them first.
+  (void)Topology::system();
+  (void)os::PageSize();
+  (void)os::PossibleNodeCount();
+  ArenaRegistry::Get().mutex().Lock();
+}
+void ParentRegistry() ABSL_NO_THREAD_SAFETY_ANALYSIS { ArenaRegistry::Get().mutex().Unlock(); }
+void ChildRegistry() { RecreateInChild(ArenaRegistry::Get().mutex()); }
+
+void PrepareNodeHeaps() ABSL_NO_THREAD_SAFETY_ANALYSIS { g_node_heap_mutex.Lock(); }
+void ParentNodeHeaps() ABSL_NO_THREAD_SAFETY_ANALYSIS { g_node_heap_mutex.Unlock(); }
+void ChildNodeHeaps() { RecreateInChild(g_node_heap_mutex); }
+
+void InstallAllocatorForkHandlers() {
+  static const os::ForkStageHandlers registry{PrepareRegistry, ParentRegistry, ChildRegistry};
+  static const os::ForkStageHandlers node_heaps{PrepareNodeHeaps, ParentNodeHeaps,
+                                                ChildNodeHeaps};
+  os::SetForkStage(os::ForkStage::kArenaRegistry, &registry);
+  os::SetForkStage(os::ForkStage::kNodeHeaps, &node_heaps);
+  SetHeapForkStages();
+  os::InstallForkHandlers();
+}
+
+}  // namespace
 }  // namespace numarena

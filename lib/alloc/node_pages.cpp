@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 
@@ -652,6 +653,14 @@ bool NodePages::Decommit(void* addr, std::size_t size) noexcept {
 
 bool NodePages::PurgeKeepCommitted(void* addr, std::size_t size) noexcept {
   return os::PurgeRangeNoAlloc(addr, size) == 0;
+}
+
+void NodePages::RecreateLocksInForkChild() noexcept {
+  for (std::atomic<NodePages*>& slot : g_providers) {
+    if (NodePages* pages = slot.load(std::memory_order_acquire)) {
+      new (&pages->mutex_) std::mutex();
+    }
+  }
 }
 
 int NodePages::CommittedNodeOfPage(const void* addr) const noexcept {

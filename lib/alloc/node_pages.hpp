@@ -129,6 +129,13 @@ class NodePages {
   // The committed node recorded for the page at `addr` (kNodeNone when not committed).
   int CommittedNodeOfPage(const void* addr) const noexcept;
 
+  // In a fork() child: re-creates every provider's lock, which a thread the child does not
+  // have may have held. The lock is taken inside jemalloc's hooks, so it cannot be taken
+  // before fork (os/fork.hpp); its critical sections never allocate, and every one of their
+  // stores leaves the provider consistent (a span carved for a vanished thread is simply
+  // never used; a range or mapping step it had not published is made again).
+  static void RecreateLocksInForkChild() noexcept;
+
   NodePages(const NodePages&) = delete;
   NodePages& operator=(const NodePages&) = delete;
 

@@ -28,6 +28,7 @@
 #include "budget/budget_callbacks.hpp"
 #include "numarena/format.hpp"
 #include "budget/budget_system.hpp"
+#include "os/fork.hpp"
 
 namespace numarena {
 
@@ -213,10 +214,21 @@ struct Budget::RefreshThread {
   std::thread thread;
 };
 
+// fork() handlers (end of this file).
+struct BudgetFork {
+  static void Register(Budget* budget);
+  static void Unregister(Budget* budget);
+  static void Prepare();
+  static void Parent();
+  static void Child();
+  static void ChildCallbacks();
+};
+
 Budget::Budget(BudgetOptions options)
     : options_(std::move(options)), callbacks_(std::make_unique<Callbacks>()) {}
 
 Budget::~Budget() {
+  BudgetFork::Unregister(this);
   if (refresher_) {
     {
       std::lock_guard<std::mutex> lock(refresher_->mutex);
@@ -281,6 +293,7 @@ StatusOr<std::unique_ptr<Budget>> Budget::Create(BudgetOptions options, std::vec
       }
       budget->SetCapacity(*node, bytes);
     }
+    BudgetFork::Register(budget.get());
     return budget;
   }
 
@@ -290,20 +303,28 @@ StatusOr<std::unique_ptr<Budget>> Budget::Create(BudgetOptions options, std::vec
                                          " (where node meminfo cannot be read, use "
                                          "BudgetMode::kQuota with explicit quotas)"));
   }
-  if (o.refresh_interval.count() > 0) {
-    budget->refresher_ = std::make_unique<RefreshThread>();
-    Budget* self = budget.get();
-    self->refresher_->thread = std::thread([self] {
-      RefreshThread& r = *self->refresher_;
-      std::unique_lock<std::mutex> lock(r.mutex);
-      while (!r.wake.wait_for(lock, self->options_.refresh_interval, [&] { return r.stop; })) {
-        lock.unlock();
-        (void)self->Refresh();  // errors are counted and kept for Snapshot()
-        lock.lock();
-      }
-    });
-  }
+  if (o.refresh_interval.count() > 0) budget->StartRefresher();
+  BudgetFork::Register(budget.get());
   return budget;
+}
+
+void Budget::StartRefresher() {
+  refresher_ = std::make_unique<RefreshThread>();
+  RefreshThread* r = refresher_.get();
+  r->thread = std::thread([this, r] {
+    std::unique_lock<std::mutex> lock(r->mutex);
+    while (!r->wake.wait_for(lock, options_.refresh_interval, [&] { return r->stop; })) {
+      lock.unlock();
+      (void)Refresh();  // errors are counted and kept for Snapshot()
+      lock.lock();
+    }
+  });
+}
+
+void Budget::RestartRefresher() const {
+  if (refresher_lost_.exchange(false, std::memory_order_acq_rel)) {
+    const_cast<Budget*>(this)->StartRefresher();
+  }
 }
 
 Budget::Node* Budget::Find(int node) const {
@@ -342,6 +363,7 @@ enum class ChargeResult { kCharged, kTripped, kOverClass, kOverLimit };
 }  // namespace
 
 Status Budget::Charge(int node, std::size_t bytes, Priority priority) {
+  RestartRefresherIfLost();
   Node* n = Find(node);
   if (n == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("budget: node ", node,
@@ -604,6 +626,7 @@ std::size_t Budget::Reclaim(int node, std::size_t bytes) {
 // ---- admission, registration, figures ------------------------------------------------
 
 Admission Budget::Admit(int node, std::size_t bytes, Priority priority) const {
+  RestartRefresherIfLost();
   const Node* n = Find(node);
   if (n == nullptr) return Admission::kNever;
   const int p = static_cast<int>(priority);
@@ -658,6 +681,7 @@ std::uint64_t Budget::usage(int node) const {
 }
 
 BudgetSnapshot Budget::Snapshot() const {
+  RestartRefresherIfLost();
   BudgetSnapshot s;
   s.mode = options_.mode;
   s.thresholds = options_.thresholds;
@@ -710,6 +734,7 @@ BudgetSnapshot Budget::Snapshot() const {
 // ---- System mode ---------------------------------------------------------------------
 
 Status Budget::Refresh() {
+  RestartRefresherIfLost();
   if (options_.mode != BudgetMode::kSystem) return absl::OkStatus();
   const SystemReader& reader = *options_.reader;
   std::vector<Node*> changed;
@@ -766,6 +791,83 @@ Status Budget::Refresh() {
   // Outside the refresh lock: transitions deliver events and may run reclaim hooks.
   for (Node* n : changed) Settle(*n, /*refused=*/false);
   return absl::OkStatus();
+}
+
+// ---- fork (os/fork.hpp) ----------------------------------------------------------------
+//
+// Every live budget is listed, so that fork() can take each one's refresh lock (held while
+// reading the kernel's files, which allocates) before jemalloc's handler takes jemalloc's
+// locks, and so that the child can put right what the threads it does not have left behind:
+// their reclaim flags, their calls in flight of hooks and listeners, the refresh thread.
+
+namespace {
+std::mutex g_budgets_mutex;
+std::vector<Budget*>* g_budgets = nullptr;  // guarded by g_budgets_mutex; never freed
+}  // namespace
+
+void BudgetFork::Register(Budget* budget) {
+  static const os::ForkStageHandlers budgets{Prepare, Parent, Child};
+  static const os::ForkStageHandlers callbacks{nullptr, nullptr, ChildCallbacks};
+  {
+    std::lock_guard<std::mutex> lock(g_budgets_mutex);
+    if (g_budgets == nullptr) g_budgets = new std::vector<Budget*>();
+    g_budgets->push_back(budget);
+  }
+  os::SetForkStage(os::ForkStage::kBudgets, &budgets);
+  os::SetForkStage(os::ForkStage::kCallbackLocks, &callbacks);
+  os::InstallForkHandlers();
+}
+
+void BudgetFork::Unregister(Budget* budget) {
+  std::lock_guard<std::mutex> lock(g_budgets_mutex);
+  if (g_budgets == nullptr) return;
+  auto at = std::find(g_budgets->begin(), g_budgets->end(), budget);
+  if (at != g_budgets->end()) g_budgets->erase(at);
+}
+
+void BudgetFork::Prepare() {
+  g_budgets_mutex.lock();
+  if (g_budgets == nullptr) return;
+  for (Budget* budget : *g_budgets) budget->refresh_mutex_.lock();
+}
+
+void BudgetFork::Parent() {
+  if (g_budgets != nullptr) {
+    for (auto it = g_budgets->rbegin(); it != g_budgets->rend(); ++it) {
+      (*it)->refresh_mutex_.unlock();
+    }
+  }
+  g_budgets_mutex.unlock();
+}
+
+void BudgetFork::Child() {
+  if (g_budgets != nullptr) {
+    for (Budget* budget : *g_budgets) {
+      // A node another thread was reclaiming would never be reclaimed again. When this
+      // thread is inside a hook itself (it forked from one), the flags may be its own.
+      if (t_reclaim_depth == 0) {
+        for (auto& node : budget->nodes_) node->reclaiming.store(false);
+      }
+      if (budget->refresher_ != nullptr) {
+        // Its thread is not in the child: it cannot be joined, and its mutex and condition
+        // variable may be in use by that thread. Leave it (never destroyed) and start
+        // another on first use.
+        (void)budget->refresher_.release();
+        budget->refresher_lost_.store(true, std::memory_order_release);
+      }
+    }
+  }
+  Parent();
+}
+
+// The hook and listener lists' locks (taken inside jemalloc hooks, so not before fork):
+// re-created in the child (budget_callbacks.hpp). g_budgets_mutex is held (kBudgets).
+void BudgetFork::ChildCallbacks() {
+  if (g_budgets == nullptr) return;
+  for (Budget* budget : *g_budgets) {
+    budget->callbacks_->hooks.RecreateInForkChild();
+    budget->callbacks_->listeners.RecreateInForkChild();
+  }
 }
 
 }  // namespace numarena

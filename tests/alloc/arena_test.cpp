@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "alloc/jemalloc_heap.hpp"
 #include "numarena/page_nodes.hpp"
 
 namespace {
@@ -263,7 +264,7 @@ TEST_CASE("thread caches are destroyed when threads exit") {
     std::thread thread([&] {
       void* p = a->allocate(32);
       void* q = b->allocate(32);
-      int flags = numarena::arena_internal::thread_flags[heap_a];
+      int flags = numarena::ThreadFlags(heap_a);  // in checked mode too
       if (numarena::arena_internal::TcacheIdOf(flags) < 0) ++uncached;
       numarena::deallocate(p);
       numarena::deallocate(q);
@@ -352,8 +353,7 @@ TEST_CASE("live threads get their own jemalloc arena shard while there are CPUs 
   int jemalloc_arena[2] = {-1, -1};
   auto worker = [&](int i) {
     void* p = arena->allocate(std::size_t{1} << 20);  // large: served by the shard itself
-    jemalloc_arena[i] =
-        numarena::arena_internal::ArenaIndexOf(numarena::arena_internal::thread_flags[heap]);
+    jemalloc_arena[i] = numarena::arena_internal::ArenaIndexOf(numarena::ThreadFlags(heap));
     assigned.fetch_add(1);
     while (assigned.load() < 2) std::this_thread::yield();
     numarena::deallocate(p);
