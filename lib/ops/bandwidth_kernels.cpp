@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "base/checked_math.hpp"
 #include "numarena/page_nodes.hpp"
 #include "os/os.hpp"
 
@@ -97,7 +99,13 @@ constexpr std::size_t kHugePage = std::size_t{2} << 20;
 }
 
 StatusOr<NodeBuffer> NodeBuffer::Create(std::size_t bytes, int node) {
-  const std::size_t mapped = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  const std::optional<std::size_t> rounded = RoundUpChecked(bytes, kHugePage);
+  if (!rounded || bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bandwidth buffer of ", bytes, " bytes: give a size between 1 byte and what fits in the "
+        "address space once rounded up to 2 MiB"));
+  }
+  const std::size_t mapped = *rounded;
   auto mapping = os::MapAnonymous(mapped, kHugePage);
   if (!mapping.ok()) return mapping.status();
   NodeBuffer buffer;

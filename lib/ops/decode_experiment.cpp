@@ -17,11 +17,13 @@
 #include <ctime>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/checked_math.hpp"
 #include "numarena/arena.hpp"
 #include "numarena/kv_pool.hpp"
 #include "numarena/page_nodes.hpp"
@@ -593,6 +595,20 @@ StatusOr<DecodeTable> RunDecodeExperiment(const DecodeOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "threads is ", options.threads, "; use a positive count, or 0 for every allowed CPU"));
   }
+  // The KV bytes of one token: layers x kv_heads x head_dim x (K and V) x fp32.
+  std::optional<std::size_t> kv_bytes_per_token = MulChecked(
+      static_cast<std::size_t>(options.layers), static_cast<std::size_t>(options.kv_heads));
+  if (kv_bytes_per_token) {
+    kv_bytes_per_token =
+        MulChecked(*kv_bytes_per_token, static_cast<std::size_t>(options.head_dim));
+  }
+  if (kv_bytes_per_token) kv_bytes_per_token = MulChecked(*kv_bytes_per_token, 2 * sizeof(float));
+  if (!kv_bytes_per_token) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layers ", options.layers, " x kv_heads ", options.kv_heads, " x head_dim ",
+        options.head_dim, " x 8 bytes of KV per token does not fit in 64 bits; use a real "
+        "model's shape"));
+  }
   std::vector<const Configuration*> chosen;
   if (options.configurations.empty()) {
     for (const Configuration& c : Configurations()) chosen.push_back(&c);
@@ -617,8 +633,7 @@ StatusOr<DecodeTable> RunDecodeExperiment(const DecodeOptions& options) {
   table.options = options;
   table.threads = static_cast<int>(plan->worker_node.size());
   table.cpu_nodes = plan->cpu_nodes;
-  table.kv_bytes_per_token = static_cast<std::size_t>(options.layers) * options.kv_heads *
-                             options.head_dim * sizeof(float) * 2;
+  table.kv_bytes_per_token = *kv_bytes_per_token;
   table.timestamp_utc = UtcNow();
   if (plan->cpu_nodes.size() == 1) {
     table.notes.push_back(absl::StrCat(
