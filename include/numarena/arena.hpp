@@ -91,8 +91,10 @@ class Arena {
                                                   const ArenaOptions& options = {});
 
   // `size` bytes aligned to `alignment` (a power of two), or nullptr with the reason in
-  // last_allocation_error(). size 0 gives a unique minimal allocation. Allocations of
-  // 2 MiB and more are 2 MiB aligned. Thread-safe; never throws.
+  // last_allocation_error(). Every size is aligned, the smallest too: a request of up to 8
+  // bytes with alignment 16 (the default) is served from the 16-byte class. size 0 gives a
+  // unique minimal allocation. Allocations of 2 MiB and more are 2 MiB aligned.
+  // Thread-safe; never throws.
   void* allocate(std::size_t size, std::size_t alignment = alignof(std::max_align_t)) noexcept {
     if (has_fast_path_ && alignment - 1 < alignof(std::max_align_t) &&
         (alignment & (alignment - 1)) == 0) {
@@ -106,9 +108,14 @@ class Arena {
   }
 
   // Like allocate, with the reason on failure: InvalidArgument (alignment not a power of
-  // two, size too large), ResourceExhausted (capacity gate or node free memory refused;
-  // the message names the node and the numbers), FailedPrecondition (no hugetlb pages),
-  // PermissionDenied (kernel refused a Strict binding).
+  // two, size too large, the thread's PriorityScope holds a value that is not a Priority),
+  // ResourceExhausted (capacity gate or node free memory refused, or the size is larger than
+  // the placement's nodes hold in total; the message names the node and the numbers),
+  // FailedPrecondition (no hugetlb pages), PermissionDenied (kernel refused a Strict
+  // binding). Refusals do not pile up address space: a request larger than its nodes is
+  // refused before anything is reserved, and of other refused requests jemalloc keeps at
+  // most the span of the first (later allocations reuse it), so a hundred refusals in a row
+  // leave the process's virtual size and the reason as they were after the first.
   [[nodiscard]] StatusOr<void*> try_allocate(std::size_t size,
                                              std::size_t alignment = alignof(std::max_align_t));
 

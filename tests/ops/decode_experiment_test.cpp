@@ -80,4 +80,16 @@ TEST_CASE("decode experiment: bad options are refused naming the option", "[deco
           std::string::npos);
 }
 
+TEST_CASE("decode experiment: a model shape whose KV bytes per token overflow is refused",
+          "[decode]") {
+  auto options = Tiny();
+  options.layers = 1 << 30;
+  options.kv_heads = 1 << 30;
+  options.head_dim = 1 << 30;
+  auto refused = numarena::decode::RunDecodeExperiment(options);
+  REQUIRE(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(std::string(refused.status().message()).find("does not fit in 64 bits") !=
+          std::string::npos);
+}
+
 }  // namespace
