@@ -91,21 +91,31 @@ class Arena {
                                                   const ArenaOptions& options = {});
 
   // `size` bytes aligned to `alignment` (a power of two), or nullptr with the reason in
-  // last_allocation_error(). size 0 gives a unique minimal allocation. Allocations of
-  // 2 MiB and more are 2 MiB aligned. Thread-safe; never throws.
+  // last_allocation_error(). Every size is aligned, the smallest too: a request of up to 8
+  // bytes with alignment 16 (the default) is served from the 16-byte class. size 0 gives a
+  // unique minimal allocation. Allocations of 2 MiB and more are 2 MiB aligned.
+  // Thread-safe; never throws.
   void* allocate(std::size_t size, std::size_t alignment = alignof(std::max_align_t)) noexcept {
-    if (has_fast_path_ && alignment <= alignof(std::max_align_t) &&
-        (alignment & (alignment - 1)) == 0 && size - 1 < kFastLimit) {
-      if (void* p = arena_internal::AllocateFromThreadCaches(primary_heap_, size)) return p;
-      if (arena_internal::thread_flags[primary_heap_] != 0) return AllocateAfterFastMiss(size);
+    if (has_fast_path_ && alignment - 1 < alignof(std::max_align_t) &&
+        (alignment & (alignment - 1)) == 0) {
+      size = arena_internal::RequestSize(size, alignment);
+      if (size - 1 < kFastLimit) {
+        if (void* p = arena_internal::AllocateFromThreadCaches(primary_heap_, size)) return p;
+        if (arena_internal::thread_flags[primary_heap_] != 0) return AllocateAfterFastMiss(size);
+      }
     }
     return AllocateSlow(size, alignment);
   }
 
   // Like allocate, with the reason on failure: InvalidArgument (alignment not a power of
-  // two, size too large), ResourceExhausted (capacity gate or node free memory refused;
-  // the message names the node and the numbers), FailedPrecondition (no hugetlb pages),
-  // PermissionDenied (kernel refused a Strict binding).
+  // two, size too large, the thread's PriorityScope holds a value that is not a Priority),
+  // ResourceExhausted (capacity gate or node free memory refused, or the size is larger than
+  // the placement's nodes hold in total; the message names the node and the numbers),
+  // FailedPrecondition (no hugetlb pages), PermissionDenied (kernel refused a Strict
+  // binding). Refusals do not pile up address space: a request larger than its nodes is
+  // refused before anything is reserved, and of other refused requests jemalloc keeps at
+  // most the span of the first (later allocations reuse it), so a hundred refusals in a row
+  // leave the process's virtual size and the reason as they were after the first.
   [[nodiscard]] StatusOr<void*> try_allocate(std::size_t size,
                                              std::size_t alignment = alignof(std::max_align_t));
 
@@ -202,19 +212,21 @@ inline void deallocate(void* p) noexcept {
 inline void deallocate(void* p, std::size_t size,
                        std::size_t alignment = alignof(std::max_align_t)) noexcept {
   int heap = arena_internal::HeapOf(p);
-  if (heap >= 0 && alignment <= alignof(std::max_align_t) &&
-      size < arena_internal::kLargeAlignThreshold && size != 0) {
-    if (size <= arena_internal::kFrontMaxSize) {
-      if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
-        arena_internal::FrontPush(
-            heap, cache->lists[arena_internal::front_class_of_request[(size + 7) >> 3]], p);
+  if (alignment <= alignof(std::max_align_t)) {
+    size = arena_internal::RequestSize(size, alignment);  // the class allocate used
+    if (heap >= 0 && size - 1 < arena_internal::kLargeAlignThreshold - 1) {
+      if (size <= arena_internal::kFrontMaxSize) {
+        if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
+          arena_internal::FrontPush(
+              heap, cache->lists[arena_internal::front_class_of_request[(size + 7) >> 3]], p);
+          return;
+        }
+      }
+      int flags = arena_internal::thread_flags[heap];
+      if (flags != 0) {
+        sdallocx(p, size, flags);
         return;
       }
-    }
-    int flags = arena_internal::thread_flags[heap];
-    if (flags != 0) {
-      sdallocx(p, size, flags);
-      return;
     }
   }
   arena_internal::DeallocateSizedSlow(p, size, alignment);

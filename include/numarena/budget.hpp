@@ -83,6 +83,9 @@
 namespace numarena {
 
 enum class BudgetMode : unsigned char { kQuota, kSystem };
+
+// Node ids a budget accepts are below this (Linux's MAX_NUMNODES is at most 1024).
+inline constexpr int kMaxBudgetNodeId = 1024;
 // "quota", "system".
 const char* BudgetModeName(BudgetMode mode);
 
@@ -181,8 +184,9 @@ struct NodeBudgetSnapshot {
   std::uint64_t usage = 0;  // what is counted against capacity (see the mode)
   std::uint64_t peak = 0;   // highest usage seen
   std::uint64_t warn_bytes = 0, admission_bytes = 0, trip_bytes = 0;  // thresholds in bytes
-  // numarena's own charges by priority (kHigh, kNormal, kLow); signed because a Release
-  // with a different priority than its Charge shows up as a negative class.
+  // numarena's own charges by priority (kHigh, kNormal, kLow). A Release takes at most
+  // what its class holds (see unmatched_releases), so a class goes negative only for a
+  // moment, when an unmatched Release races a charge that is then refused.
   std::array<std::int64_t, kPriorityCount> by_priority{};
   // kSystem: the kernel's figures at the last refresh.
   std::uint64_t mem_total = 0, mem_free = 0, system_used = 0;
@@ -195,6 +199,12 @@ struct NodeBudgetSnapshot {
   std::uint64_t reclaim_freed = 0;    // bytes the hooks reported freed
   std::uint64_t hook_failures = 0;    // hook calls that returned an error or threw
   std::uint64_t reclaim_skipped = 0;  // reclaim not run: nested on this thread or busy
+  // Misuse of Release: calls that returned more than their priority class held on the node
+  // (a Release without its Charge, twice, or with another priority or an invalid one), and
+  // the bytes that were not released because of it. Non-zero means a caller's accounting
+  // is wrong; usage stayed at what was really charged.
+  std::uint64_t unmatched_releases = 0;
+  std::uint64_t unmatched_release_bytes = 0;
 
   std::uint64_t numarena_bytes() const;  // sum of by_priority (>= 0)
   double usage_fraction() const { return capacity ? double(usage) / double(capacity) : 1.0; }
@@ -230,8 +240,9 @@ struct BudgetSnapshot {
 class Budget final : public CapacityGate {
  public:
   // A budget over the topology's online nodes. InvalidArgument names a bad threshold,
-  // weight or quota; in kSystem mode the first reading of the kernel's files must succeed
-  // (NotFound / DataLoss name the file).
+  // weight, quota or node id (negative, listed twice, or not below kMaxBudgetNodeId); in
+  // kSystem mode the first reading of the kernel's files must succeed (NotFound / DataLoss
+  // name the file).
   [[nodiscard]] static StatusOr<std::unique_ptr<Budget>> Create(BudgetOptions options,
                                                                 const Topology& topology) {
     return Create(std::move(options), topology.node_ids());
@@ -251,9 +262,13 @@ class Budget final : public CapacityGate {
   Budget& operator=(const Budget&) = delete;
 
   // CapacityGate. Charge: OK (the bytes are now counted), InvalidArgument for an unknown
-  // node, or ResourceExhausted naming the node, its usage, capacity and state and what the
-  // caller can do. Release: returns bytes charged earlier with the same node and priority;
-  // any thread; unknown nodes are ignored.
+  // node or a `priority` that is not kHigh, kNormal or kLow (nothing is charged), or
+  // ResourceExhausted naming the node, its usage, capacity and state and what the caller
+  // can do. Release: returns bytes charged earlier with the same node and priority; any
+  // thread; unknown nodes are ignored. A Release of more than the priority class holds on
+  // the node releases only what it holds and counts the rest in the node's
+  // unmatched_releases / unmatched_release_bytes (an invalid priority releases nothing), so
+  // a wrong Release can never open the budget to charges it should refuse.
   [[nodiscard]] Status Charge(int node, std::size_t bytes, Priority priority) override;
   void Release(int node, std::size_t bytes, Priority priority) override;
 
@@ -264,7 +279,7 @@ class Budget final : public CapacityGate {
   //               kNever when bytes exceed min(1 - headroom, weight) x capacity.
   //   high:       kLater when usage + bytes would pass the capacity or the class's weight;
   //               kNever when bytes exceed weight x capacity.
-  // An unknown node answers kNever.
+  // An unknown node or an invalid priority answers kNever.
   [[nodiscard]] Admission Admit(int node, std::size_t bytes,
                                 Priority priority = CurrentPriority()) const;
 

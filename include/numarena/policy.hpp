@@ -50,6 +50,10 @@ class Policy {
   // Chunk size of weighted interleave when none is given: a huge page, so each chunk can
   // be backed by one transparent huge page on its node.
   static constexpr std::size_t kDefaultWeightedChunk = std::size_t{2} << 20;
+  // Bounds of weighted interleave, so that no chunk arithmetic can overflow (a period is at
+  // most 2^60 bytes): a chunk of at most 1 TiB, weights that add up to at most 2^20.
+  static constexpr std::size_t kMaxWeightedChunk = std::size_t{1} << 40;
+  static constexpr std::uint64_t kMaxWeightTotal = std::uint64_t{1} << 20;
 
   static Policy Bind(int node, BindMode mode = BindMode::kStrict);
   static Policy Bind(std::vector<int> nodes, BindMode mode = BindMode::kStrict);
@@ -73,8 +77,9 @@ class Policy {
   int single_node() const;
 
   // OK, or InvalidArgument naming the problem: empty node set, unknown/offline node,
-  // node outside the process's allowed memory nodes, zero or all-zero weights, a chunk
-  // that is not a multiple of the page size.
+  // node outside the process's allowed memory nodes, zero or all-zero weights, weights that
+  // add up to more than kMaxWeightTotal, a chunk that is not a multiple of the page size or
+  // is larger than kMaxWeightedChunk.
   [[nodiscard]] Status Validate(const Topology& topology) const;
 
   // The policy in the syntax Parse reads: "bind(1)", "bind(0,1)/advisory", "preferred(2)",

@@ -209,14 +209,22 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
                             Status* error) noexcept {
   int flags = EnsureThreadCache(heap) | AlignFlags(EffectiveAlignment(size, alignment));
   SpanFailure& failure = ThreadSpanFailure();
+  failure.Clear();  // the provider carves no new span while a failure is recorded
+  void* p = nullptr;
+  // A request larger than the placement's nodes can never succeed: refuse it before
+  // jemalloc reserves address space for it (which it would keep for good).
+  if (size < arena_internal::kLargeAlignThreshold ||
+      HeapById(heap)->pages->CouldEverFit(size, &failure)) {
+    p = mallocx(size, flags);
+  }
+  if (p == nullptr) {
+    std::string what = absl::StrCat("arena ", policy_.ToString(), ": allocate ", Bytes(size));
+    *error = failure.failed() ? failure.ToStatus(what)
+                              : absl::ResourceExhaustedError(
+                                    absl::StrCat(what, ": jemalloc could not allocate"));
+  }
   failure.Clear();
-  if (void* p = mallocx(size, flags)) return p;
-  std::string what = absl::StrCat("arena ", policy_.ToString(), ": allocate ", Bytes(size));
-  *error = failure.failed()
-               ? failure.ToStatus(what)
-               : absl::ResourceExhaustedError(absl::StrCat(what, ": jemalloc could not allocate"));
-  failure.Clear();
-  return nullptr;
+  return p;
 }
 
 void* Arena::AllocateWithFallback(std::size_t size, std::size_t alignment, bool primary_tried,
@@ -283,6 +291,7 @@ void* Arena::AllocateSlow(std::size_t size, std::size_t alignment) noexcept {
         "arena ", policy_.ToString(), ": alignment ", alignment, " is not a power of two")));
     return nullptr;
   }
+  if (alignment <= alignof(std::max_align_t)) size = arena_internal::RequestSize(size, alignment);
   if (size == 0) size = 1;
   if (size > (std::size_t{1} << 62)) {
     SetLastError(absl::InvalidArgumentError(
@@ -434,6 +443,7 @@ void DeallocateSizedSlow(void* p, std::size_t size, std::size_t alignment) noexc
   int heap = HeapOf(p);
   if (heap < 0 || HeapById(heap) == nullptr) NotOurs(p);
   if (checked::Enabled()) checked::CheckSizedFree(p, size, alignment);
+  if (alignment <= alignof(std::max_align_t)) size = RequestSize(size, alignment);
   if (size == 0) size = 1;
   sdallocx(p, size, EnsureThreadCache(heap) | AlignFlags(EffectiveAlignment(size, alignment)));
 }

@@ -98,8 +98,10 @@ StatusOr<unsigned> CreateJemallocArena(Heap& heap, const std::string& what) {
   extent_hooks_t* hooks = &heap.hooks;
   ThreadSpanFailure().Clear();
   int err = mallctl("arenas.create", &arena_index, &index_size, &hooks, sizeof hooks);
+  Status reason =
+      err == 0 ? Status() : ThreadSpanFailure().ToStatus(absl::StrCat(what, ": jemalloc arenas.create"));
+  ThreadSpanFailure().Clear();  // a failure left recorded would stop this thread's later spans
   if (err == 0) return arena_index;
-  Status reason = ThreadSpanFailure().ToStatus(absl::StrCat(what, ": jemalloc arenas.create"));
   if (!reason.ok()) return reason;
   return ErrnoToStatus(err, absl::StrCat(what, ": mallctl(arenas.create)"));
 }

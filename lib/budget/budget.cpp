@@ -91,6 +91,11 @@ namespace {
 
 constexpr int kStates = 4;
 
+// Priority is an enum a caller can fill with any byte; it indexes per-class arrays.
+bool ValidPriority(Priority priority) {
+  return static_cast<unsigned>(priority) < static_cast<unsigned>(kPriorityCount);
+}
+
 // Reclaim order: low priority first, then normal, then high.
 int ReclaimRank(Priority priority) {
   switch (priority) {
@@ -186,6 +191,7 @@ struct alignas(64) Budget::Node {
   std::atomic<std::uint64_t> refusals{0}, fallbacks_out{0}, fallbacks_in{0}, transitions{0};
   std::atomic<std::uint64_t> reclaim_runs{0}, reclaim_asked{0}, reclaim_freed{0};
   std::atomic<std::uint64_t> hook_failures{0}, reclaim_skipped{0};
+  std::atomic<std::uint64_t> unmatched_releases{0}, unmatched_release_bytes{0};
   std::atomic<bool> reclaiming{false};
   // System mode: written by Refresh under refresh_mutex_.
   std::int64_t system_base = 0;
@@ -248,6 +254,11 @@ StatusOr<std::unique_ptr<Budget>> Budget::Create(BudgetOptions options, std::vec
   if (node_ids.front() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("Budget::Create: node id ", node_ids.front(), " is negative"));
+  }
+  if (node_ids.back() >= kMaxBudgetNodeId) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Budget::Create: node id ", node_ids.back(), " is not a NUMA node id (Linux ids are below ",
+        kMaxBudgetNodeId, "); pass the ids of the topology's nodes"));
   }
   if (auto dup = std::adjacent_find(node_ids.begin(), node_ids.end()); dup != node_ids.end()) {
     return absl::InvalidArgumentError(
@@ -370,6 +381,11 @@ Status Budget::Charge(int node, std::size_t bytes, Priority priority) {
                                                    " is not one of the budget's nodes (",
                                                    absl::StrJoin(node_ids(), ","), ")"));
   }
+  if (!ValidPriority(priority)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "budget: priority ", static_cast<int>(priority), " is not a Priority (kHigh, kNormal or "
+        "kLow); node ", node, " was not charged"));
+  }
   if (bytes == 0) return absl::OkStatus();
   const int p = static_cast<int>(priority);
   const bool high = priority == Priority::kHigh;
@@ -485,10 +501,28 @@ void Budget::Release(int node, std::size_t bytes, Priority priority) {
   if (n == nullptr || bytes == 0) return;
   const auto b = static_cast<std::int64_t>(
       std::min<std::size_t>(bytes, std::numeric_limits<std::int64_t>::max() / 4));
-  n->by_priority[static_cast<int>(priority)].fetch_sub(b, std::memory_order_relaxed);
-  n->usage.fetch_sub(b, std::memory_order_acq_rel);
+  if (!ValidPriority(priority)) {
+    n->unmatched_releases.fetch_add(1, std::memory_order_relaxed);
+    n->unmatched_release_bytes.fetch_add(static_cast<std::uint64_t>(b), std::memory_order_relaxed);
+    return;
+  }
+  // Release no more than the class holds: a Release without its Charge would otherwise
+  // drive usage below what is really committed and let later charges pass the limits.
+  std::atomic<std::int64_t>& held = n->by_priority[static_cast<int>(priority)];
+  std::int64_t before = held.load(std::memory_order_relaxed);
+  std::int64_t released;
+  do {
+    released = std::clamp<std::int64_t>(before, 0, b);
+  } while (!held.compare_exchange_weak(before, before - released, std::memory_order_relaxed));
+  if (released < b) {
+    n->unmatched_releases.fetch_add(1, std::memory_order_relaxed);
+    n->unmatched_release_bytes.fetch_add(static_cast<std::uint64_t>(b - released),
+                                         std::memory_order_relaxed);
+  }
+  if (released == 0) return;
+  n->usage.fetch_sub(released, std::memory_order_acq_rel);
   if (options_.mode == BudgetMode::kSystem) {
-    n->since_refresh.fetch_sub(b, std::memory_order_relaxed);
+    n->since_refresh.fetch_sub(released, std::memory_order_relaxed);
   }
   Settle(*n, /*refused=*/false);
 }
@@ -628,7 +662,7 @@ std::size_t Budget::Reclaim(int node, std::size_t bytes) {
 Admission Budget::Admit(int node, std::size_t bytes, Priority priority) const {
   RestartRefresherIfLost();
   const Node* n = Find(node);
-  if (n == nullptr) return Admission::kNever;
+  if (n == nullptr || !ValidPriority(priority)) return Admission::kNever;
   const int p = static_cast<int>(priority);
   const auto b = static_cast<std::int64_t>(
       std::min<std::size_t>(bytes, std::numeric_limits<std::int64_t>::max() / 4));
@@ -710,6 +744,8 @@ BudgetSnapshot Budget::Snapshot() const {
     v.reclaim_freed = n.reclaim_freed.load();
     v.hook_failures = n.hook_failures.load();
     v.reclaim_skipped = n.reclaim_skipped.load();
+    v.unmatched_releases = n.unmatched_releases.load();
+    v.unmatched_release_bytes = n.unmatched_release_bytes.load();
     s.nodes.push_back(v);
   }
   for (const auto& entry : *callbacks_->hooks.Current()) {

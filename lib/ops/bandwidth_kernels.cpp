@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "base/checked_math.hpp"
 #include "numarena/page_nodes.hpp"
 #include "os/os.hpp"
 

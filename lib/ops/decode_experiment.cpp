@@ -18,11 +18,13 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/checked_math.hpp"
 #include "numarena/arena.hpp"
 #include "numarena/format.hpp"
 #include "numarena/kv_pool.hpp"
@@ -646,6 +648,20 @@ StatusOr<DecodeTable> RunDecodeExperiment(const DecodeOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat("threads is ", options.threads, "; use 1 to ",
                                                    kMaxDecodeThreads,
                                                    ", or 0 for one per allowed CPU"));
+  }
+  // The KV bytes of one token: layers x kv_heads x head_dim x (K and V) x fp32.
+  std::optional<std::size_t> kv_bytes_per_token = MulChecked(
+      static_cast<std::size_t>(options.layers), static_cast<std::size_t>(options.kv_heads));
+  if (kv_bytes_per_token) {
+    kv_bytes_per_token =
+        MulChecked(*kv_bytes_per_token, static_cast<std::size_t>(options.head_dim));
+  }
+  if (kv_bytes_per_token) kv_bytes_per_token = MulChecked(*kv_bytes_per_token, 2 * sizeof(float));
+  if (!kv_bytes_per_token) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layers ", options.layers, " x kv_heads ", options.kv_heads, " x head_dim ",
+        options.head_dim, " x 8 bytes of KV per token does not fit in 64 bits; use a real "
+        "model's shape"));
   }
   std::vector<const Configuration*> chosen;
   if (options.configurations.empty()) {

@@ -48,7 +48,10 @@ std::string GetEnv(const char* name);
 // ---- virtual memory ------------------------------------------------------------------
 
 std::size_t PageSize();
-// Reserves address space that is neither readable nor committed (PROT_NONE|MAP_NORESERVE).
+// Reserves address space that is neither readable nor committed (PROT_NONE|MAP_NORESERVE),
+// aligned to `alignment` (a power of two; at least a page). InvalidArgument for bytes == 0
+// or an alignment that is not a power of two, ResourceExhausted (ENOMEM) when
+// bytes + alignment does not fit in the address space.
 [[nodiscard]] StatusOr<void*> ReserveAddressSpace(std::size_t bytes, std::size_t alignment);
 // Makes [addr, addr+bytes) of a reservation readable and writable (no page is touched).
 [[nodiscard]] Status CommitRange(void* addr, std::size_t bytes);
@@ -67,12 +70,18 @@ void Unmap(void* addr, std::size_t bytes);
 // spreads base pages even when THP is "always"; advisory, errors are returned.
 [[nodiscard]] Status AdviseNoHugePages(void* addr, std::size_t bytes);
 // True when every page of [addr, addr+bytes) is mapped, false when some page is not
-// (mincore(2) ENOMEM). `addr` is rounded down to a page. Linux 6.1's move_pages reports an
+// (mincore(2) ENOMEM, or a range that runs past the top of the address space). `addr` is
+// rounded down to a page; fixed memory whatever the size. Linux 6.1's move_pages reports an
 // untouched page of an anonymous mapping as -EFAULT, the same as an unmapped one (newer
 // kernels say -ENOENT); this tells the two apart without faulting anything in.
 [[nodiscard]] StatusOr<bool> RangeIsMapped(const void* addr, std::size_t bytes);
+// The lowest address at or above `addr` that is mapped in this process (`addr` itself when
+// it is mapped), from /proc/self/maps; UINTPTR_MAX when nothing is mapped above it. Lets
+// callers step over a hole in one go instead of page by page.
+[[nodiscard]] StatusOr<std::uintptr_t> NextMappingStart(std::uintptr_t addr);
 // Touches (populates) every page of the range for writing (MADV_POPULATE_WRITE when the
 // kernel has it, else a write of one byte per page).
+// InvalidArgument (EINVAL) for a range that is not writable, where the kernel can tell.
 [[nodiscard]] Status PopulateWrite(void* addr, std::size_t bytes);
 
 // ---- memory policy -------------------------------------------------------------------
@@ -133,6 +142,7 @@ int MakeKernelNodeMask(std::span<const int> nodes, KernelNodeMask* mask);
 // mbind(2) with a prebuilt mask (kDefault/kLocal ignore it).
 int BindRangeNoAlloc(void* addr, std::size_t bytes, PolicyMode mode, const KernelNodeMask& mask);
 // Reserves address space like ReserveAddressSpace; *out receives the aligned start.
+// EINVAL / ENOMEM for the cases ReserveAddressSpace names.
 int ReserveAddressSpaceNoAlloc(std::size_t bytes, std::size_t alignment, void** out);
 // mprotect(PROT_READ|PROT_WRITE) of part of a reservation.
 int CommitRangeNoAlloc(void* addr, std::size_t bytes);

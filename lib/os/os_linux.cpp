@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 
@@ -196,20 +197,12 @@ std::size_t PageSize() {
 }
 
 StatusOr<void*> ReserveAddressSpace(std::size_t bytes, std::size_t alignment) {
-  if (alignment < PageSize()) alignment = PageSize();
-  std::size_t padded = bytes + alignment;
-  void* raw =
-      ::mmap(nullptr, padded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (raw == MAP_FAILED) {
-    return ErrnoToStatus(errno, absl::StrCat("mmap(reserve ", bytes, " bytes)"));
+  void* reserved = nullptr;
+  if (int err = ReserveAddressSpaceNoAlloc(bytes, alignment, &reserved); err != 0) {
+    return ErrnoToStatus(err, absl::StrCat("mmap(reserve ", bytes, " bytes aligned to ",
+                                           alignment, ")"));
   }
-  auto base = reinterpret_cast<std::uintptr_t>(raw);
-  std::uintptr_t aligned = (base + alignment - 1) & ~(alignment - 1);
-  if (aligned > base) ::munmap(raw, aligned - base);
-  std::uintptr_t end = aligned + bytes;
-  std::uintptr_t raw_end = base + padded;
-  if (raw_end > end) ::munmap(reinterpret_cast<void*>(end), raw_end - end);
-  return reinterpret_cast<void*>(aligned);
+  return reserved;
 }
 
 Status CommitRange(void* addr, std::size_t bytes) {
@@ -287,19 +280,61 @@ Status AdviseNoHugePages(void* addr, std::size_t bytes) {
 StatusOr<bool> RangeIsMapped(const void* addr, std::size_t bytes) {
   const std::size_t page = PageSize();
   auto begin = reinterpret_cast<std::uintptr_t>(addr) & ~(page - 1);
-  auto end = (reinterpret_cast<std::uintptr_t>(addr) + bytes + page - 1) & ~(page - 1);
-  if (end == begin) return true;
-  std::vector<unsigned char> residency((end - begin) / page);
-  if (::mincore(reinterpret_cast<void*>(begin), end - begin, residency.data()) == 0) return true;
-  if (errno == ENOMEM) return false;
-  return ErrnoToStatus(errno, absl::StrCat("mincore(", Hex(addr), ", ", bytes, ")"));
+  std::uintptr_t last;  // the last byte of the range
+  if (bytes == 0) return true;
+  if (__builtin_add_overflow(reinterpret_cast<std::uintptr_t>(addr), bytes - 1, &last)) {
+    return false;  // runs past the top of the address space, which is never mapped
+  }
+  const std::uintptr_t pages = (last - begin) / page + 1;
+  // In batches, so the residency vector has a fixed size whatever the range.
+  constexpr std::uintptr_t kBatch = 4096;
+  unsigned char residency[kBatch];
+  for (std::uintptr_t done = 0; done < pages;) {
+    const std::uintptr_t count = std::min(kBatch, pages - done);
+    if (::mincore(reinterpret_cast<void*>(begin + done * page), count * page, residency) != 0) {
+      if (errno == ENOMEM) return false;
+      return ErrnoToStatus(errno, absl::StrCat("mincore(", Hex(addr), ", ", bytes, ")"));
+    }
+    done += count;
+  }
+  return true;
+}
+
+StatusOr<std::uintptr_t> NextMappingStart(std::uintptr_t addr) {
+  StatusOr<std::string> maps = ReadFile("/proc/self/maps");
+  if (!maps.ok()) return maps.status();
+  std::uintptr_t next = UINTPTR_MAX;
+  std::string_view text = *maps;
+  while (!text.empty()) {
+    std::size_t eol = text.find('\n');
+    std::string_view line = text.substr(0, eol);
+    text = eol == std::string_view::npos ? std::string_view() : text.substr(eol + 1);
+    // "start-end perms offset dev inode path", addresses in hex.
+    std::size_t dash = line.find('-');
+    std::size_t space = line.find(' ');
+    if (dash == std::string_view::npos || space == std::string_view::npos || space < dash) continue;
+    std::uintptr_t start = 0, end = 0;
+    const char* text_end = line.data() + space;
+    if (std::from_chars(line.data(), line.data() + dash, start, 16).ptr != line.data() + dash ||
+        std::from_chars(line.data() + dash + 1, text_end, end, 16).ptr != text_end) {
+      continue;
+    }
+    if (addr >= start && addr < end) return addr;
+    if (start > addr) next = std::min<std::uintptr_t>(next, start);
+  }
+  return next;
 }
 
 Status PopulateWrite(void* addr, std::size_t bytes) {
+  // Kernels that know MADV_POPULATE_WRITE accept it for an empty range; older ones say EINVAL
+  // for any range. A kernel that knows it also says EINVAL for a range it cannot write
+  // (PROT_NONE, read-only), which the byte-touching fallback would turn into a SIGSEGV.
+  static const bool kernel_populates = ::madvise(nullptr, 0, MADV_POPULATE_WRITE) == 0;
   if (::madvise(addr, bytes, MADV_POPULATE_WRITE) == 0) return absl::OkStatus();
-  if (errno != EINVAL) {
-    return ErrnoToStatus(errno,
-                         absl::StrCat("madvise(", Hex(addr), ", ", bytes, ", POPULATE_WRITE)"));
+  const int err = errno;
+  if (err != EINVAL || kernel_populates) {
+    return ErrnoToStatus(err, absl::StrCat("madvise(", Hex(addr), ", ", bytes, ", POPULATE_WRITE)",
+                                           err == EINVAL ? ": the range is not writable" : ""));
   }
   // Kernels before 5.14: touch one byte per page, preserving the contents.
   auto* bytes_ptr = static_cast<volatile unsigned char*>(addr);
@@ -491,7 +526,9 @@ int BindRangeNoAlloc(void* addr, std::size_t bytes, PolicyMode mode, const Kerne
 
 int ReserveAddressSpaceNoAlloc(std::size_t bytes, std::size_t alignment, void** out) {
   if (alignment < PageSize()) alignment = PageSize();
-  std::size_t padded = bytes + alignment;
+  if (bytes == 0 || (alignment & (alignment - 1)) != 0) return EINVAL;
+  std::size_t padded;
+  if (__builtin_add_overflow(bytes, alignment, &padded)) return ENOMEM;  // no such range
   void* raw =
       ::mmap(nullptr, padded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) return errno;

@@ -83,6 +83,17 @@ TEST_CASE("node buffer is bound, populated and on its node", "[bandwidth]") {
   std::memset(buffer->data(), 1, buffer->size());
 }
 
+TEST_CASE("node buffer sizes that do not round to 2 MiB are refused", "[bandwidth]") {
+  auto topology = numarena::Topology::system();
+  REQUIRE(topology.ok());
+  int node = (*topology)->nodes().front().id;
+  for (std::size_t bytes : {std::size_t{0}, SIZE_MAX, SIZE_MAX - (std::size_t{2} << 20) + 2}) {
+    INFO("bytes " << bytes);
+    auto buffer = bi::NodeBuffer::Create(bytes, node);
+    REQUIRE(buffer.status().code() == absl::StatusCode::kInvalidArgument);
+  }
+}
+
 TEST_CASE("a small matrix on this machine is complete and consistent", "[bandwidth]") {
   auto topology = numarena::Topology::system();
   REQUIRE(topology.ok());

@@ -99,9 +99,9 @@ TEST_CASE("decode experiment: sizes beyond free memory are refused before the ru
   CHECK(message.find("(KV cache 2.3 TiB, worker scratch ") != std::string::npos);
   CHECK(message.find(" free on CPU node(s) ") != std::string::npos);
 
-  // Every size at INT_MAX: the product does not fit in 64 bits, and is not wrapped.
+  // Every count at INT_MAX with a real model shape: the product does not fit in 64 bits, and
+  // is not wrapped.
   options.sequences = options.prompt_tokens = options.decode_steps = INT_MAX;
-  options.layers = options.kv_heads = options.head_dim = INT_MAX;
   refused = numarena::decode::RunDecodeExperiment(options);
   REQUIRE(refused.status().code() == absl::StatusCode::kResourceExhausted);
   CHECK(std::string(refused.status().message()).find("the run would need more than 16 EiB") == 0);
@@ -131,6 +131,18 @@ TEST_CASE("decode experiment: the JSON carries any text and non-finite figures v
   REQUIRE(c.at("p50_ttft_ms").kind == numarena::testing::JsonValue::Kind::kNull);
   REQUIRE(c.at("checksum").kind == numarena::testing::JsonValue::Kind::kNull);
   REQUIRE(c.at("kv_nodes").array.at(1).number == -1);
+}
+
+TEST_CASE("decode experiment: a model shape whose KV bytes per token overflow is refused",
+          "[decode]") {
+  auto options = Tiny();
+  options.layers = 1 << 30;
+  options.kv_heads = 1 << 30;
+  options.head_dim = 1 << 30;
+  auto refused = numarena::decode::RunDecodeExperiment(options);
+  REQUIRE(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(std::string(refused.status().message()).find("does not fit in 64 bits") !=
+          std::string::npos);
 }
 
 }  // namespace
