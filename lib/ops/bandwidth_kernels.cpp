@@ -98,8 +98,7 @@ double FractionOnNode(const NodeBuffer& buffer) {
   if (buffer.data() == nullptr) return 0;
   auto counts = page_nodes(buffer.data(), buffer.size());
   if (!counts.ok() || counts->total_pages == 0) return 0;
-  return static_cast<double>(counts->on(buffer.node())) /
-         static_cast<double>(counts->total_pages);
+  return static_cast<double>(counts->on(buffer.node())) / static_cast<double>(counts->total_pages);
 }
 
 PointerChase PointerChase::Build(void* buffer, std::size_t bytes) {

@@ -4,9 +4,9 @@
 // GCC and Clang vectorise at -O2 without target flags. They live in their own translation
 // unit and the read kernel returns its sum, so no optimiser can prove a pass useless.
 // The arrays are numarena::NodeBuffer (AllocateOnNode: bound to one node before the first
-// touch, populated and verified), so the timed passes never fault. `PointerChase` turns a buffer into one random
-// cycle through all its cache lines: each load depends on the previous one, so the time per
-// step is the load-to-use latency of wherever the lines live.
+// touch, populated and verified), so the timed passes never fault. `PointerChase` turns a
+// buffer into one random cycle through all its cache lines: each load depends on the
+// previous one, so the time per step is the load-to-use latency of wherever the lines live.
 #pragma once
 
 #include <cstddef>

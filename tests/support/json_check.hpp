@@ -191,8 +191,7 @@ class Parser {
         return std::nullopt;
       }
       const char h = text_[pos_++];
-      value = value * 16 + static_cast<std::uint32_t>(
-                               h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
+      value = value * 16 + static_cast<std::uint32_t>(h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
     }
     return value;
   }
