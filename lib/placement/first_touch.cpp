@@ -155,9 +155,10 @@ Status MoveBatch(std::vector<void*> pages, int node, PlacementReport& report) {
 std::size_t WindowEnd(const char* base, std::size_t first, std::size_t batch, std::size_t total) {
   const std::size_t page = os::PageSize();
   std::size_t end = first + std::min(batch, total - first);
-  auto address = reinterpret_cast<std::uintptr_t>(base) + end * page;
-  auto aligned = (address + kHugePage - 1) & ~(kHugePage - 1);
-  return std::min(total, end + (aligned - address) / page);
+  auto address = reinterpret_cast<std::uintptr_t>(base) + end * page;  // inside the range
+  std::optional<std::uintptr_t> aligned = RoundUpChecked(address, kHugePage);
+  if (!aligned) return end;  // the last huge page of the address space: nothing to extend
+  return end + std::min(total - end, (*aligned - address) / page);
 }
 
 StatusOr<PlacementReport> CorrectRange(const PageRange& range, int node,
