@@ -101,9 +101,10 @@ constexpr std::size_t kHugePage = std::size_t{2} << 20;
 StatusOr<NodeBuffer> NodeBuffer::Create(std::size_t bytes, int node) {
   const std::optional<std::size_t> rounded = RoundUpChecked(bytes, kHugePage);
   if (!rounded || bytes == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bandwidth buffer of ", bytes, " bytes: give a size between 1 byte and what fits in the "
-        "address space once rounded up to 2 MiB"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("bandwidth buffer of ", bytes,
+                     " bytes: give a size between 1 byte and what fits in the "
+                     "address space once rounded up to 2 MiB"));
   }
   const std::size_t mapped = *rounded;
   auto mapping = os::MapAnonymous(mapped, kHugePage);
