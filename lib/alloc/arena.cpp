@@ -219,9 +219,10 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
   }
   if (p == nullptr) {
     std::string what = absl::StrCat("arena ", policy_.ToString(), ": allocate ", Bytes(size));
-    *error = failure.failed() ? failure.ToStatus(what)
-                              : absl::ResourceExhaustedError(
-                                    absl::StrCat(what, ": jemalloc could not allocate"));
+    *error =
+        failure.failed()
+            ? failure.ToStatus(what)
+            : absl::ResourceExhaustedError(absl::StrCat(what, ": jemalloc could not allocate"));
   }
   failure.Clear();
   return p;

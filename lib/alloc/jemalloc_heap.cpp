@@ -99,7 +99,8 @@ StatusOr<unsigned> CreateJemallocArena(Heap& heap, const std::string& what) {
   ThreadSpanFailure().Clear();
   int err = mallctl("arenas.create", &arena_index, &index_size, &hooks, sizeof hooks);
   Status reason =
-      err == 0 ? Status() : ThreadSpanFailure().ToStatus(absl::StrCat(what, ": jemalloc arenas.create"));
+      err == 0 ? Status()
+               : ThreadSpanFailure().ToStatus(absl::StrCat(what, ": jemalloc arenas.create"));
   ThreadSpanFailure().Clear();  // a failure left recorded would stop this thread's later spans
   if (err == 0) return arena_index;
   if (!reason.ok()) return reason;

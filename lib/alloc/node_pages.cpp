@@ -164,8 +164,8 @@ Status SpanFailure::ToStatus(const std::string& what) const {
     case Kind::kNeverFits:
       return absl::ResourceExhaustedError(absl::StrCat(
           what, ": ", bytes, " bytes can never be placed there: ",
-          node >= 0 ? absl::StrCat("node ", node, " has") : std::string("its nodes have"),
-          " only ", MiB(node_total),
+          node >= 0 ? absl::StrCat("node ", node, " has") : std::string("its nodes have"), " only ",
+          MiB(node_total),
           " of memory in total (MemTotal); split the allocation or use a policy over more "
           "or larger nodes"));
   }
@@ -314,7 +314,8 @@ bool NodePages::AddRange(std::size_t min_bytes, SpanFailure* failure) noexcept {
     failure->bytes = min_bytes;
     return false;
   }
-  std::optional<std::size_t> rounded = RoundUpChecked(std::max(min_bytes, kRangeBytes), kRangeBytes);
+  std::optional<std::size_t> rounded =
+      RoundUpChecked(std::max(min_bytes, kRangeBytes), kRangeBytes);
   if (!rounded) {
     failure->kind = SpanFailure::Kind::kMap;
     failure->err = ENOMEM;

@@ -383,8 +383,8 @@ Status Budget::Charge(int node, std::size_t bytes, Priority priority) {
   }
   if (!ValidPriority(priority)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "budget: priority ", static_cast<int>(priority), " is not a Priority (kHigh, kNormal or "
-        "kLow); node ", node, " was not charged"));
+        "budget: priority ", static_cast<int>(priority),
+        " is not a Priority (kHigh, kNormal or kLow); node ", node, " was not charged"));
   }
   if (bytes == 0) return absl::OkStatus();
   const int p = static_cast<int>(priority);

@@ -658,10 +658,11 @@ StatusOr<DecodeTable> RunDecodeExperiment(const DecodeOptions& options) {
   }
   if (kv_bytes_per_token) kv_bytes_per_token = MulChecked(*kv_bytes_per_token, 2 * sizeof(float));
   if (!kv_bytes_per_token) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "layers ", options.layers, " x kv_heads ", options.kv_heads, " x head_dim ",
-        options.head_dim, " x 8 bytes of KV per token does not fit in 64 bits; use a real "
-        "model's shape"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("layers ", options.layers, " x kv_heads ", options.kv_heads, " x head_dim ",
+                     options.head_dim,
+                     " x 8 bytes of KV per token does not fit in 64 bits; use a real "
+                     "model's shape"));
   }
   std::vector<const Configuration*> chosen;
   if (options.configurations.empty()) {

@@ -199,8 +199,8 @@ std::size_t PageSize() {
 StatusOr<void*> ReserveAddressSpace(std::size_t bytes, std::size_t alignment) {
   void* reserved = nullptr;
   if (int err = ReserveAddressSpaceNoAlloc(bytes, alignment, &reserved); err != 0) {
-    return ErrnoToStatus(err, absl::StrCat("mmap(reserve ", bytes, " bytes aligned to ",
-                                           alignment, ")"));
+    return ErrnoToStatus(
+        err, absl::StrCat("mmap(reserve ", bytes, " bytes aligned to ", alignment, ")"));
   }
   return reserved;
 }

@@ -59,8 +59,7 @@ StatusOr<PageRange> WidenToPages(void* ptr, std::size_t len, const std::string& 
   StatusOr<placement_internal::PageSpan> span = placement_internal::WidenToPages(ptr, len, context);
   if (!span.ok()) return span.status();
   // No overflow: the span lies inside the address space.
-  return PageRange{reinterpret_cast<void*>(span->begin), span->pages * os::PageSize(),
-                   span->pages};
+  return PageRange{reinterpret_cast<void*>(span->begin), span->pages * os::PageSize(), span->pages};
 }
 
 // The node must be online and the process allowed to use its memory.
@@ -91,9 +90,9 @@ Status CheckRange(const void* ptr, std::size_t len, const CorrectOptions& option
         absl::StrCat(context, ": null pointer with a length of ", len, " bytes"));
   }
   if (options.batch_pages == 0 || options.batch_pages > CorrectOptions::kMaxBatchPages) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        context, ": CorrectOptions::batch_pages is ", options.batch_pages, "; use 1 to ",
-        CorrectOptions::kMaxBatchPages, " (default 1024)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, ": CorrectOptions::batch_pages is ", options.batch_pages,
+                     "; use 1 to ", CorrectOptions::kMaxBatchPages, " (default 1024)"));
   }
   return absl::OkStatus();
 }
@@ -155,9 +154,10 @@ Status MoveBatch(std::vector<void*> pages, int node, PlacementReport& report) {
 std::size_t WindowEnd(const char* base, std::size_t first, std::size_t batch, std::size_t total) {
   const std::size_t page = os::PageSize();
   std::size_t end = first + std::min(batch, total - first);
-  auto address = reinterpret_cast<std::uintptr_t>(base) + end * page;
-  auto aligned = (address + kHugePage - 1) & ~(kHugePage - 1);
-  return std::min(total, end + (aligned - address) / page);
+  auto address = reinterpret_cast<std::uintptr_t>(base) + end * page;  // inside the range
+  std::optional<std::uintptr_t> aligned = RoundUpChecked(address, kHugePage);
+  if (!aligned) return end;  // the last huge page of the address space: nothing to extend
+  return end + std::min(total - end, (*aligned - address) / page);
 }
 
 StatusOr<PlacementReport> CorrectRange(const PageRange& range, int node,
@@ -271,10 +271,9 @@ StatusOr<void*> MapOnNode(std::size_t bytes, int node, PlacementReport* report_o
   const std::size_t elsewhere = counts->total_pages - counts->on(node);
   if (elsewhere > 0) {
     os::Unmap(*data, mapped);
-    std::string detail =
-        absl::StrCat(context, ": ", elsewhere, " of ", counts->total_pages,
-                     " pages are not on node ", node, " after prefault and correction; ",
-                     report->ToString());
+    std::string detail = absl::StrCat(context, ": ", elsewhere, " of ", counts->total_pages,
+                                      " pages are not on node ", node,
+                                      " after prefault and correction; ", report->ToString());
     if (report->failures_by_reason.count(-ENOMEM) > 0) {
       return absl::ResourceExhaustedError(absl::StrCat(detail, "; the node is out of free memory"));
     }

@@ -189,9 +189,10 @@ StatusOr<InterleavedBuffer> AllocateInterleaved(std::size_t bytes, const Policy&
             StatusOr<std::size_t> needed =
                 ForEachRange(static_cast<char*>(*data), mapped, policy,
                              [](const PlannedRange&) { return absl::OkStatus(); });
-            return Annotate(bound, absl::StrCat(context, ": the buffer needs ", needed.value_or(0),
-                                                " separately bound ranges (kernel mappings); if "
-                                                "vm.max_map_count is the limit, use a larger chunk"));
+            return Annotate(bound,
+                            absl::StrCat(context, ": the buffer needs ", needed.value_or(0),
+                                         " separately bound ranges (kernel mappings); if "
+                                         "vm.max_map_count is the limit, use a larger chunk"));
           }
           return Annotate(bound, context);
         }

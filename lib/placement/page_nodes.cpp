@@ -63,7 +63,8 @@ StatusOr<std::size_t> UnmappedPagesAt(std::uintptr_t first, std::size_t limit) {
   StatusOr<std::uintptr_t> next = os::NextMappingStart(first);
   if (!next.ok()) return next.status();
   if (*next <= first) return std::size_t{0};
-  return static_cast<std::size_t>(std::min<std::uintptr_t>((*next - first) / os::PageSize(), limit));
+  return static_cast<std::size_t>(
+      std::min<std::uintptr_t>((*next - first) / os::PageSize(), limit));
 }
 
 }  // namespace placement_internal

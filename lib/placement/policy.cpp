@@ -117,8 +117,8 @@ Status Policy::Validate(const Topology& topology) const {
     }
     if (total > kMaxWeightTotal) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "policy ", ToString(), ": the weights add up to ", total, ", more than ",
-          kMaxWeightTotal, " (Policy::kMaxWeightTotal); divide them by a common factor"));
+          "policy ", ToString(), ": the weights add up to ", total, ", more than ", kMaxWeightTotal,
+          " (Policy::kMaxWeightTotal); divide them by a common factor"));
     }
     if (chunk_bytes_ == 0 || chunk_bytes_ % os::PageSize() != 0) {
       return absl::InvalidArgumentError(

@@ -76,8 +76,8 @@ TEST_CASE("allocator<T>: every size up to 4160 B and every alignment up to 4 KiB
   bad += CheckAllocator<1>(policy) + CheckAllocator<2>(policy) + CheckAllocator<4>(policy) +
          CheckAllocator<8>(policy) + CheckAllocator<16>(policy) + CheckAllocator<32>(policy) +
          CheckAllocator<64>(policy) + CheckAllocator<128>(policy) + CheckAllocator<256>(policy) +
-         CheckAllocator<512>(policy) + CheckAllocator<1024>(policy) +
-         CheckAllocator<2048>(policy) + CheckAllocator<4096>(policy);
+         CheckAllocator<512>(policy) + CheckAllocator<1024>(policy) + CheckAllocator<2048>(policy) +
+         CheckAllocator<4096>(policy);
   CHECK(bad == 0);
 }
 

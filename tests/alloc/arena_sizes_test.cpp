@@ -150,8 +150,8 @@ TEST_CASE("sizes near SIZE_MAX are refused, never served") {
   Arena* arena = Get(Policy::Bind(0));
   for (std::size_t size : {kMax, kMax - 4094, kMax - 4095, kMax - (std::size_t{2} << 20),
                            (std::size_t{1} << 62) + 1, std::size_t{1} << 62}) {
-    for (std::size_t alignment : {std::size_t{8}, std::size_t{16}, std::size_t{4096},
-                                  std::size_t{2} << 20}) {
+    for (std::size_t alignment :
+         {std::size_t{8}, std::size_t{16}, std::size_t{4096}, std::size_t{2} << 20}) {
       INFO("size " << size << " alignment " << alignment);
       auto result = arena->try_allocate(size, alignment);
       REQUIRE_FALSE(result.ok());

@@ -30,8 +30,7 @@ TEST_CASE("reservations refuse sizes whose alignment padding overflows, and zero
     CHECK_FALSE(mapped.ok());
   }
   CHECK(ReserveAddressSpace(0, 4096).status().code() == absl::StatusCode::kInvalidArgument);
-  CHECK(ReserveAddressSpace(4096, 3 * 4096).status().code() ==
-        absl::StatusCode::kInvalidArgument);
+  CHECK(ReserveAddressSpace(4096, 3 * 4096).status().code() == absl::StatusCode::kInvalidArgument);
   auto fine = ReserveAddressSpace(4096, std::size_t{2} << 20);
   REQUIRE(fine.ok());
   CHECK(reinterpret_cast<std::uintptr_t>(*fine) % (std::size_t{2} << 20) == 0);
@@ -67,7 +66,8 @@ TEST_CASE("RangeIsMapped: 64 GiB in fixed memory, holes, and ranges that wrap") 
 
 TEST_CASE("NextMappingStart finds the mapping after a hole") {
   const std::size_t page = PageSize();
-  void* p = ::mmap(nullptr, 3 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* p =
+      ::mmap(nullptr, 3 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   REQUIRE(p != MAP_FAILED);
   const auto base = reinterpret_cast<std::uintptr_t>(p);
   REQUIRE(::munmap(p, 2 * page) == 0);  // hole [base, base + 2 pages), mapped after it

@@ -103,7 +103,8 @@ TEST_CASE("AllocateOnNode and FirstTouchAllocator refuse sizes that do not fit")
 
 TEST_CASE("AllocateInterleaved refuses sizes that do not fit, for both interleave kinds") {
   const int node = HostNode();
-  for (const Policy& policy : {Policy::Interleave({node}), Policy::WeightedInterleave({{node, 1}})}) {
+  for (const Policy& policy :
+       {Policy::Interleave({node}), Policy::WeightedInterleave({{node, 1}})}) {
     for (std::size_t size : kWrappingSizes) {
       INFO(policy.ToString() << " size " << size);
       auto buffer = AllocateInterleaved(size, policy);
