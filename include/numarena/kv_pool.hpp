@@ -77,6 +77,9 @@
 namespace numarena {
 
 class KvPool;
+namespace kv {
+struct PoolState;  // the pool's internals (lib/kv/kv_pool_state.hpp)
+}
 
 // A pinned block: its data pointer is valid, and the block will not move, until the pin is
 // destroyed. Layout of the data: for each layer of the block's range, for each head of its
@@ -286,13 +289,13 @@ class alignas(128) KvPool {
 
   KvPoolStats Stats() const;
 
-  struct Impl;
-
  private:
   friend class KvBlockPin;
-  explicit KvPool(std::unique_ptr<Impl> impl);
+  explicit KvPool(std::unique_ptr<kv::PoolState> impl);
   void Unpin(KvBlockId block);
-  std::unique_ptr<Impl> impl_;
+  // Fills the block fields of `pin` for block slot `slot`, which the caller has pinned.
+  void FillPin(KvBlockPin& pin, std::uint32_t slot) const;
+  std::unique_ptr<kv::PoolState> impl_;
 };
 
 }  // namespace numarena
