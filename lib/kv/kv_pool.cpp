@@ -4,9 +4,12 @@
 #include "numarena/kv_pool.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "kv/kv_pool_pins.hpp"
 #include "kv/kv_pool_state.hpp"
 #include "numarena/budget.hpp"
 #include "numarena/topology.hpp"
@@ -49,6 +52,22 @@ StatusOr<std::unique_ptr<KvPool>> KvPool::Create(KvPoolOptions options) {
   auto layout = kv::MakeLayout(options.geometry, static_cast<int>(placement->home_nodes.size()));
   if (!layout.ok()) return layout.status();
 
+  // Span metadata is allocated kSpansPerChunk spans at a time: a geometry whose chunk is
+  // absurd (say 2^31 tokens per block: 2 TiB of token ids) is refused here, where the
+  // caller can still change it, instead of failing or faulting in memory at the first span.
+  const std::size_t chunk_bytes =
+      kv::Chunk::Bytes(static_cast<std::size_t>(layout->blocks_per_span),
+                       static_cast<std::size_t>(layout->geometry.tokens_per_block));
+  if (chunk_bytes > kv::kMaxChunkBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV pool: the geometry needs ", chunk_bytes, " bytes of metadata per ",
+                     kv::kSpansPerChunk, " spans (", layout->blocks_per_span, " blocks per span, ",
+                     layout->geometry.tokens_per_block, " tokens_per_block) and the pool allows ",
+                     kv::kMaxChunkBytes,
+                     "; use fewer tokens_per_block or larger layers_per_block or "
+                     "heads_per_group"));
+  }
+
   auto impl = std::make_unique<PoolState>();
   impl->layout = *layout;
   impl->placement = *std::move(placement);
@@ -76,6 +95,11 @@ StatusOr<std::unique_ptr<KvPool>> KvPool::Create(KvPoolOptions options) {
     }
   }
   const std::size_t blocks_per_slab = std::max<std::size_t>(1, options.slab_bytes / block_bytes);
+  if (auto slab = kv::SlabBytes(block_bytes, blocks_per_slab); !slab.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("KV pool: slab_bytes ", options.slab_bytes,
+                                                   " with blocks of ", block_bytes,
+                                                   " bytes: ", slab.status().message()));
+  }
 
   int max_node = 0;
   for (int n : impl->placement.home_nodes) max_node = std::max(max_node, n);
@@ -129,6 +153,15 @@ StatusOr<std::unique_ptr<KvPool>> KvPool::Create(KvPoolOptions options) {
 KvPool::KvPool(std::unique_ptr<PoolState> impl) : impl_(std::move(impl)) {}
 
 KvPool::~KvPool() {
+  // A pin held now would point into slabs freed below, and its destructor would unpin through
+  // this freed pool: a use-after-free that may go unnoticed. Refuse it loudly instead.
+  if (const std::size_t pinned = kv::PinnedBlocks(*impl_); pinned != 0) {
+    std::fprintf(stderr,
+                 "numarena: KvPool destroyed while %zu of its blocks are pinned; a KvBlockPin "
+                 "must be destroyed or Reset() before its pool (its data pointer would dangle)\n",
+                 pinned);
+    std::abort();
+  }
   if (impl_->budget_hook != 0) impl_->options.budget->RemoveReclaimHook(impl_->budget_hook);
   // Slab allocators free their slabs; block metadata goes with the chunks.
   impl_->homes.clear();

@@ -62,6 +62,18 @@ void NotePin(PoolState& p, BlockSlot id) {
   }
 }
 
+std::size_t PinnedBlocks(const PoolState& p) {
+  std::size_t pinned = 0;
+  const std::uint32_t spans = p.spans_created.load(std::memory_order_acquire);
+  for (std::uint32_t s = 0; s < spans; ++s) {
+    for (std::size_t i = 0; i < p.bps; ++i) {
+      const BlockMeta& b = p.block(p.block_id(s, static_cast<int>(i)));
+      if ((b.state.load(std::memory_order_acquire) & ~kMigrating) != 0) ++pinned;
+    }
+  }
+  return pinned;
+}
+
 }  // namespace kv
 
 // ---- KvBlockPin ----------------------------------------------------------------------

@@ -5,6 +5,7 @@
 // is above 0 the block is not moved and its memory is not dropped.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kv/kv_pool_state.hpp"
@@ -34,5 +35,9 @@ inline void PinRaw(PoolState& p, BlockSlot id, bool promote) {
 inline void UnpinRaw(PoolState& p, BlockSlot id) {
   p.block(id).state.fetch_sub(1, std::memory_order_release);
 }
+
+// Blocks with at least one pin reference now (a scan of every block: for the pool's
+// destructor, not for hot paths).
+std::size_t PinnedBlocks(const PoolState& p);
 
 }  // namespace numarena::kv

@@ -3,6 +3,7 @@
 #include "kv/kv_pool_sequences.hpp"
 
 #include <algorithm>
+#include <new>
 
 #include "kv/kv_pool_spans.hpp"
 #include "numarena/kv_pool.hpp"
@@ -46,8 +47,13 @@ StatusOr<KvSequenceId> NewSequence(PoolState& p) {
     if (index / kSpansPerChunk >= kMaxChunks) {
       return absl::ResourceExhaustedError("KV pool: too many live sequences");
     }
-    if (index % kSpansPerChunk == 0)
-      p.seq_chunks[index / kSpansPerChunk].store(new SequenceChunk, std::memory_order_release);
+    if (index % kSpansPerChunk == 0) {
+      auto* chunk = new (std::nothrow) SequenceChunk;
+      if (chunk == nullptr) {
+        return absl::ResourceExhaustedError("KV pool: no heap for more sequence slots");
+      }
+      p.seq_chunks[index / kSpansPerChunk].store(chunk, std::memory_order_release);
+    }
     ++p.seq_created;
   }
   Sequence* s = &p.seq_chunks[index / kSpansPerChunk]
@@ -72,6 +78,20 @@ inline void RetireSequence(PoolState& p, KvSequenceId id, Sequence* s) {  // s->
   p.free_sequences.Push(static_cast<std::uint32_t>(id & 0xffffffffu));
 }
 
+// Room for `count` span ids in `spans` before anything changes, so that a heap that cannot
+// grow a long sequence's list refuses (ResourceExhausted) instead of throwing halfway.
+template <typename List>
+Status ReserveSpans(List& spans, std::size_t count) {
+  if (count <= spans.capacity()) return absl::OkStatus();
+  try {
+    spans.reserve(count);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV pool: no heap for a list of ", count, " spans"));
+  }
+  return absl::OkStatus();
+}
+
 // Appends with `s->mu` held. Either everything or nothing happens.
 Status AppendLocked(PoolState& p, Sequence* s, std::span<const std::int32_t> tokens) {
   if (tokens.empty()) return absl::OkStatus();
@@ -91,6 +111,9 @@ Status AppendLocked(PoolState& p, Sequence* s, std::span<const std::int32_t> tok
   // Get every span first so a refusal leaves the sequence as it was.
   absl::InlinedVector<std::uint32_t, 4> fresh;
   const std::size_t needed = spans_after - spans_before + (cow ? 1 : 0);
+  if (Status st = ReserveSpans(fresh, needed); !st.ok()) return st;
+  if (Status st = ReserveSpans(s->spans, s->spans.size() + (spans_after - spans_before)); !st.ok())
+    return st;
   for (std::size_t i = 0; i < needed; ++i) {
     auto got = AllocateSpan(p);
     if (!got.ok()) {
@@ -164,6 +187,10 @@ StatusOr<KvSequenceId> KvPool::CreateSequence(std::span<const std::int32_t> prom
   if (!id.ok()) return id.status();
   Sequence* s = p.sequence(*id);
   std::lock_guard lock(s->mu);
+  if (Status st = kv::ReserveSpans(s->spans, (prompt.size() + p.tpb - 1) / p.tpb); !st.ok()) {
+    kv::RetireSequence(p, *id, s);
+    return st;
+  }
   std::uint64_t parent = kv::kRootPrefixHash;
   std::size_t reused = 0;
   std::uint64_t lookups = 0;

@@ -146,7 +146,13 @@ inline bool ClaimCached(PoolState& p, std::uint32_t s) {
     return absl::ResourceExhaustedError("KV pool: block id space exhausted");
   }
   if (s % kSpansPerChunk == 0) {
-    p.chunks[s / kSpansPerChunk].store(new Chunk(p.bps, p.tpb), std::memory_order_release);
+    Chunk* chunk = Chunk::New(p.bps, p.tpb);
+    if (chunk == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("KV pool: no heap for the metadata of ",
+                                                       kSpansPerChunk, " more spans (", p.bps,
+                                                       " blocks and ", p.tpb, " token ids each)"));
+    }
+    p.chunks[s / kSpansPerChunk].store(chunk, std::memory_order_release);
   }
   p.spans_created.store(s + 1, std::memory_order_release);
   return s;

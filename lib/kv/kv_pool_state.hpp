@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -83,13 +84,31 @@ struct alignas(kNoFalseSharing) SpanMeta {
 };
 
 struct Chunk {
-  Chunk(std::size_t blocks_per_span, std::size_t tokens_per_block)
-      : blocks(new BlockMeta[kSpansPerChunk * blocks_per_span]),
-        tokens(new std::int32_t[kSpansPerChunk * tokens_per_block]()) {}
+  // Heap bytes of one chunk. Blocks per span and tokens per block are ints, so this stays
+  // far below SIZE_MAX (about 2^46 at most).
+  static constexpr std::size_t Bytes(std::size_t blocks_per_span, std::size_t tokens_per_block) {
+    return sizeof(Chunk) + kSpansPerChunk * (blocks_per_span * sizeof(BlockMeta) +
+                                             tokens_per_block * sizeof(std::int32_t));
+  }
+  // A chunk of kSpansPerChunk spans, or null when the heap cannot hold it: its tables grow
+  // with the geometry (blocks per span, tokens per block), so running out is a refusal
+  // (ResourceExhausted), not an exception out of CreateSequence.
+  static Chunk* New(std::size_t blocks_per_span, std::size_t tokens_per_block) {
+    std::unique_ptr<Chunk> chunk(new (std::nothrow) Chunk);
+    if (chunk == nullptr) return nullptr;
+    chunk->blocks.reset(new (std::nothrow) BlockMeta[kSpansPerChunk * blocks_per_span]);
+    chunk->tokens.reset(new (std::nothrow) std::int32_t[kSpansPerChunk * tokens_per_block]());
+    if (chunk->blocks == nullptr || chunk->tokens == nullptr) return nullptr;
+    return chunk.release();
+  }
   SpanMeta spans[kSpansPerChunk];
   std::unique_ptr<BlockMeta[]> blocks;
   std::unique_ptr<std::int32_t[]> tokens;
 };
+
+// The largest chunk KvPool::Create accepts. 128 layers x 128 head groups of one head at 16
+// tokens per block need a quarter of it (256 MiB), a 70B Llama (80 layers x 8 groups) 10 MiB.
+inline constexpr std::size_t kMaxChunkBytes = std::size_t{1} << 30;
 
 // A sequence's spans in order; inline up to 16 spans (256 tokens at the default block size).
 using SpanList = absl::InlinedVector<std::uint32_t, 16>;
