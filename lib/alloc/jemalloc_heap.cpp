@@ -195,7 +195,13 @@ StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options)
   for (std::atomic<int>& threads : heap->shard_threads) threads.store(0, std::memory_order_relaxed);
   StatusOr<unsigned> first =
       CreateJemallocArena(*heap, absl::StrCat("arena for ", placement.ToString()));
-  if (!first.ok()) return first.status();
+  if (!first.ok()) {
+    // jemalloc kept nothing of the provider (it gives back the blocks of an arena it could
+    // not finish), so a later attempt for this id starts from a clean slate.
+    NodePages::Discard(heap->pages);
+    delete heap;
+    return first.status();
+  }
   heap->shard_arena[0].store(static_cast<int>(*first), std::memory_order_release);
   g_heaps[id].store(heap, std::memory_order_release);
   g_heap_count.store(id + 1, std::memory_order_release);
