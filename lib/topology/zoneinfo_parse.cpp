@@ -121,8 +121,8 @@ bool ZoneinfoParser::Feed(std::string_view line) noexcept {
   return true;
 }
 
-Status ParseZoneinfo(std::string_view text, std::span<ZoneinfoNode> nodes) {
-  ZoneinfoParser parser(nodes);
+Status ParseZoneinfo(std::string_view text, std::span<ZoneinfoNode> nodes, int first_node) {
+  ZoneinfoParser parser(nodes, first_node);
   std::string_view rest = text;
   while (!rest.empty()) {
     std::size_t end = rest.find('\n');

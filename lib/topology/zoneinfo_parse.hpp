@@ -85,7 +85,8 @@ class ZoneinfoParser {
 
 // Parses a whole zoneinfo text into `nodes` (see ZoneinfoParser). InvalidArgument naming
 // the line and the problem.
-[[nodiscard]] Status ParseZoneinfo(std::string_view text, std::span<ZoneinfoNode> nodes);
+[[nodiscard]] Status ParseZoneinfo(std::string_view text, std::span<ZoneinfoNode> nodes,
+                                   int first_node = 0);
 
 // The free memory numarena keeps untouched on a node before it refuses to commit more there:
 // the larger of 1/64 of the node (at least 16 MiB, at most 1 GiB) and the node's `high`

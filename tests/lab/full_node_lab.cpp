@@ -140,5 +140,53 @@ TEST_CASE("a Preferred arena made after its node is full spills by distance and 
   (*arena)->purge();
 }
 
+TEST_CASE("AllocateOnNode and prefault past the node's free memory are ResourceExhausted") {
+  // Before numarena checked, each of these faulted bound pages until the kernel OOM-killed
+  // the test (exit status 137).
+  const SmallNode small = PickSmallNode();
+  const auto& node = lab::Expected().node(small.id);
+  const std::size_t twice = 2 * node.mem_mib * kMiB;
+  INFO("node " << small.id << " has " << node.mem_mib << " MiB");
+
+  auto too_big = AllocateOnNode(twice, small.id);
+  INFO(too_big.status().ToString());
+  REQUIRE_FALSE(too_big.ok());
+  CHECK(too_big.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(too_big.status().message()),
+             Catch::Contains("node " + std::to_string(small.id) + " cannot take"));
+
+  // All the node's free memory: more than it can give without going below its watermarks.
+  auto topology = Topology::discover();
+  REQUIRE(topology.ok());
+  const std::size_t free_now = topology->node(small.id)->mem_free_bytes;
+  auto all_free = AllocateOnNode(free_now, small.id);
+  INFO(all_free.status().ToString());
+  CHECK(all_free.status().code() == absl::StatusCode::kResourceExhausted);
+
+  FirstTouchAllocator on_small(small.id);
+  auto via_allocator = on_small.allocate(twice);
+  CHECK(via_allocator.status().code() == absl::StatusCode::kResourceExhausted);
+
+  // prefault over a mapping larger than the node faults in what fits, then stops.
+  {
+    lab::Mapping mapping(twice);
+    auto report = prefault(mapping.data(), mapping.size(), small.id);
+    INFO(report.status().ToString());
+    REQUIRE_FALSE(report.ok());
+    CHECK(report.status().code() == absl::StatusCode::kResourceExhausted);
+    CHECK_THAT(std::string(report.status().message()), Catch::Contains("stopped after"));
+    auto counts = page_nodes(mapping.data(), mapping.size());
+    REQUIRE(counts.ok());
+    CHECK(counts->on(small.id) > 0);
+    CHECK(counts->on(small.id) == counts->resident());  // what it did fault in is on the node
+  }
+
+  // A request that fits still works, every page on the node.
+  auto fits = AllocateOnNode(32 * kMiB, small.id);
+  INFO(fits.status().ToString());
+  REQUIRE(fits.ok());
+  CHECK(PagesNotOn(fits->data(), 32 * kMiB, small.id) == 0);
+}
+
 }  // namespace
 }  // namespace numarena
