@@ -81,7 +81,7 @@ struct CorrectOptions {
 // Faulting bound pages into a node that has no free memory left makes the kernel OOM-kill
 // the process, so prefault populates in steps of 64 MiB and, before each, checks that the
 // node can take the step's pages that are not on it yet while keeping numarena's reserve
-// free (1/64 of the node, at least 16 MiB and at least the node's `high` watermark from
+// free (1/64 of the node, at least 16 MiB and at least the node's `low` watermark from
 // /proc/zoneinfo). When it cannot, prefault stops with ResourceExhausted; the pages faulted
 // in before stay, as does the binding.
 //

@@ -67,14 +67,14 @@ SpanFailure& ThreadSpanFailure();
 // The per-node free-memory guard: refuses commits that would take a node's free memory below
 // its reserve, so MPOL_BIND memory is refused up front instead of OOM-killing the process at
 // fault time. The reserve (parse::NodeReserveBytes) is 1/64 of the node within [16 MiB,
-// 1 GiB] and at least the node's `high` watermark: the kernel does not hand out a zone's last
+// 1 GiB] and at least the node's `low` watermark: the kernel does not hand out a zone's last
 // pages (below `min` it reclaims, and with nothing to reclaim it OOM-kills a bound
-// allocation), and on small nodes the watermarks are larger than 1/64 (34 MiB on a 512 MiB
+// allocation), and on small nodes the watermarks are larger than 1/64 (29 MiB on a 512 MiB
 // node). MemFree is read from /sys/devices/system/node/nodeN/meminfo at most every
 // kRefreshNanos (sooner when the estimate gets close), the watermark from /proc/zoneinfo
 // every few seconds; bytes committed since the last read are subtracted and bytes
-// decommitted since then added back. Free pages on per-CPU lists are not counted as free
-// here (the budget counts them): the kernel may not hand them to this allocation either.
+// decommitted since then added back. Free pages on per-CPU lists do not count as free: when
+// reclaim makes no progress the kernel gives up without draining them (budget.hpp).
 // Allocation-free.
 class NodeMemoryGuard {
  public:

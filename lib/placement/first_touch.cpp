@@ -191,7 +191,7 @@ StatusOr<PlacementReport> CorrectRange(const PageRange& range, int node,
 }
 
 // How much more `node` can take before numarena's reserve (parse::NodeReserveBytes: 1/64 of
-// the node, at least its `high` watermark), from its meminfo and /proc/zoneinfo. A bound
+// the node, at least its `low` watermark), from its meminfo and /proc/zoneinfo. A bound
 // (MPOL_BIND) fault past that makes the kernel reclaim and, with nothing to reclaim,
 // OOM-kill the process, so populating stops before it.
 struct NodeRoom {
@@ -206,17 +206,17 @@ NodeRoom ReadNodeRoom(int node) {
   if (!meminfo.ok()) return room;
   auto parsed = parse::ParseNodeMeminfo(*meminfo);
   if (!parsed.ok()) return room;
-  std::uint64_t high_watermark = 0;
+  std::uint64_t low_watermark = 0;
   if (auto zoneinfo = os::ReadFile("/proc/zoneinfo"); zoneinfo.ok()) {
     parse::ZoneinfoNode zones;
     if (parse::ParseZoneinfo(*zoneinfo, std::span<parse::ZoneinfoNode>(&zones, 1), node).ok()) {
-      high_watermark = zones.high_pages * os::PageSize();
+      low_watermark = zones.low_pages * os::PageSize();
     }
   }
   room.known = true;
   room.total = parsed->total_bytes;
   room.free = parsed->free_bytes;
-  room.reserve = parse::NodeReserveBytes(room.total, high_watermark);
+  room.reserve = parse::NodeReserveBytes(room.total, low_watermark);
   return room;
 }
 

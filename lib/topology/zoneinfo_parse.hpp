@@ -10,7 +10,9 @@
 //   * The kernel hands out a node's pages only down to the zone's `min` watermark; below it a
 //     bound (MPOL_BIND) allocation reclaims and, with nothing to reclaim, OOM-kills. A
 //     free-memory check must keep at least the node's watermarks free, which on a 512 MiB
-//     node is about 34 MiB (its `high` watermark), more than a fixed 16 MiB margin.
+//     node is about 29 MiB (its `low` watermark), more than a fixed 16 MiB margin. Nor may
+//     it count the per-CPU lists: when reclaim makes no progress the allocator gives up
+//     without draining them (an OOM kill in the lab with 17 MiB on them).
 //
 // The parser is fed one line at a time, never allocates and never throws, so the page
 // provider can run it over a file it reads in small pieces inside jemalloc's extent hooks.
@@ -89,9 +91,9 @@ class ZoneinfoParser {
                                    int first_node = 0);
 
 // The free memory numarena keeps untouched on a node before it refuses to commit more there:
-// the larger of 1/64 of the node (at least 16 MiB, at most 1 GiB) and the node's `high`
-// watermark, so a bound allocation never drives a zone below the point where the kernel
-// starts reclaiming (and, with nothing to reclaim, OOM-kills).
-std::uint64_t NodeReserveBytes(std::uint64_t total_bytes, std::uint64_t high_watermark_bytes);
+// the larger of 1/64 of the node (at least 16 MiB, at most 1 GiB) and the node's `low`
+// watermark. Above `low` the kernel hands out pages without reclaiming; below `min` (4/5 of
+// `low`) a bound allocation reclaims and, with nothing to reclaim, OOM-kills the process.
+std::uint64_t NodeReserveBytes(std::uint64_t total_bytes, std::uint64_t low_watermark_bytes);
 
 }  // namespace numarena::parse
