@@ -47,6 +47,17 @@ int AlignFlags(std::size_t alignment) {
 
 std::string Bytes(std::size_t bytes) { return absl::StrCat(bytes, " bytes"); }
 
+// The node a commit was refused on for lack of room (the capacity gate's ResourceExhausted,
+// or the node's free-memory guard), or -1 for any other failure.
+int RefusedNode(const SpanFailure& failure) {
+  if (failure.kind == SpanFailure::Kind::kNodeFull) return failure.node;
+  if (failure.kind == SpanFailure::Kind::kGateRefused &&
+      absl::IsResourceExhausted(failure.gate_status)) {
+    return failure.node;
+  }
+  return -1;
+}
+
 template <typename T>
 T ReadArenaStat(unsigned arena_index, const char* name) {
   T value{};
@@ -214,13 +225,19 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
                             Status* error) noexcept {
   int flags = EnsureThreadCache(heap) | AlignFlags(EffectiveAlignment(size, alignment));
   SpanFailure& failure = ThreadSpanFailure();
-  failure.Clear();
-  if (alignment <= alignof(std::max_align_t) && size < kFastLimit) {
-    // What the inline fast path does, for heaps it does not serve (Local, the other nodes of
-    // a Preferred arena): the thread's front cache, then its jemalloc cache.
-    if (void* p = arena_internal::AllocateFromThreadCaches(heap, size)) return p;
-  } else if (void* p = mallocx(size, flags)) {
-    return p;
+  for (int attempt = 0;; ++attempt) {
+    failure.Clear();
+    if (alignment <= alignof(std::max_align_t) && size < kFastLimit) {
+      // What the inline fast path does, for heaps it does not serve (Local, the other nodes
+      // of a Preferred arena): the thread's front cache, then its jemalloc cache.
+      if (void* p = arena_internal::AllocateFromThreadCaches(heap, size)) return p;
+    } else if (void* p = mallocx(size, flags)) {
+      return p;
+    }
+    // Refused for lack of room: memory numarena holds freed on that node (dirty pages of this
+    // and other arenas, which stay charged until purged) goes back first, then one retry.
+    int node = RefusedNode(failure);
+    if (attempt > 0 || node < 0 || PurgeDirtyOnNode(node) == 0) break;
   }
   std::string what = absl::StrCat("arena ", policy_.ToString(), ": allocate ", Bytes(size));
   *error = failure.failed()
@@ -311,8 +328,13 @@ void* Arena::AllocateAfterFastMiss(std::size_t size) noexcept {
       failure.failed()
           ? failure.ToStatus(what)
           : absl::ResourceExhaustedError(absl::StrCat(what, ": jemalloc could not allocate"));
+  const int refused_node = RefusedNode(failure);
   failure.Clear();
-  void* p = AllocateWithFallback(size, alignof(std::max_align_t), /*primary_tried=*/true, &error);
+  // Refused for lack of room: after giving back the dirty pages numarena holds on that node,
+  // the primary heap is worth another try.
+  const bool retry_primary = refused_node >= 0 && PurgeDirtyOnNode(refused_node) > 0;
+  void* p = AllocateWithFallback(size, alignof(std::max_align_t),
+                                 /*primary_tried=*/!retry_primary, &error);
   if (p == nullptr) SetLastError(std::move(error));
   return p;
 }

@@ -117,6 +117,10 @@ void RefreshNodeMemory(int node, NodeMemory& memory) {
   long read = os::ReadFileNoAlloc(path, text, sizeof text);
   std::int64_t free_kb = read > 0 ? MeminfoKilobytes(text, "MemFree:") : -1;
   std::int64_t total_kb = read > 0 ? MeminfoKilobytes(text, "MemTotal:") : -1;
+  std::int64_t reclaimable_kb = 0;
+  for (const char* label : {"Active(file):", "Inactive(file):", "KReclaimable:"}) {
+    if (read > 0) reclaimable_kb += std::max<std::int64_t>(MeminfoKilobytes(text, label), 0);
+  }
   memory.refreshed_ns.store(now, std::memory_order_relaxed);
   if (free_kb < 0 || total_kb < 0) {
     memory.free_at_refresh.store(-2, std::memory_order_relaxed);
@@ -124,7 +128,11 @@ void RefreshNodeMemory(int node, NodeMemory& memory) {
   }
   memory.total.store(total_kb * 1024, std::memory_order_relaxed);
   memory.committed_since.store(0, std::memory_order_relaxed);
-  memory.free_at_refresh.store(free_kb * 1024, std::memory_order_relaxed);
+  memory.free_at_refresh.store(
+      static_cast<std::int64_t>(parse::NodeObtainableBytes(
+          static_cast<std::uint64_t>(free_kb) * 1024,
+          static_cast<std::uint64_t>(reclaimable_kb) * 1024)),
+      std::memory_order_relaxed);
 }
 
 std::int64_t MarginFor(const NodeMemory& memory) {
@@ -164,7 +172,8 @@ Status SpanFailure::ToStatus(const std::string& what) const {
       return absl::ResourceExhaustedError(absl::StrCat(
           what, ": node ", node, " cannot take ", MiB(static_cast<std::int64_t>(bytes)),
           " more: about ", MiB(node_available), " of its ", MiB(node_total),
-          " are free and numarena keeps ", MiB(margin),
+          " are free (counting half of its reclaimable page cache) and numarena keeps ",
+          MiB(margin),
           " free so that bound memory is refused here instead of OOM-killing the process "
           "when touched; free memory on the node, or use Policy::Preferred to fall back to "
           "the next node"));

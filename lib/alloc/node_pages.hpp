@@ -70,8 +70,9 @@ SpanFailure& ThreadSpanFailure();
 // 1 GiB] and at least the node's `low` watermark: the kernel does not hand out a zone's last
 // pages (below `min` it reclaims, and with nothing to reclaim it OOM-kills a bound
 // allocation), and on small nodes the watermarks are larger than 1/64 (29 MiB on a 512 MiB
-// node). MemFree is read from /sys/devices/system/node/nodeN/meminfo at most every
-// kRefreshNanos (sooner when the estimate gets close), the watermark from /proc/zoneinfo
+// node). Free memory is MemFree plus half of the node's reclaimable page cache and kernel
+// memory (parse::NodeObtainableBytes), read from /sys/devices/system/node/nodeN/meminfo at
+// most every kRefreshNanos (sooner when the estimate gets close), the watermark from /proc/zoneinfo
 // every few seconds; bytes committed since the last read are subtracted and bytes
 // decommitted since then added back. Free pages on per-CPU lists do not count as free: when
 // reclaim makes no progress the kernel gives up without draining them (budget.hpp).
@@ -133,6 +134,13 @@ class NodePages {
   const ArenaOptions& options() const { return options_; }
   // The single node of the placement, or kNodeMixed.
   int node() const { return node_; }
+  // True when the placement puts pages on `node`.
+  bool places_on(int node) const noexcept {
+    for (int i = 0; i < node_count_; ++i) {
+      if (nodes_[i] == node) return true;
+    }
+    return false;
+  }
   std::size_t mapped_bytes() const { return mapped_bytes_.load(std::memory_order_relaxed); }
   std::size_t committed_bytes() const { return committed_bytes_.load(std::memory_order_relaxed); }
   std::uint64_t fallbacks() const { return fallbacks_.load(std::memory_order_relaxed); }

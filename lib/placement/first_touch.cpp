@@ -196,7 +196,9 @@ StatusOr<PlacementReport> CorrectRange(const PageRange& range, int node,
 // OOM-kill the process, so populating stops before it.
 struct NodeRoom {
   bool known = false;  // false when the node's meminfo cannot be read: nothing to check
-  std::uint64_t total = 0, free = 0, reserve = 0;
+  std::uint64_t total = 0;
+  std::uint64_t free = 0;  // free, plus half of what the kernel can reclaim (page cache)
+  std::uint64_t reserve = 0;
   std::uint64_t available() const { return free > reserve ? free - reserve : 0; }
 };
 
@@ -215,7 +217,7 @@ NodeRoom ReadNodeRoom(int node) {
   }
   room.known = true;
   room.total = parsed->total_bytes;
-  room.free = parsed->free_bytes;
+  room.free = parse::NodeObtainableBytes(parsed->free_bytes, parsed->reclaimable_bytes);
   room.reserve = parse::NodeReserveBytes(room.total, low_watermark);
   return room;
 }
@@ -228,7 +230,8 @@ Status CheckRoom(int node, std::uint64_t needed, const std::string& context) {
   if (!room.known || needed <= room.available()) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       context, ": node ", node, " cannot take ", MiB(needed), " (", needed, " bytes) more: ",
-      MiB(room.free), " of its ", MiB(room.total), " are free and numarena keeps ",
+      MiB(room.free), " of its ", MiB(room.total),
+      " are free (counting half of its reclaimable page cache) and numarena keeps ",
       MiB(room.reserve),
       " of them free, because faulting bound pages past that makes the kernel OOM-kill the "
       "process; free memory on node ", node, ", ask for less, or use another node"));

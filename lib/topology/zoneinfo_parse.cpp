@@ -142,4 +142,9 @@ std::uint64_t NodeReserveBytes(std::uint64_t total_bytes, std::uint64_t low_wate
   return std::max(std::clamp(total_bytes / 64, kMin, kMax), low_watermark_bytes);
 }
 
+std::uint64_t NodeObtainableBytes(std::uint64_t free_bytes, std::uint64_t reclaimable_bytes) {
+  const std::uint64_t half = reclaimable_bytes / 2;
+  return free_bytes > UINT64_MAX - half ? UINT64_MAX : free_bytes + half;
+}
+
 }  // namespace numarena::parse

@@ -96,4 +96,11 @@ class ZoneinfoParser {
 // `low`) a bound allocation reclaims and, with nothing to reclaim, OOM-kills the process.
 std::uint64_t NodeReserveBytes(std::uint64_t total_bytes, std::uint64_t low_watermark_bytes);
 
+// Memory a bound allocation can still get on a node: its free memory plus half of what the
+// kernel can reclaim there (page cache and reclaimable kernel memory, NodeMeminfo::
+// reclaimable_bytes; the kernel's own MemAvailable counts about the same half: some of it is
+// dirty, mapped or hot), without per-CPU lists (see above). A server that just read its
+// model weights from disk has little MemFree and a large page cache it can give back.
+std::uint64_t NodeObtainableBytes(std::uint64_t free_bytes, std::uint64_t reclaimable_bytes);
+
 }  // namespace numarena::parse

@@ -17,6 +17,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -307,6 +308,59 @@ TEST_CASE("a reclaim hook frees memory before anything is refused, and restores 
 
 namespace numarena {
 namespace {
+
+TEST_CASE("system mode: memory another thread freed makes room before a refusal") {
+  // Thread A fills most of the room below trip and frees it without purging: the pages stay
+  // dirty in A's jemalloc arena shard, resident and charged. Thread B, on another shard of
+  // the same arena, then asks for as much again. numarena gives A's dirty pages back to the
+  // kernel (and their charge to the budget) before it refuses B.
+  const Nodes nodes = PickNodes();
+  InstalledBudget installed;
+  Budget& budget = *installed.budget;
+  Arena* arena = installed.Use(Arena::ForNode(nodes.small));
+  numarena::deallocate(arena->allocate(64));  // the main thread takes the first shard
+  REQUIRE(budget.Refresh().ok());
+  const NodeBudgetSnapshot start = *budget.Snapshot().node(nodes.small);
+  REQUIRE(start.trip_bytes > start.usage);
+  const std::size_t chunks = (start.trip_bytes - start.usage) * 6 / 10 / kChunk;
+  INFO(Describe(budget, nodes.small) << "; each thread asks for " << chunks << " x 4 MiB");
+  REQUIRE(chunks >= 8);
+
+  auto fill = [&](std::vector<void*>& blocks) {
+    for (std::size_t i = 0; i < chunks; ++i) {
+      void* p = arena->allocate(kChunk);
+      if (p == nullptr) return last_allocation_error();
+      std::memset(p, 0x6c, kChunk);
+      blocks.push_back(p);
+    }
+    return Status();
+  };
+  std::atomic<int> phase{0};
+  Status a_error, b_error;
+  std::size_t b_got = 0;
+  std::thread a([&] {
+    std::vector<void*> blocks;
+    a_error = fill(blocks);
+    for (void* p : blocks) numarena::deallocate(p);
+    phase.store(1);
+    while (phase.load() < 2) std::this_thread::yield();  // alive: B gets the other shard
+  });
+  while (phase.load() < 1) std::this_thread::yield();
+  REQUIRE(budget.Refresh().ok());  // the kernel still counts A's freed pages
+  std::thread b([&] {
+    std::vector<void*> blocks;
+    b_error = fill(blocks);
+    b_got = blocks.size();
+    for (void* p : blocks) numarena::deallocate(p);
+  });
+  b.join();
+  phase.store(2);
+  a.join();
+  INFO("A: " << a_error.ToString() << "; B got " << b_got << " chunks: " << b_error.ToString());
+  CHECK(a_error.ok());
+  CHECK(b_error.ok());
+  CHECK(b_got == chunks);
+}
 
 // The kernel's figures for one node, read by the test itself: MemTotal - MemFree from the
 // node's meminfo, and the free pages waiting on per-CPU lists ("count:" under "pagesets" in
