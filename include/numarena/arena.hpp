@@ -163,6 +163,9 @@ class Arena {
   // Preferred / Local: heap per node (-1 = not created yet), indexed by node id.
   std::atomic<int>* node_heaps_ = nullptr;
   int node_heap_count_ = 0;
+  // Preferred / Local, per node: when a failed heap creation may be retried, and why it failed.
+  struct NodeHeapRetry;
+  NodeHeapRetry* node_heap_retry_ = nullptr;
   // Preferred: the preferred node, then the others allowed to this process by distance.
   std::vector<int> fallback_order_;
   std::atomic<std::uint64_t> fallbacks_{0};

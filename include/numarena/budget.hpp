@@ -16,6 +16,19 @@
 //                       memory.max - memory.current decides), re-read at most
 //                       `refresh_interval` apart, plus numarena's own commits since then.
 //
+// Free pages on per-CPU lists (System mode). A CPU that frees pages keeps up to a limit of
+// them on its own per-CPU list for the zone (the zone's low watermark divided by the node's
+// CPUs: 15 MiB on a 256 MiB node with one CPU), and MemFree does not count them. usage counts
+// them as used, on purpose: the kernel's watermark checks do not count them either, and when
+// a node is nearly full and has nothing to reclaim, the page allocator gives up without
+// draining those lists (Linux 6.1 __alloc_pages_direct_reclaim), so a bound allocation
+// cannot rely on them; numarena's own free-memory guard does the same. The error this
+// makes is bounded by the per-CPU lists' limits, at most the node's low watermark per CPU
+// that frees on the node (lists of CPUs on other nodes are drained after a few idle
+// seconds). NodeBudgetSnapshot::per_cpu_free shows it at each refresh. One effect: pages
+// numarena purges lower usage at once (Release), and a refresh may count the part that went
+// onto a per-CPU list as used again until that CPU reuses it.
+//
 // Usage against capacity puts each node in one of four states (defaults in parentheses):
 //
 //   kNormal           below warn (80 %).
@@ -188,8 +201,11 @@ struct NodeBudgetSnapshot {
   // what its class holds (see unmatched_releases), so a class goes negative only for a
   // moment, when an unmatched Release races a charge that is then refused.
   std::array<std::int64_t, kPriorityCount> by_priority{};
-  // kSystem: the kernel's figures at the last refresh.
-  std::uint64_t mem_total = 0, mem_free = 0, system_used = 0;
+  // kSystem: the kernel's figures at the last refresh. per_cpu_free: free pages waiting on
+  // the node's per-CPU lists ("count:" under "pagesets" in /proc/zoneinfo), which MemFree
+  // leaves out and usage counts as used (see the header comment): the most by which usage
+  // may overstate the node's used memory.
+  std::uint64_t mem_total = 0, mem_free = 0, per_cpu_free = 0, system_used = 0;
   std::uint64_t refusals = 0;       // Charge calls answered ResourceExhausted
   std::uint64_t fallbacks_out = 0;  // RecordFallback(from = this node)
   std::uint64_t fallbacks_in = 0;   // RecordFallback(to = this node)

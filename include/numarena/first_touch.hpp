@@ -79,11 +79,20 @@ struct CorrectOptions {
 // the node), and migrates pages that were already resident elsewhere. Page contents are
 // preserved. The binding stays on the range after the call.
 //
+// Faulting bound pages into a node that has no free memory left makes the kernel OOM-kill
+// the process, so prefault populates in steps of 64 MiB and, before each, checks that the
+// node can take the step's pages that are not on it yet while keeping numarena's reserve
+// free (1/64 of the node, at least 16 MiB and at least the node's `low` watermark from
+// /proc/zoneinfo). Free here is MemFree plus half of the node's reclaimable page cache and
+// kernel memory, which the kernel gives back to a bound allocation. When it cannot, prefault stops with ResourceExhausted; the pages faulted
+// in before stay, as does the binding.
+//
 // Errors: InvalidArgument for a node that is not an online, allowed node (named), a null
 // `ptr` with len > 0, a range that runs past the end of the address space, a batch_pages
 // outside [1, kMaxBatchPages], or a range that is not mapped (EFAULT); PermissionDenied when the
 // kernel refuses mbind/move_pages with EPERM (seccomp), errno kept in the message;
-// ResourceExhausted when the node cannot take the pages. len == 0 does nothing.
+// ResourceExhausted when the node cannot take the pages (the message names the node, its
+// free memory and the reserve). len == 0 does nothing.
 //
 //   auto report = numarena::prefault(buf, bytes, 1);
 //   assert(!report.ok() || report->all_local());
@@ -132,9 +141,12 @@ class NodeBuffer {
 // again. Returns only when every page is resident on `node`.
 //
 // Errors: InvalidArgument for bytes == 0, bytes that do not fit in the address space once
-// rounded up to whole pages, or a bad node (named); PermissionDenied when the
-// kernel refuses the binding; ResourceExhausted when the node is full; FailedPrecondition
-// when pages still are not on the node after correction (the message has the report).
+// rounded up to whole pages, or a bad node (named); PermissionDenied when the kernel refuses
+// the binding; ResourceExhausted, before anything is mapped, when the node's free memory
+// minus numarena's reserve (see prefault) is less than `bytes`, or when the node fills up
+// while the pages are faulted in (never an OOM kill; the mapping is then released);
+// FailedPrecondition when pages still are not on the node after correction (the message has
+// the report).
 //
 //   auto buf = numarena::AllocateOnNode(64 << 20, 1);
 //   if (!buf.ok()) return buf.status();

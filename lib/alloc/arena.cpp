@@ -2,6 +2,7 @@
 // per-node dispatch for Preferred and Local policies, frees, and statistics.
 #include "numarena/arena.hpp"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -73,6 +74,17 @@ int AlignFlags(std::size_t alignment) {
 
 std::string Bytes(std::size_t bytes) { return absl::StrCat(bytes, " bytes"); }
 
+// The node a commit was refused on for lack of room (the capacity gate's ResourceExhausted,
+// or the node's free-memory guard), or -1 for any other failure.
+int RefusedNode(const SpanFailure& failure) {
+  if (failure.kind == SpanFailure::Kind::kNodeFull) return failure.node;
+  if (failure.kind == SpanFailure::Kind::kGateRefused &&
+      absl::IsResourceExhausted(failure.gate_status)) {
+    return failure.node;
+  }
+  return -1;
+}
+
 template <typename T>
 T ReadArenaStat(unsigned arena_index, const char* name) {
   T value{};
@@ -85,6 +97,23 @@ T ReadArenaStat(unsigned arena_index, const char* name) {
 // Sets the allocator's fork stages and registers the fork handler (end of this file).
 void InstallAllocatorForkHandlers();
 
+}  // namespace
+
+// A node that could not take a heap (ResourceExhausted) is asked again after this long, not
+// on every allocation: each attempt reserves address space and asks the capacity gate.
+constexpr std::int64_t kHeapRetryNanos = NodeMemoryGuard::kRefreshNanos;
+
+struct Arena::NodeHeapRetry {
+  std::int64_t not_before_ns = 0;  // guarded by g_node_heap_mutex
+  Status error;                    // the refusal, repeated until then
+};
+
+namespace {
+std::int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 }  // namespace
 
 // Owns every arena, keyed by (policy, options); arenas are never destroyed.
@@ -164,6 +193,7 @@ Status Arena::Init() {
   node_heap_count_ = highest + 1;
   node_heaps_ = new std::atomic<int>[node_heap_count_];
   for (int i = 0; i < node_heap_count_; ++i) node_heaps_[i].store(-1);
+  node_heap_retry_ = new NodeHeapRetry[node_heap_count_];
 
   if (policy_.kind() == PolicyKind::kPreferred) {
     int preferred = policy_.single_node();
@@ -172,9 +202,24 @@ Status Arena::Init() {
     }
     Status error;
     int heap = HeapForNode(preferred, &error);
-    if (heap < 0) return error;
-    primary_heap_ = heap;
-    has_fast_path_ = true;
+    if (heap >= 0) {
+      primary_heap_ = heap;
+      has_fast_path_ = true;
+      return absl::OkStatus();
+    }
+    // The preferred node cannot take even the heap's metadata now (it is full, or the
+    // capacity gate refuses it). Spilling to the next node by distance is what Preferred
+    // promises, so the arena starts without a fast path: each allocation takes the slow path,
+    // which uses the nearest node that has room and makes the preferred node's heap once that
+    // node can take it (AllocateWithFallback). Other errors (a Strict binding the kernel
+    // refuses) are the caller's to see.
+    if (!absl::IsResourceExhausted(error)) return error;
+    for (std::size_t i = 1; i < fallback_order_.size(); ++i) {
+      Status reason;
+      if (HeapForNode(fallback_order_[i], &reason) >= 0) return absl::OkStatus();
+    }
+    return Status(error.code(),
+                  absl::StrCat(error.message(), " (and no other node had room for a heap)"));
   }
   return absl::OkStatus();
 }
@@ -182,6 +227,7 @@ Status Arena::Init() {
 // Per-node heaps of Preferred and Local arenas are created under this lock (not the
 // registry's: Arena::Init runs under that one and creates the preferred node's heap).
 absl::Mutex g_node_heap_mutex(absl::kConstInit);
+
 
 int Arena::HeapForNode(int node, Status* error) noexcept {
   if (node < 0 || node >= node_heap_count_) {
@@ -194,9 +240,19 @@ int Arena::HeapForNode(int node, Status* error) noexcept {
   absl::MutexLock lock(&g_node_heap_mutex);
   heap = node_heaps_[node].load(std::memory_order_acquire);
   if (heap >= 0) return heap;
+  NodeHeapRetry& retry = node_heap_retry_[node];
+  const std::int64_t now = SteadyNanos();
+  if (now < retry.not_before_ns) {
+    *error = retry.error;
+    return -1;
+  }
   StatusOr<Heap*> created = CreateHeap(Policy::Bind(node, policy_.mode()), options_);
   if (!created.ok()) {
     *error = created.status();
+    if (absl::IsResourceExhausted(*error)) {
+      retry.not_before_ns = now + kHeapRetryNanos;
+      retry.error = *error;
+    }
     return -1;
   }
   node_heaps_[node].store((*created)->id, std::memory_order_release);
@@ -209,23 +265,25 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
                             Status* error) noexcept {
   int flags = EnsureThreadCache(heap) | AlignFlags(EffectiveAlignment(size, alignment));
   SpanFailure& failure = ThreadSpanFailure();
-  failure.Clear();  // the provider carves no new span while a failure is recorded
-  void* p = nullptr;
-  // A request larger than the placement's nodes can never succeed: refuse it before
-  // jemalloc reserves address space for it (which it would keep for good).
-  if (size < arena_internal::kLargeAlignThreshold ||
-      HeapById(heap)->pages->CouldEverFit(size, &failure)) {
-    p = mallocx(size, flags);
+  for (int attempt = 0;; ++attempt) {
+    failure.Clear();  // the provider carves no new span while a failure is recorded
+    // A request larger than the placement's nodes can never succeed: refuse it before
+    // jemalloc reserves address space for it (which it would keep for good).
+    if (size < arena_internal::kLargeAlignThreshold ||
+        HeapById(heap)->pages->CouldEverFit(size, &failure)) {
+      if (void* p = mallocx(size, flags)) return p;
+    }
+    // Refused for lack of room: memory numarena holds freed on that node (dirty pages of this
+    // and other arenas, which stay charged until purged) goes back first, then one retry.
+    const int node = RefusedNode(failure);
+    if (attempt > 0 || node < 0 || PurgeDirtyOnNode(node) == 0) break;
   }
-  if (p == nullptr) {
-    std::string what = absl::StrCat("arena ", policy_.ToString(), ": allocate ", Bytes(size));
-    *error =
-        failure.failed()
-            ? failure.ToStatus(what)
-            : absl::ResourceExhaustedError(absl::StrCat(what, ": jemalloc could not allocate"));
-  }
+  std::string what = absl::StrCat("arena ", policy_.ToString(), ": allocate ", Bytes(size));
+  *error = failure.failed()
+               ? failure.ToStatus(what)
+               : absl::ResourceExhaustedError(absl::StrCat(what, ": jemalloc could not allocate"));
   failure.Clear();
-  return p;
+  return nullptr;
 }
 
 void* Arena::AllocateWithFallback(std::size_t size, std::size_t alignment, bool primary_tried,
@@ -277,9 +335,6 @@ void* Arena::AllocateWithFallback(std::size_t size, std::size_t alignment, bool 
       }
       int heap = HeapForNode(node, error);
       if (heap < 0) return nullptr;
-      if (alignment <= alignof(std::max_align_t) && size < kFastLimit) {
-        if (void* p = arena_internal::AllocateFromThreadCaches(heap, size)) return p;
-      }
       return AllocateOnHeap(heap, size, alignment, error);
     }
   }
@@ -317,8 +372,13 @@ void* Arena::AllocateAfterFastMiss(std::size_t size) noexcept {
       failure.failed()
           ? failure.ToStatus(what)
           : absl::ResourceExhaustedError(absl::StrCat(what, ": jemalloc could not allocate"));
+  const int refused_node = RefusedNode(failure);
   failure.Clear();
-  void* p = AllocateWithFallback(size, alignof(std::max_align_t), /*primary_tried=*/true, &error);
+  // Refused for lack of room: after giving back the dirty pages numarena holds on that node,
+  // the primary heap is worth another try.
+  const bool retry_primary = refused_node >= 0 && PurgeDirtyOnNode(refused_node) > 0;
+  void* p = AllocateWithFallback(size, alignof(std::max_align_t),
+                                 /*primary_tried=*/!retry_primary, &error);
   if (p == nullptr) {
     SetLastError(std::move(error));
   } else if (checked::Enabled()) {  // not reached: checked mode leaves thread_flags at 0

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -273,7 +275,13 @@ StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options)
   for (std::atomic<int>& threads : heap->shard_threads) threads.store(0, std::memory_order_relaxed);
   StatusOr<unsigned> first =
       CreateJemallocArena(*heap, absl::StrCat("arena for ", placement.ToString()));
-  if (!first.ok()) return first.status();
+  if (!first.ok()) {
+    // jemalloc kept nothing of the provider (it gives back the blocks of an arena it could
+    // not finish), so a later attempt for this id starts from a clean slate.
+    NodePages::Discard(heap->pages);
+    delete heap;
+    return first.status();
+  }
   heap->shard_arena[0].store(static_cast<int>(*first), std::memory_order_release);
   g_heaps[id].store(heap, std::memory_order_release);
   g_heap_count.store(id + 1, std::memory_order_release);
@@ -288,6 +296,49 @@ Heap* HeapById(int id) {
 int ThreadFlags(int heap) noexcept {
   const int* table = StoredFlagTable();
   return table == nullptr ? 0 : table[heap];
+}
+
+namespace {
+// Per node: when a purge for it last released nothing (steady-clock ns; 0: never).
+constexpr int kPurgeNodes = os::KernelNodeMask::kMaxNodes;
+constexpr std::int64_t kPurgeQuietNanos = 5'000'000;
+std::atomic<std::int64_t> g_fruitless_purge_ns[kPurgeNodes];
+
+std::int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+std::size_t PurgeDirtyOnNode(int node) noexcept {
+  if (node < 0 || node >= kPurgeNodes) return 0;
+  const std::int64_t now = SteadyNanos();
+  const std::int64_t fruitless = g_fruitless_purge_ns[node].load(std::memory_order_relaxed);
+  if (fruitless != 0 && now - fruitless < kPurgeQuietNanos) return 0;
+  std::size_t before = 0, after = 0;
+  const int count = g_heap_count.load(std::memory_order_acquire);
+  for (int id = 0; id < count; ++id) {
+    Heap* heap = g_heaps[id].load(std::memory_order_acquire);
+    if (heap == nullptr || !heap->pages->places_on(node)) continue;
+    before += heap->pages->committed_bytes();
+    // This thread's cached objects, so their pages can go too (other threads' caches hold
+    // at most a few KiB per size class).
+    FlushFrontCache(id);
+    if (int tcache = arena_internal::TcacheIdOf(ThreadFlags(id)); tcache >= 0) {
+      unsigned tcache_id = static_cast<unsigned>(tcache);
+      mallctl("tcache.flush", nullptr, nullptr, &tcache_id, sizeof tcache_id);
+    }
+    ForEachShard(*heap, [](unsigned arena_index) {
+      char key[48];
+      std::snprintf(key, sizeof key, "arena.%u.purge", arena_index);
+      mallctl(key, nullptr, nullptr, nullptr, 0);
+    });
+    after += heap->pages->committed_bytes();
+  }
+  const std::size_t released = before > after ? before - after : 0;
+  g_fruitless_purge_ns[node].store(released == 0 ? now : 0, std::memory_order_relaxed);
+  return released;
 }
 
 int EnsureThreadCache(int heap) noexcept {

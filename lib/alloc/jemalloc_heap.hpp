@@ -72,6 +72,15 @@ void ForEachShard(const Heap& heap, F&& f) {
 // The heap with this id (nullptr when none).
 Heap* HeapById(int id);
 
+// Gives the kernel back the dirty pages of every heap that places pages on `node` (the
+// calling thread's cached objects of those heaps first, then arena.<i>.purge of each shard),
+// releasing their charges; returns the bytes released. For a commit the capacity gate or the
+// node's free memory just refused: memory numarena holds freed must not make it refuse.
+// After a call that released nothing, calls for the same node within a few milliseconds
+// return 0 without purging, so a node that stays full does not pay a purge per allocation.
+// Not from extent hooks.
+std::size_t PurgeDirtyOnNode(int node) noexcept;
+
 // This thread's mallocx flags for `heap` (arena_internal::thread_flags): its shard's
 // MALLOCX_ARENA and its own MALLOCX_TCACHE, creating both on first use. The tcache part is
 // MALLOCX_TCACHE_NONE when jemalloc's explicit cache table is full or the thread is exiting.

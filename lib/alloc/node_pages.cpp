@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/checked_math.hpp"
+#include "topology/zoneinfo_parse.hpp"
 
 namespace numarena {
 
@@ -55,7 +56,12 @@ struct NodeMemory {
   std::atomic<std::int64_t> total{0};
   std::atomic<std::int64_t> committed_since{0};
   std::atomic<std::int64_t> refreshed_ns{0};
+  // The node's `low` watermark (sum over its zones, /proc/zoneinfo), re-read rarely: it
+  // only changes with vm.min_free_kbytes or memory hotplug. 0 when zoneinfo says nothing.
+  std::atomic<std::int64_t> low_watermark{0};
+  std::atomic<std::int64_t> watermark_read_ns{0};  // 0: never read
 };
+constexpr std::int64_t kWatermarkRefreshNanos = 10'000'000'000;
 NodeMemory g_node_memory[os::KernelNodeMask::kMaxNodes];
 
 // Parses "<label> <number> kB" out of a nodeN/meminfo text; -1 when absent.
@@ -88,22 +94,53 @@ void RefreshNodeMemory(int node, NodeMemory& memory) {
   while (count > 0) path[length++] = digits[--count];
   std::memcpy(path + length, "/meminfo", sizeof("/meminfo"));
 
+  const std::int64_t now = NowNanos();
+  const std::int64_t watermark_read = memory.watermark_read_ns.load(std::memory_order_relaxed);
+  if (watermark_read == 0 || now - watermark_read > kWatermarkRefreshNanos) {
+    memory.watermark_read_ns.store(now, std::memory_order_relaxed);
+    parse::ZoneinfoNode zones;
+    parse::ZoneinfoParser parser(std::span<parse::ZoneinfoNode>(&zones, 1), node);
+    int err = os::ReadLinesNoAlloc(
+        "/proc/zoneinfo",
+        [](void* context, std::string_view line) {
+          return static_cast<parse::ZoneinfoParser*>(context)->Feed(line);
+        },
+        &parser);
+    if (err == 0 && parser.ok() && zones.seen) {
+      memory.low_watermark.store(
+          static_cast<std::int64_t>(std::min<std::uint64_t>(
+              zones.low_pages, static_cast<std::uint64_t>(INT64_MAX) / os::PageSize()) *
+                                    os::PageSize()),
+          std::memory_order_relaxed);
+    }
+  }
+
   char text[4096];
   long read = os::ReadFileNoAlloc(path, text, sizeof text);
   std::int64_t free_kb = read > 0 ? MeminfoKilobytes(text, "MemFree:") : -1;
   std::int64_t total_kb = read > 0 ? MeminfoKilobytes(text, "MemTotal:") : -1;
-  memory.refreshed_ns.store(NowNanos(), std::memory_order_relaxed);
+  std::int64_t reclaimable_kb = 0;
+  for (const char* label : {"Active(file):", "Inactive(file):", "KReclaimable:"}) {
+    if (read > 0) reclaimable_kb += std::max<std::int64_t>(MeminfoKilobytes(text, label), 0);
+  }
+  memory.refreshed_ns.store(now, std::memory_order_relaxed);
   if (free_kb < 0 || total_kb < 0) {
     memory.free_at_refresh.store(-2, std::memory_order_relaxed);
     return;
   }
   memory.total.store(total_kb * 1024, std::memory_order_relaxed);
   memory.committed_since.store(0, std::memory_order_relaxed);
-  memory.free_at_refresh.store(free_kb * 1024, std::memory_order_relaxed);
+  memory.free_at_refresh.store(
+      static_cast<std::int64_t>(parse::NodeObtainableBytes(
+          static_cast<std::uint64_t>(free_kb) * 1024,
+          static_cast<std::uint64_t>(reclaimable_kb) * 1024)),
+      std::memory_order_relaxed);
 }
 
-std::int64_t MarginFor(std::int64_t total) {
-  return std::clamp(total / 64, NodeMemoryGuard::kMinMargin, NodeMemoryGuard::kMaxMargin);
+std::int64_t MarginFor(const NodeMemory& memory) {
+  return static_cast<std::int64_t>(parse::NodeReserveBytes(
+      static_cast<std::uint64_t>(std::max<std::int64_t>(memory.total.load(std::memory_order_relaxed), 0)),
+      static_cast<std::uint64_t>(memory.low_watermark.load(std::memory_order_relaxed))));
 }
 
 void Unadmit(int node, std::size_t bytes) {
@@ -137,7 +174,8 @@ Status SpanFailure::ToStatus(const std::string& what) const {
       return absl::ResourceExhaustedError(absl::StrCat(
           what, ": node ", node, " cannot take ", MiB(static_cast<std::int64_t>(bytes)),
           " more: about ", MiB(node_available), " of its ", MiB(node_total),
-          " are free and numarena keeps ", MiB(margin),
+          " are free (counting half of its reclaimable page cache) and numarena keeps ",
+          MiB(margin),
           " free so that bound memory is refused here instead of OOM-killing the process "
           "when touched; free memory on the node, or use Policy::Preferred to fall back to "
           "the next node"));
@@ -194,7 +232,7 @@ bool NodeMemoryGuard::Admit(int node, std::size_t bytes, SpanFailure* failure) n
   if (free_now == -1 || (free_now != -2 && stale)) {
     RefreshNodeMemory(node, memory);
   } else if (free_now >= 0 &&
-             estimate() - request < MarginFor(memory.total.load(std::memory_order_relaxed))) {
+             estimate() - request < MarginFor(memory)) {
     // Close to the limit: decide on fresh numbers (bounded to one read per millisecond).
     if (now - memory.refreshed_ns.load(std::memory_order_relaxed) > 1'000'000) {
       RefreshNodeMemory(node, memory);
@@ -203,7 +241,7 @@ bool NodeMemoryGuard::Admit(int node, std::size_t bytes, SpanFailure* failure) n
   if (memory.free_at_refresh.load(std::memory_order_relaxed) < 0) return true;  // unreadable
   std::int64_t total = memory.total.load(std::memory_order_relaxed);
   std::int64_t available = estimate();
-  std::int64_t margin = MarginFor(total);
+  std::int64_t margin = MarginFor(memory);
   if (available - request < margin) {
     failure->kind = SpanFailure::Kind::kNodeFull;
     failure->node = node;
@@ -297,14 +335,39 @@ StatusOr<NodePages*> NodePages::Create(const Policy& placement, const ArenaOptio
     ok = pages->EnsureMapped(range, range->base + pages->page_, &failure);
   }
   if (!ok) {
-    // The granules stay tagged with a heap id that never gets a heap (HeapById is null);
-    // the address space is not reused.
     Status status = failure.ToStatus(what);
-    delete pages;
+    Discard(pages);
     return status;
   }
   g_providers[owner_heap].store(pages, std::memory_order_release);
   return pages;
+}
+
+void NodePages::Discard(NodePages* pages) noexcept {
+  if (pages == nullptr) return;
+  NodePages* expected = pages;
+  g_providers[pages->owner_heap_].compare_exchange_strong(expected, nullptr,
+                                                          std::memory_order_acq_rel);
+  pages->ReleaseRanges();
+  delete pages;
+}
+
+void NodePages::ReleaseRanges() noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int count = range_count_.load(std::memory_order_relaxed);
+  for (int i = 0; i < count; ++i) {
+    Range& range = ranges_[i];
+    std::size_t bytes = range.end - range.base;
+    std::uintptr_t first_granule = range.base >> arena_internal::kGranuleShift;
+    for (std::uintptr_t g = 0; g < (bytes >> arena_internal::kGranuleShift); ++g) {
+      arena_internal::granule_heap[first_granule + g].store(0, std::memory_order_relaxed);
+    }
+    os::Unmap(ToPointer(range.base), bytes);
+    os::Unmap(range.pages, (bytes / page_) * sizeof(std::uint16_t));
+    range = Range{};
+  }
+  range_count_.store(0, std::memory_order_release);
+  mapped_bytes_.store(0, std::memory_order_relaxed);
 }
 
 bool NodePages::AddRange(std::size_t min_bytes, SpanFailure* failure) noexcept {
@@ -678,6 +741,7 @@ bool NodePages::Decommit(void* addr, std::size_t size) noexcept {
   if (size >= kHugePage) AdviseLargeCommit(begin, end, /*huge=*/false);
 
   std::size_t released[kMaxPlacementNodes][kPriorityCount] = {};
+  std::size_t released_on[kMaxPlacementNodes] = {};  // gated or not: for the free-memory guard
   std::size_t ungated_pages = 0;
   std::size_t first = (begin - range->base) / page_;
   std::size_t last = (AlignUp(end, page_) - range->base) / page_;
@@ -685,11 +749,12 @@ bool NodePages::Decommit(void* addr, std::size_t size) noexcept {
     std::uint16_t state = range->pages[i].load(std::memory_order_relaxed);
     if (state == 0) continue;
     range->pages[i].store(0, std::memory_order_relaxed);
+    int index = state >> kStateNodeShift;
+    if (index < kMaxPlacementNodes) ++released_on[index];
     if ((state & kStateGated) == 0) {
       ++ungated_pages;
       continue;
     }
-    int index = state >> kStateNodeShift;
     int priority = (state & kStatePriorityMask) - 1;
     if (index < kMaxPlacementNodes && priority >= 0 && priority < kPriorityCount) {
       ++released[index][priority];
@@ -698,6 +763,8 @@ bool NodePages::Decommit(void* addr, std::size_t size) noexcept {
   std::size_t released_pages = ungated_pages;
   CapacityGate* gate = GetCapacityGate();
   for (int index = 0; index < node_count_; ++index) {
+    // The purged pages are free again: the guard counts them before its next meminfo read.
+    if (released_on[index] != 0) Unadmit(nodes_[index], released_on[index] * page_);
     for (int priority = 0; priority < kPriorityCount; ++priority) {
       std::size_t pages = released[index][priority];
       if (pages == 0) continue;

@@ -66,16 +66,22 @@ struct SpanFailure {
 };
 SpanFailure& ThreadSpanFailure();
 
-// The per-node free-memory guard: refuses commits that would take a node below a safety
-// margin of its MemFree, so MPOL_BIND memory is refused up front instead of OOM-killing the
-// process at fault time. MemFree is read from /sys/devices/system/node/nodeN/meminfo at most
-// every kRefreshNanos (sooner when the estimate gets close), and bytes committed since the
-// last read are subtracted. Allocation-free.
+// The per-node free-memory guard: refuses commits that would take a node's free memory below
+// its reserve, so MPOL_BIND memory is refused up front instead of OOM-killing the process at
+// fault time. The reserve (parse::NodeReserveBytes) is 1/64 of the node within [16 MiB,
+// 1 GiB] and at least the node's `low` watermark: the kernel does not hand out a zone's last
+// pages (below `min` it reclaims, and with nothing to reclaim it OOM-kills a bound
+// allocation), and on small nodes the watermarks are larger than 1/64 (29 MiB on a 512 MiB
+// node). Free memory is MemFree plus half of the node's reclaimable page cache and kernel
+// memory (parse::NodeObtainableBytes), read from /sys/devices/system/node/nodeN/meminfo at
+// most every kRefreshNanos (sooner when the estimate gets close), the watermark from /proc/zoneinfo
+// every few seconds; bytes committed since the last read are subtracted and bytes
+// decommitted since then added back. Free pages on per-CPU lists do not count as free: when
+// reclaim makes no progress the kernel gives up without draining them (budget.hpp).
+// Allocation-free.
 class NodeMemoryGuard {
  public:
   static constexpr std::int64_t kRefreshNanos = 50'000'000;
-  static constexpr std::int64_t kMinMargin = std::int64_t{16} << 20;
-  static constexpr std::int64_t kMaxMargin = std::int64_t{1} << 30;
   // True when `bytes` may be committed on `node`; else records kNodeFull in `failure`.
   // Nodes whose meminfo cannot be read are admitted (nothing to check against).
   static bool Admit(int node, std::size_t bytes, SpanFailure* failure) noexcept;
@@ -102,6 +108,12 @@ class NodePages {
   // when options ask for it (FailedPrecondition naming nr_hugepages).
   [[nodiscard]] static StatusOr<NodePages*> Create(const Policy& placement,
                                                    const ArenaOptions& options, int owner_heap);
+
+  // Returns everything `pages` holds to the kernel (address ranges, page states, granule
+  // tags) and deletes it. Only for a provider no live span came from: heap creation that
+  // failed (jemalloc made no arena over it, or gave back what it took), so a retry, e.g. of a
+  // Preferred arena whose node was full, does not pile up reservations.
+  static void Discard(NodePages* pages) noexcept;
 
   // --- called from jemalloc extent hooks: allocation-free ---------------------------------
 
@@ -135,6 +147,13 @@ class NodePages {
   const ArenaOptions& options() const { return options_; }
   // The single node of the placement, or kNodeMixed.
   int node() const { return node_; }
+  // True when the placement puts pages on `node`.
+  bool places_on(int node) const noexcept {
+    for (int i = 0; i < node_count_; ++i) {
+      if (nodes_[i] == node) return true;
+    }
+    return false;
+  }
   std::size_t mapped_bytes() const { return mapped_bytes_.load(std::memory_order_relaxed); }
   std::size_t committed_bytes() const { return committed_bytes_.load(std::memory_order_relaxed); }
   std::uint64_t fallbacks() const { return fallbacks_.load(std::memory_order_relaxed); }
@@ -164,6 +183,7 @@ class NodePages {
   NodePages(const Policy& placement, const ArenaOptions& options, int owner_heap);
 
   Range* RangeOf(std::uintptr_t addr) const noexcept;
+  void ReleaseRanges() noexcept;  // unmaps and untags every range; no span may be live
   bool AddRange(std::size_t min_bytes, SpanFailure* failure) noexcept;  // mutex_ held
   bool EnsureMapped(Range* range, std::uintptr_t end, SpanFailure* failure) noexcept;
   bool ApplyPolicy(std::uintptr_t begin, std::uintptr_t end, SpanFailure* failure) noexcept;

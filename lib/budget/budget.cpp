@@ -29,6 +29,7 @@
 #include "numarena/format.hpp"
 #include "budget/budget_system.hpp"
 #include "os/fork.hpp"
+#include "os/os.hpp"
 
 namespace numarena {
 
@@ -195,7 +196,7 @@ struct alignas(64) Budget::Node {
   std::atomic<bool> reclaiming{false};
   // System mode: written by Refresh under refresh_mutex_.
   std::int64_t system_base = 0;
-  std::atomic<std::uint64_t> mem_total{0}, mem_free{0}, system_used{0};
+  std::atomic<std::uint64_t> mem_total{0}, mem_free{0}, per_cpu_free{0}, system_used{0};
 
   // The state usage `u` calls for, starting from `s`: down while usage is a margin below
   // the current state's threshold, then up while it reaches the next one.
@@ -734,6 +735,7 @@ BudgetSnapshot Budget::Snapshot() const {
     for (int p = 0; p < kPriorityCount; ++p) v.by_priority[p] = n.by_priority[p].load();
     v.mem_total = n.mem_total.load();
     v.mem_free = n.mem_free.load();
+    v.per_cpu_free = n.per_cpu_free.load();
     v.system_used = n.system_used.load();
     v.refusals = n.refusals.load();
     v.fallbacks_out = n.fallbacks_out.load();
@@ -789,15 +791,20 @@ Status Budget::Refresh() {
     }
     // Read every node first, so a failure leaves all figures as they were.
     std::vector<budget_internal::NodeMemory> memory;
+    std::vector<int> ids;
     for (const auto& node : nodes_) {
       auto m = budget_internal::ReadNodeMemory(reader, node->id);
       if (!m.ok()) return fail(m.status());
       memory.push_back(*m);
+      ids.push_back(node->id);
     }
+    auto per_cpu = budget_internal::ReadPerCpuFreeBytes(reader, ids, os::PageSize());
+    if (!per_cpu.ok()) return fail(per_cpu.status());
     for (std::size_t i = 0; i < nodes_.size(); ++i) {
       Node& n = *nodes_[i];
       const budget_internal::NodeMemory& m = memory[i];
       std::uint64_t capacity = m.total;
+      // Free pages on per-CPU lists count as used, as MemFree has them: see budget.hpp.
       std::uint64_t available = m.free;
       if (cgroup.limit) {
         capacity = std::min(capacity, *cgroup.limit);
@@ -808,6 +815,7 @@ Status Budget::Refresh() {
       SetCapacity(n, capacity);
       n.mem_total.store(m.total, std::memory_order_relaxed);
       n.mem_free.store(m.free, std::memory_order_relaxed);
+      n.per_cpu_free.store((*per_cpu)[i], std::memory_order_relaxed);
       n.system_used.store(static_cast<std::uint64_t>(used), std::memory_order_relaxed);
       // usage = base + since_refresh  ->  used + (charges after the exchange).
       const std::int64_t since = n.since_refresh.exchange(0, std::memory_order_acq_rel);

@@ -2,12 +2,14 @@
 // budget_system.hpp).
 #include "budget/budget_system.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "topology/zoneinfo_parse.hpp"
 
 namespace numarena::budget_internal {
 namespace {
@@ -86,6 +88,29 @@ StatusOr<NodeMemory> ReadNodeMemory(const SystemReader& reader, int node) {
   auto text = reader.Read(path);
   if (!text.ok()) return text.status();
   return ParseNodeMeminfo(*text, reader.DisplayPath(path));
+}
+
+StatusOr<std::vector<std::uint64_t>> ReadPerCpuFreeBytes(const SystemReader& reader,
+                                                          const std::vector<int>& node_ids,
+                                                          std::uint64_t page_bytes) {
+  std::vector<std::uint64_t> bytes(node_ids.size(), 0);
+  auto text = reader.Read("/proc/zoneinfo");
+  if (!text.ok()) {
+    if (absl::IsNotFound(text.status())) return bytes;
+    return text.status();
+  }
+  int highest = 0;
+  for (int id : node_ids) highest = std::max(highest, id);
+  std::vector<parse::ZoneinfoNode> zones(static_cast<std::size_t>(highest) + 1);
+  if (Status s = parse::ParseZoneinfo(*text, zones); !s.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(reader.DisplayPath("/proc/zoneinfo"), ": ", std::string(s.message())));
+  }
+  for (std::size_t i = 0; i < node_ids.size(); ++i) {
+    const std::uint64_t pages = zones[static_cast<std::size_t>(node_ids[i])].pcp_pages;
+    bytes[i] = pages > UINT64_MAX / page_bytes ? UINT64_MAX : pages * page_bytes;
+  }
+  return bytes;
 }
 
 StatusOr<CgroupMemory> ReadCgroupMemory(const SystemReader& reader) {

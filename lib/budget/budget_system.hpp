@@ -1,5 +1,6 @@
 // What a System-mode budget reads from the kernel: a node's MemTotal and MemFree
-// (/sys/devices/system/node/nodeN/meminfo) and the cgroup v2 memory limit of the process
+// (/sys/devices/system/node/nodeN/meminfo), the free pages waiting on its per-CPU lists
+// (/proc/zoneinfo, which MemFree does not count) and the cgroup v2 memory limit of the process
 // (memory.max and memory.current of the cgroup named in /proc/self/cgroup, the tightest
 // limit on the way up to the root). Everything is read through a SystemReader, so tests
 // feed fixture content and the parsers below are pure functions.
@@ -9,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "numarena/status.hpp"
 #include "numarena/topology.hpp"
@@ -27,6 +29,13 @@ struct NodeMemory {
 
 // Reads and parses /sys/devices/system/node/node<node>/meminfo.
 [[nodiscard]] StatusOr<NodeMemory> ReadNodeMemory(const SystemReader& reader, int node);
+
+// Free memory on the per-CPU page lists of each node of `node_ids`, in bytes, in the same
+// order (pages of `page_bytes`). A missing /proc/zoneinfo gives zeros (a kernel or fixture
+// without it: MemFree alone is then the free memory); a malformed one DataLoss naming the
+// file and line.
+[[nodiscard]] StatusOr<std::vector<std::uint64_t>> ReadPerCpuFreeBytes(
+    const SystemReader& reader, const std::vector<int>& node_ids, std::uint64_t page_bytes);
 
 struct CgroupMemory {
   std::optional<std::uint64_t> limit;    // tightest memory.max on the path; nullopt: "max"

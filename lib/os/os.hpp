@@ -157,6 +157,23 @@ int AdviseHugePagesNoAlloc(void* addr, std::size_t bytes, bool huge);
 // it. Returns the length read, or -errno: -EISDIR for a directory, -EINVAL for a FIFO,
 // socket or device (refused without blocking, as ReadFile does).
 long ReadFileNoAlloc(const char* path, char* buffer, std::size_t capacity);
+// Reads a file of any length through a fixed buffer and calls on_line(context, line) for
+// each line, without its '\n'. A line longer than kMaxLineNoAlloc bytes is passed cut to
+// that length. Stops when on_line returns false. Returns 0 or an errno value.
+inline constexpr std::size_t kMaxLineNoAlloc = 512;
+int ReadLinesNoAlloc(const char* path, bool (*on_line)(void* context, std::string_view line),
+                     void* context);
+// The calling thread's memory policy as the kernel keeps it (mode with its flags, and nodes),
+// so that it can be put back exactly after a temporary change.
+struct ThreadPolicy {
+  int mode = 0;
+  KernelNodeMask mask;
+};
+int GetThreadPolicyNoAlloc(ThreadPolicy* policy);
+int SetThreadPolicyNoAlloc(const ThreadPolicy& policy);
+// set_mempolicy(MPOL_PREFERRED, {node}) for the calling thread: its new pages go to `node`
+// while the node has free memory, else to the nearest node that has.
+int PreferNodeNoAlloc(int node);
 // The node of the CPU the calling thread runs on, through the vDSO getcpu (cheap); -1 if
 // the kernel does not say.
 int CurrentNodeFast();

@@ -594,6 +594,76 @@ long ReadFileNoAlloc(const char* path, char* buffer, std::size_t capacity) {
   return static_cast<long>(length);
 }
 
+int ReadLinesNoAlloc(const char* path, bool (*on_line)(void* context, std::string_view line),
+                     void* context) {
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  char buffer[4096];
+  std::size_t length = 0;     // bytes in buffer not yet passed on
+  bool cutting = false;       // inside a line already passed on cut to kMaxLineNoAlloc
+  bool more = true;
+  int err = 0;
+  while (more) {
+    ssize_t n = ::read(fd, buffer + length, sizeof buffer - length);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      err = errno;
+      break;
+    }
+    const bool end_of_file = n == 0;
+    length += static_cast<std::size_t>(n);
+    std::size_t start = 0;
+    while (more) {
+      const char* newline =
+          static_cast<const char*>(std::memchr(buffer + start, '\n', length - start));
+      if (newline == nullptr) break;
+      std::size_t end = static_cast<std::size_t>(newline - buffer);
+      if (!cutting) {
+        std::size_t cut = std::min(end - start, kMaxLineNoAlloc);
+        more = on_line(context, std::string_view(buffer + start, cut));
+      }
+      cutting = false;
+      start = end + 1;
+    }
+    // Keep the unfinished line; pass it on cut when it cannot fit the buffer any more.
+    std::memmove(buffer, buffer + start, length - start);
+    length -= start;
+    if (more && !cutting && length >= kMaxLineNoAlloc) {
+      more = on_line(context, std::string_view(buffer, kMaxLineNoAlloc));
+      cutting = true;
+    }
+    if (cutting) length = 0;
+    if (end_of_file) {
+      if (more && length > 0 && !cutting) on_line(context, std::string_view(buffer, length));
+      break;
+    }
+  }
+  ::close(fd);
+  return err;
+}
+
+int GetThreadPolicyNoAlloc(ThreadPolicy* policy) {
+  *policy = ThreadPolicy();
+  policy->mask.max_node = sizeof(policy->mask.words) * 8;
+  if (get_mempolicy(&policy->mode, policy->mask.words, policy->mask.max_node, nullptr, 0) != 0) {
+    return errno;
+  }
+  policy->mask.max_node += 1;  // set_mempolicy reads maxnode - 1 bits (see NodeMask)
+  return 0;
+}
+
+int SetThreadPolicyNoAlloc(const ThreadPolicy& policy) {
+  // get_mempolicy reports an empty mask for the modes that take none (default, local).
+  long rc = set_mempolicy(policy.mode, policy.mask.words, policy.mask.max_node);
+  return rc == 0 ? 0 : errno;
+}
+
+int PreferNodeNoAlloc(int node) {
+  KernelNodeMask mask;
+  if (int err = MakeKernelNodeMask(std::span<const int>(&node, 1), &mask); err != 0) return err;
+  return set_mempolicy(MPOL_PREFERRED, mask.words, mask.max_node) == 0 ? 0 : errno;
+}
+
 int CurrentNodeFast() {
   unsigned cpu = 0, node = 0;
   // glibc's getcpu uses the vDSO: no kernel entry on x86-64.

@@ -29,6 +29,8 @@
 #include "numarena/topology.hpp"
 #include "os/os.hpp"
 #include "placement/page_walk.hpp"
+#include "topology/topology_parse.hpp"
+#include "topology/zoneinfo_parse.hpp"
 
 namespace numarena {
 namespace {
@@ -206,9 +208,88 @@ StatusOr<PlacementReport> CorrectRange(const PageRange& range, int node,
   return report;
 }
 
-// Writes every page of the range, from a thread on `cpus` when there are any. Returns the
-// node the writing thread ran on (-1 when the kernel does not say).
-StatusOr<int> PopulateFrom(const std::vector<int>& cpus, const PageRange& range) {
+// How much more `node` can take before numarena's reserve (parse::NodeReserveBytes: 1/64 of
+// the node, at least its `low` watermark), from its meminfo and /proc/zoneinfo. A bound
+// (MPOL_BIND) fault past that makes the kernel reclaim and, with nothing to reclaim,
+// OOM-kill the process, so populating stops before it.
+struct NodeRoom {
+  bool known = false;  // false when the node's meminfo cannot be read: nothing to check
+  std::uint64_t total = 0;
+  std::uint64_t free = 0;  // free, plus half of what the kernel can reclaim (page cache)
+  std::uint64_t reserve = 0;
+  std::uint64_t available() const { return free > reserve ? free - reserve : 0; }
+};
+
+NodeRoom ReadNodeRoom(int node) {
+  NodeRoom room;
+  auto meminfo = os::ReadFile(absl::StrCat("/sys/devices/system/node/node", node, "/meminfo"));
+  if (!meminfo.ok()) return room;
+  auto parsed = parse::ParseNodeMeminfo(*meminfo);
+  if (!parsed.ok()) return room;
+  std::uint64_t low_watermark = 0;
+  if (auto zoneinfo = os::ReadFile("/proc/zoneinfo"); zoneinfo.ok()) {
+    parse::ZoneinfoNode zones;
+    if (parse::ParseZoneinfo(*zoneinfo, std::span<parse::ZoneinfoNode>(&zones, 1), node).ok()) {
+      low_watermark = zones.low_pages * os::PageSize();
+    }
+  }
+  room.known = true;
+  room.total = parsed->total_bytes;
+  room.free = parse::NodeObtainableBytes(parsed->free_bytes, parsed->reclaimable_bytes);
+  room.reserve = parse::NodeReserveBytes(room.total, low_watermark);
+  return room;
+}
+
+std::string MiB(std::uint64_t bytes) { return absl::StrCat(bytes >> 20, " MiB"); }
+
+// ResourceExhausted when faulting in `needed` more bytes would take `node` below its reserve.
+Status CheckRoom(int node, std::uint64_t needed, const std::string& context) {
+  NodeRoom room = ReadNodeRoom(node);
+  if (!room.known || needed <= room.available()) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      context, ": node ", node, " cannot take ", MiB(needed), " (", needed, " bytes) more: ",
+      MiB(room.free), " of its ", MiB(room.total),
+      " are free (counting half of its reclaimable page cache) and numarena keeps ",
+      MiB(room.reserve),
+      " of them free, because faulting bound pages past that makes the kernel OOM-kill the "
+      "process; free memory on node ", node, ", ask for less, or use another node"));
+}
+
+// Pages populated and checked per step: the node's free memory is checked before each one,
+// so memory another process takes meanwhile stops us before the node runs out.
+constexpr std::size_t kPopulateStep = std::size_t{64} << 20;
+
+// Writes every page of the range, step by step, from a thread on `cpus` when there are any.
+// Before each step, checks that `node` can take the step's pages that are not on it yet.
+// Returns the node the writing thread ran on (-1 when the kernel does not say).
+StatusOr<int> PopulateFrom(const std::vector<int>& cpus, const PageRange& range, int node,
+                           const std::string& context) {
+  auto populate = [&]() -> Status {
+    auto* base = static_cast<char*>(range.begin);
+    const std::size_t page = os::PageSize();
+    const std::size_t step_pages = kPopulateStep / page;
+    for (std::size_t first = 0, end = 0; first < range.pages; first = end) {
+      end = WindowEnd(base, first, step_pages, range.pages);
+      char* window = base + first * page;
+      const std::size_t bytes = (end - first) * page;
+      Status room = CheckRoom(node, bytes, context);
+      if (!room.ok()) {
+        // Short of room for the whole step: only the pages not on the node yet need any.
+        auto nodes = page_node_list(window, bytes);
+        if (!nodes.ok()) return Annotate(nodes.status(), context);
+        std::size_t missing = 0;
+        for (int where : *nodes) missing += where != node;
+        if (missing == 0) continue;
+        room = CheckRoom(node, missing * page, context);
+        if (!room.ok()) {
+          return Status(room.code(), absl::StrCat(room.message(), " (stopped after faulting in ",
+                                                  first * page, " of ", range.bytes, " bytes)"));
+        }
+      }
+      if (Status s = os::PopulateWrite(window, bytes); !s.ok()) return Annotate(s, context);
+    }
+    return absl::OkStatus();
+  };
   if (!cpus.empty()) {
     Status populated = absl::OkStatus();
     int ran_on = -1;
@@ -217,7 +298,7 @@ StatusOr<int> PopulateFrom(const std::vector<int>& cpus, const PageRange& range)
         // If pinning fails (a cpuset changed since discovery) the page still lands on the
         // bound node; only the zeroing runs remotely.
         (void)os::SetThreadAffinity(cpus);
-        populated = os::PopulateWrite(range.begin, range.bytes);
+        populated = populate();
         ran_on = os::CurrentCpuAndNode().node;
       });
       worker.join();
@@ -228,7 +309,7 @@ StatusOr<int> PopulateFrom(const std::vector<int>& cpus, const PageRange& range)
       // still decides the node.
     }
   }
-  if (Status s = os::PopulateWrite(range.begin, range.bytes); !s.ok()) return s;
+  if (Status s = populate(); !s.ok()) return s;
   return os::CurrentCpuAndNode().node;
 }
 
@@ -251,6 +332,9 @@ StatusOr<void*> MapOnNode(std::size_t bytes, int node, PlacementReport* report_o
         context, ": the size rounded up to whole pages does not fit in the address space"));
   }
   const std::size_t mapped = *rounded;
+  // Refuse before mapping anything when the node cannot take it now; prefault checks again
+  // step by step, in case others take the node's memory meanwhile.
+  if (Status s = CheckRoom(node, mapped, context); !s.ok()) return s;
   const bool large = bytes >= kHugePage;
   auto data = os::MapAnonymous(mapped, large ? kHugePage : 0);
   if (!data.ok()) return Annotate(data.status(), context);
@@ -373,8 +457,8 @@ StatusOr<PlacementReport> prefault(void* ptr, std::size_t len, int node,
   for (int cpu : topology->cpus_of_node(node)) {
     if (std::find(allowed.begin(), allowed.end(), cpu) != allowed.end()) cpus.push_back(cpu);
   }
-  auto populated_from = PopulateFrom(cpus, range);
-  if (!populated_from.ok()) return Annotate(populated_from.status(), context);
+  auto populated_from = PopulateFrom(cpus, range, node, context);
+  if (!populated_from.ok()) return populated_from.status();
 
   auto report = CorrectRange(range, node, options);
   if (!report.ok()) return Annotate(report.status(), context);

@@ -99,7 +99,7 @@ StatusOr<std::vector<int>> ParseDistanceRow(std::string_view text) {
 
 StatusOr<NodeMeminfo> ParseNodeMeminfo(std::string_view text) {
   NodeMeminfo info;
-  std::optional<std::uint64_t> total, free, used;
+  std::optional<std::uint64_t> total, free, used, active_file, inactive_file, kreclaimable;
   Status error = absl::OkStatus();
   int line_number = 0;
   ForEachPiece(text, '\n', [&](std::string_view raw) {
@@ -127,10 +127,13 @@ StatusOr<NodeMeminfo> ParseNodeMeminfo(std::string_view text) {
     bool kilobytes = t.size() == 5;
     if (kilobytes && t[4] != "kB") return fail(absl::StrCat("unknown unit ", Quote(t[4])));
     std::string_view key = t[2].substr(0, t[2].size() - 1);
-    std::optional<std::uint64_t>* slot = key == "MemTotal"  ? &total
-                                         : key == "MemFree" ? &free
-                                         : key == "MemUsed" ? &used
-                                                            : nullptr;
+    std::optional<std::uint64_t>* slot = key == "MemTotal"         ? &total
+                                         : key == "MemFree"        ? &free
+                                         : key == "MemUsed"        ? &used
+                                         : key == "Active(file)"   ? &active_file
+                                         : key == "Inactive(file)" ? &inactive_file
+                                         : key == "KReclaimable"   ? &kreclaimable
+                                                                   : nullptr;
     if (slot == nullptr) return;  // other counters are not needed
     if (!kilobytes) return fail("expected a value in kB");
     if (*value > std::numeric_limits<std::uint64_t>::max() / 1024) {
@@ -149,6 +152,9 @@ StatusOr<NodeMeminfo> ParseNodeMeminfo(std::string_view text) {
   info.total_bytes = *total;
   info.free_bytes = *free;
   info.used_bytes = used ? *used : *total - *free;
+  // Each is below 2^54 (kB values that fit 64 bits in bytes): the sum cannot wrap.
+  info.reclaimable_bytes =
+      active_file.value_or(0) + inactive_file.value_or(0) + kreclaimable.value_or(0);
   return info;
 }
 

@@ -55,6 +55,9 @@ struct NodeMeminfo {
   std::uint64_t total_bytes = 0;
   std::uint64_t free_bytes = 0;
   std::uint64_t used_bytes = 0;
+  // What the kernel may reclaim on the node: file-backed page cache (Active(file) +
+  // Inactive(file)) and reclaimable kernel memory (KReclaimable); 0 for absent lines.
+  std::uint64_t reclaimable_bytes = 0;
 };
 [[nodiscard]] StatusOr<NodeMeminfo> ParseNodeMeminfo(std::string_view text);
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "alloc/jemalloc_heap.hpp"
+#include "numarena/budget.hpp"
 #include "numarena/page_nodes.hpp"
 
 namespace {
@@ -409,6 +410,67 @@ TEST_CASE("the capacity gate refuses, is charged by priority and released on pur
   auto after = fresh->stats();
   INFO("committed " << after.committed << " in " << after.jemalloc_arenas << " jemalloc arenas");
   CHECK(after.committed <= static_cast<std::size_t>(after.jemalloc_arenas) * 2 * kMiB);
+}
+
+TEST_CASE("memory freed into one shard makes room for another thread before a refusal") {
+  // With a 512 MiB quota, thread A allocates and frees 400 MiB: the pages stay dirty (and
+  // charged) in A's jemalloc arena shard, idle, with no purge. Thread B, on another shard
+  // of the same arena, then needs 200 MiB. Before numarena purged its own dirty pages on a
+  // refusal, B got 52 MiB and then nullptr.
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 5}}));
+  numarena::deallocate(arena->allocate(64));  // the main thread takes the first shard
+  numarena::BudgetOptions options;
+  options.mode = numarena::BudgetMode::kQuota;
+  options.quotas = {{0, 512 * kMiB}};
+  auto budget = numarena::Budget::Create(options, std::vector<int>{0});
+  REQUIRE(budget.ok());
+  REQUIRE(numarena::InstallProcessBudget(budget->get()).ok());
+  struct Uninstall {
+    ~Uninstall() { (void)numarena::InstallProcessBudget(nullptr); }
+  } uninstall;
+  const int heap = numarena::arena_internal::HeapOf(arena->allocate(64));
+
+  constexpr std::size_t kBlock = 4 * kMiB;
+  std::atomic<int> phase{0};
+  int shard_a = -1, shard_b = -1;
+  std::thread a([&] {
+    std::vector<void*> blocks;
+    for (int i = 0; i < 100; ++i) {
+      void* p = arena->allocate(kBlock);
+      REQUIRE(p != nullptr);
+      blocks.push_back(p);
+    }
+    shard_a = numarena::arena_internal::ArenaIndexOf(numarena::arena_internal::thread_flags[heap]);
+    for (void* p : blocks) numarena::deallocate(p);
+    phase.store(1);
+    while (phase.load() < 2) std::this_thread::yield();  // alive: B gets another shard
+  });
+  while (phase.load() < 1) std::this_thread::yield();
+  std::size_t got = 0;
+  numarena::Status refusal;
+  std::thread b([&] {
+    std::vector<void*> blocks;
+    for (int i = 0; i < 50; ++i) {
+      void* p = arena->allocate(kBlock);
+      if (p == nullptr) {
+        refusal = numarena::last_allocation_error();
+        break;
+      }
+      blocks.push_back(p);
+    }
+    shard_b = numarena::arena_internal::ArenaIndexOf(numarena::arena_internal::thread_flags[heap]);
+    got = blocks.size() * kBlock;
+    for (void* p : blocks) numarena::deallocate(p);
+  });
+  b.join();
+  phase.store(2);
+  a.join();
+  INFO("B got " << (got >> 20) << " MiB; " << refusal.ToString() << "; shards " << shard_a
+                << " and " << shard_b);
+  CHECK(got == 200 * kMiB);
+  if (std::thread::hardware_concurrency() >= 2) CHECK(shard_a != shard_b);
+  arena->purge();
+  CHECK((*budget)->usage(0) <= 8 * kMiB);  // jemalloc's metadata blocks of the shards
 }
 
 TEST_CASE("Preferred with no node left says so") {

@@ -3,6 +3,7 @@
 // hooks (order, failures, no recursion), listeners, System mode through an injected reader,
 // and concurrent charging (run under TSan in build-*-tsan).
 #include "numarena/budget.hpp"
+#include "os/os.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -645,6 +646,43 @@ TEST_CASE("System mode: a lower cgroup memory.max is the capacity") {
   auto plain = Budget::Create(options, {0});
   REQUIRE(plain.ok());
   CHECK((*plain)->capacity(0) == 1000 * kMiB);
+}
+
+TEST_CASE("System mode: free pages on per-CPU lists are reported apart and counted as used") {
+  auto reader = std::make_shared<FakeReader>();
+  reader->SetNode(0, 1000 * kMiB, 600 * kMiB);
+  reader->SetNode(1, 1000 * kMiB, 900 * kMiB);
+  // Node 0 has 300 + 212 pages on two CPUs' lists (two zones), node 1 has none listed.
+  reader->Set("/proc/zoneinfo",
+              "Node 0, zone    DMA32\n  pages free     1000\n        low      30\n"
+              "  pagesets\n    cpu: 0\n              count: 300\n              high:  900\n"
+              "    cpu: 1\n              count: 200\n              high:  900\n"
+              "  node_unreclaimable:  0\n"
+              "Node 0, zone   Normal\n  pages free     2000\n  pagesets\n    cpu: 0\n"
+              "              count: 12\n"
+              "Node 1, zone   Normal\n  pages free     0\n");
+  auto created = Budget::Create(SystemOptions(reader, milliseconds(0)), {0, 1});
+  REQUIRE(created.ok());
+  Budget& b = **created;
+  const std::uint64_t page = numarena::os::PageSize();
+  auto snap = b.Snapshot();
+  CHECK(snap.node(0)->per_cpu_free == 512 * page);
+  CHECK(snap.node(1)->per_cpu_free == 0);
+  CHECK(b.usage(0) == 400 * kMiB);  // MemTotal - MemFree: the lists' pages count as used
+  CHECK(snap.node(0)->system_used == 400 * kMiB);
+
+  // Without the file (a fixture, an old kernel) there is nothing to report, and no error.
+  reader->Erase("/proc/zoneinfo");
+  REQUIRE(b.Refresh().ok());
+  CHECK(b.Snapshot().node(0)->per_cpu_free == 0);
+  // A malformed file fails the refresh, names the file and line, and keeps the figures.
+  reader->Set("/proc/zoneinfo", "Node 0, zone DMA\n  pagesets\n    count: many\n");
+  reader->SetNode(0, 1000 * kMiB, 100 * kMiB);
+  Status s = b.Refresh();
+  CHECK(s.code() == absl::StatusCode::kDataLoss);
+  CHECK(Message(s).find("/proc/zoneinfo") != std::string::npos);
+  CHECK(Message(s).find("line 3") != std::string::npos);
+  CHECK(b.usage(0) == 400 * kMiB);
 }
 
 TEST_CASE("System mode: unreadable meminfo fails Create naming the file") {

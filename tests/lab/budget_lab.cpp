@@ -17,9 +17,13 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "lab_support.hpp"
@@ -297,6 +301,211 @@ TEST_CASE("a reclaim hook frees memory before anything is refused, and restores 
   CHECK(relieved.state == NodeState::kNormal);
 
   cache.Free(SIZE_MAX);
+}
+
+}  // namespace
+}  // namespace numarena
+
+namespace numarena {
+namespace {
+
+TEST_CASE("system mode: memory another thread freed makes room before a refusal") {
+  // Thread A fills most of the room below trip and frees it without purging: the pages stay
+  // dirty in A's jemalloc arena shard, resident and charged. Thread B, on another shard of
+  // the same arena, then asks for as much again. numarena gives A's dirty pages back to the
+  // kernel (and their charge to the budget) before it refuses B.
+  const Nodes nodes = PickNodes();
+  InstalledBudget installed;
+  Budget& budget = *installed.budget;
+  Arena* arena = installed.Use(Arena::ForNode(nodes.small));
+  numarena::deallocate(arena->allocate(64));  // the main thread takes the first shard
+  REQUIRE(budget.Refresh().ok());
+  const NodeBudgetSnapshot start = *budget.Snapshot().node(nodes.small);
+  REQUIRE(start.trip_bytes > start.usage);
+  const std::size_t chunks = (start.trip_bytes - start.usage) * 6 / 10 / kChunk;
+  INFO(Describe(budget, nodes.small) << "; each thread asks for " << chunks << " x 4 MiB");
+  REQUIRE(chunks >= 8);
+
+  auto fill = [&](std::vector<void*>& blocks) {
+    for (std::size_t i = 0; i < chunks; ++i) {
+      void* p = arena->allocate(kChunk);
+      if (p == nullptr) return last_allocation_error();
+      std::memset(p, 0x6c, kChunk);
+      blocks.push_back(p);
+    }
+    return Status();
+  };
+  std::atomic<int> phase{0};
+  Status a_error, b_error;
+  std::size_t b_got = 0;
+  std::thread a([&] {
+    std::vector<void*> blocks;
+    a_error = fill(blocks);
+    for (void* p : blocks) numarena::deallocate(p);
+    phase.store(1);
+    while (phase.load() < 2) std::this_thread::yield();  // alive: B gets the other shard
+  });
+  while (phase.load() < 1) std::this_thread::yield();
+  REQUIRE(budget.Refresh().ok());  // the kernel still counts A's freed pages
+  std::thread b([&] {
+    std::vector<void*> blocks;
+    b_error = fill(blocks);
+    b_got = blocks.size();
+    for (void* p : blocks) numarena::deallocate(p);
+  });
+  b.join();
+  phase.store(2);
+  a.join();
+  INFO("A: " << a_error.ToString() << "; B got " << b_got << " chunks: " << b_error.ToString());
+  CHECK(a_error.ok());
+  CHECK(b_error.ok());
+  CHECK(b_got == chunks);
+}
+
+// The kernel's figures for one node, read by the test itself: MemTotal - MemFree from the
+// node's meminfo, and the free pages waiting on per-CPU lists ("count:" under "pagesets" in
+// each of the node's zones in /proc/zoneinfo, which MemFree leaves out) with the lists'
+// limits ("high:").
+struct KernelUsage {
+  std::uint64_t total_minus_free = 0;
+  std::uint64_t per_cpu_free = 0;
+  std::uint64_t per_cpu_limit = 0;
+  bool operator==(const KernelUsage&) const = default;
+};
+
+KernelUsage ReadKernelUsage(int node) {
+  KernelUsage k;
+  auto meminfo = os::ReadFile(absl::StrCat("/sys/devices/system/node/node", node, "/meminfo"));
+  REQUIRE(meminfo.ok());
+  std::uint64_t total = 0, free = 0;
+  std::istringstream lines(*meminfo);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string word_node, id, key;
+    std::uint64_t kb = 0;
+    words >> word_node >> id >> key >> kb;
+    if (key == "MemTotal:") total = kb << 10;
+    if (key == "MemFree:") free = kb << 10;
+  }
+  k.total_minus_free = total - free;
+  auto zoneinfo = os::ReadFile("/proc/zoneinfo");
+  REQUIRE(zoneinfo.ok());
+  std::istringstream zones(*zoneinfo);
+  bool ours = false, lists = false;
+  for (std::string line; std::getline(zones, line);) {
+    std::istringstream words(line);
+    std::string key;
+    words >> key;
+    std::uint64_t value = 0;
+    if (line.rfind("Node ", 0) == 0) {
+      ours = line.rfind(absl::StrCat("Node ", node, ","), 0) == 0;
+      lists = false;
+    } else if (key == "pagesets") {
+      lists = true;
+    } else if (ours && lists && key == "count:" && (words >> value)) {
+      k.per_cpu_free += value * os::PageSize();
+    } else if (ours && lists && key == "high:" && (words >> value)) {
+      k.per_cpu_limit += value * os::PageSize();
+    }
+  }
+  return k;
+}
+
+// Parks freed base pages on the calling CPU's per-CPU list for `node`.
+void ParkFreedPages(int node) {
+  lab::Mapping parked(4 << 20);
+  const int nodes[] = {node};
+  REQUIRE(os::BindRange(parked.data(), parked.size(), os::PolicyMode::kBind, nodes).ok());
+  (void)os::AdviseNoHugePages(parked.data(), parked.size());
+  std::memset(parked.data(), 0x11, parked.size());
+}
+
+TEST_CASE("system-mode usage is MemTotal - MemFree and shows the per-CPU free pages apart") {
+  // Free pages waiting on per-CPU lists are not in MemFree. The budget counts them as used,
+  // as the kernel's watermark checks do (near a full node they are not drained for a bound
+  // allocation), and reports them in per_cpu_free, which bounds the error: at most the
+  // lists' limits.
+  const Nodes nodes = PickNodes();
+  const auto& lab = lab::Expected();
+  std::optional<lab::PinnedTo> pin;
+  if (!lab.node(nodes.small).cpus.empty()) pin.emplace(lab.node(nodes.small).cpus);
+  InstalledBudget installed;
+  Budget& budget = *installed.budget;
+  ParkFreedPages(nodes.small);
+
+  // The figures move a little while we read them; take a reading where they did not.
+  KernelUsage before, after;
+  NodeBudgetSnapshot seen;
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    before = ReadKernelUsage(nodes.small);
+    REQUIRE(budget.Refresh().ok());
+    seen = *budget.Snapshot().node(nodes.small);
+    after = ReadKernelUsage(nodes.small);
+    if (before == after) break;
+  }
+  INFO(Describe(budget, nodes.small));
+  INFO("kernel: MemTotal - MemFree " << (after.total_minus_free >> 10) << " KiB, per-CPU free "
+                                     << (after.per_cpu_free >> 10) << " KiB (limit "
+                                     << (after.per_cpu_limit >> 10) << " KiB); budget usage "
+                                     << (seen.usage >> 10) << " KiB, per_cpu_free "
+                                     << (seen.per_cpu_free >> 10) << " KiB");
+  // Without pages on the lists this test could not tell the two figures apart.
+  REQUIRE(after.per_cpu_free >= (std::uint64_t{2} << 20));
+  constexpr std::uint64_t kSlack = std::uint64_t{1} << 20;
+  CHECK(seen.usage + kSlack >= after.total_minus_free);
+  CHECK(seen.usage <= after.total_minus_free + kSlack);
+  CHECK(seen.per_cpu_free + kSlack >= after.per_cpu_free);
+  CHECK(seen.per_cpu_free <= after.per_cpu_free + kSlack);
+  CHECK(seen.per_cpu_free <= after.per_cpu_limit);  // the documented bound
+}
+
+TEST_CASE("system mode: memory freed and purged shows as free or as per-CPU free pages") {
+  // What numarena purges either raises MemFree or waits on a per-CPU list; the budget must
+  // show all of it one way or the other (usage down, or per_cpu_free up), at once and at
+  // every later refresh.
+  const Nodes nodes = PickNodes();
+  const auto& lab = lab::Expected();
+  std::optional<lab::PinnedTo> pin;
+  if (!lab.node(nodes.small).cpus.empty()) pin.emplace(lab.node(nodes.small).cpus);
+  InstalledBudget installed;
+  Budget& budget = *installed.budget;
+  Arena* arena = installed.Use(Arena::ForNode(nodes.small));
+  // 8 MiB of 64 KiB objects: base pages (numarena asks for huge pages only for spans of
+  // 2 MiB and more), whose frees go to this CPU's per-CPU list while it has room.
+  constexpr std::size_t kObject = std::size_t{64} << 10;
+  constexpr std::size_t kBytes = std::size_t{8} << 20;
+  std::vector<void*> objects;
+  for (std::size_t done = 0; done < kBytes; done += kObject) {
+    void* p = arena->allocate(kObject);
+    INFO(last_allocation_error().ToString());
+    REQUIRE(p != nullptr);
+    std::memset(p, 0x5e, kObject);
+    objects.push_back(p);
+  }
+  auto shown_free = [&] {
+    const NodeBudgetSnapshot n = *budget.Snapshot().node(nodes.small);
+    return static_cast<std::int64_t>(n.capacity) - static_cast<std::int64_t>(n.usage) +
+           static_cast<std::int64_t>(n.per_cpu_free);
+  };
+  REQUIRE(budget.Refresh().ok());
+  const std::int64_t with_objects = shown_free();
+  for (void* p : objects) deallocate(p);
+  arena->purge();
+  const std::int64_t released = shown_free();  // before any refresh: the releases alone
+  REQUIRE(budget.Refresh().ok());
+  const std::int64_t refreshed = shown_free();
+  INFO(Describe(budget, nodes.small));
+  INFO("free + per-CPU free: " << (with_objects >> 10) << " KiB with the objects, "
+                               << (released >> 10) << " KiB after the purge, "
+                               << (refreshed >> 10) << " KiB after a refresh");
+  constexpr std::int64_t kMostOf = static_cast<std::int64_t>(kBytes) * 9 / 10;
+  CHECK(released - with_objects >= kMostOf);
+  CHECK(refreshed - with_objects >= kMostOf);
+  for (int i = 0; i < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    REQUIRE(budget.Refresh().ok());
+    CHECK(shown_free() - with_objects >= kMostOf);
+  }
 }
 
 }  // namespace

@@ -118,6 +118,19 @@ TEST_CASE("node meminfo") {
   CHECK(info->free_bytes == 184549376ull * 1024);
   CHECK(info->used_bytes == 16777216ull * 1024);
 
+  CHECK(info->reclaimable_bytes == 0);  // no page-cache lines
+
+  SECTION("reclaimable: page cache and reclaimable kernel memory") {
+    auto cached = parse::ParseNodeMeminfo(
+        "Node 1 MemTotal: 1000 kB\nNode 1 MemFree: 100 kB\nNode 1 Active(file): 300 kB\n"
+        "Node 1 Inactive(file): 200 kB\nNode 1 Active(anon): 250 kB\n"
+        "Node 1 KReclaimable: 50 kB\n");
+    REQUIRE(cached.ok());
+    CHECK(cached->reclaimable_bytes == 550 * 1024);
+    CHECK_THAT(ErrorOf(parse::ParseNodeMeminfo(
+                   "Node 1 MemTotal: 1 kB\nNode 1 MemFree: 1 kB\nNode 1 Active(file): 3\n")),
+               Catch::Contains("kB"));
+  }
   SECTION("MemUsed defaults to MemTotal - MemFree") {
     auto no_used = parse::ParseNodeMeminfo("Node 3 MemTotal: 100 kB\nNode 3 MemFree: 40 kB\n");
     REQUIRE(no_used.ok());

@@ -1,0 +1,192 @@
+// Full nodes in the NUMA lab (`tiny`: node 1 has 256 MiB; `cxl`: node 2 is a 512 MiB
+// memory-only node). A node that cannot take one more byte must not break the promises
+// around it:
+//   * a Preferred arena (and the allocator<T> / policy_resource over it) made after its node
+//     filled up spills to the next node by distance and returns to its node once that node
+//     has room again;
+//   * AllocateOnNode of more than the node has free is ResourceExhausted, never an OOM kill.
+// Every page is checked with the kernel's answer (move_pages).
+// lab-topologies: tiny cxl
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "lab_support.hpp"
+#include "numarena/allocator.hpp"
+#include "numarena/arena.hpp"
+#include "numarena/first_touch.hpp"
+#include "numarena/memory_resource.hpp"
+#include "numarena/page_nodes.hpp"
+#include "numarena/topology.hpp"
+
+namespace numarena {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+// The lab node with the least memory (ties: the highest id, away from node 0's kernel data)
+// and the node nearest to it.
+struct SmallNode {
+  int id = -1;
+  int nearest = -1;
+};
+
+SmallNode PickSmallNode() {
+  const auto& lab = lab::Expected();
+  SmallNode n;
+  std::uint64_t least = UINT64_MAX;
+  for (const auto& node : lab.nodes) {
+    if (node.mem_mib <= least) {
+      least = node.mem_mib;
+      n.id = node.id;
+    }
+  }
+  for (const auto& node : lab.nodes) {
+    if (node.id == n.id) continue;
+    if (n.nearest < 0 || lab.distance(n.id, node.id) < lab.distance(n.id, n.nearest)) {
+      n.nearest = node.id;
+    }
+  }
+  return n;
+}
+
+std::size_t PagesNotOn(const void* p, std::size_t bytes, int node) {
+  auto nodes = page_node_list(p, bytes);
+  REQUIRE(nodes.ok());
+  INFO(lab::SummarizePageNodes(*nodes));
+  std::size_t wrong = 0;
+  for (int n : *nodes) wrong += n != node;
+  return wrong;
+}
+
+// Fills `node` through its Bind arena until the arena refuses even 1 MiB, writing every
+// block; frees everything on destruction.
+class NodeFiller {
+ public:
+  explicit NodeFiller(int node) {
+    auto arena = Arena::ForNode(node);
+    REQUIRE(arena.ok());
+    arena_ = *arena;
+    for (std::size_t block : {16 * kMiB, kMiB}) {
+      while (void* p = arena_->allocate(block)) {
+        std::memset(p, 0x6b, block);
+        blocks_.push_back(p);
+      }
+    }
+    refusal_ = last_allocation_error();
+  }
+  ~NodeFiller() { Release(); }
+  void Release() {
+    for (void* p : blocks_) deallocate(p);
+    blocks_.clear();
+    arena_->purge();
+  }
+  const Status& refusal() const { return refusal_; }
+
+ private:
+  Arena* arena_ = nullptr;
+  std::vector<void*> blocks_;
+  Status refusal_;
+};
+
+TEST_CASE("a Preferred arena made after its node is full spills by distance and comes back") {
+  const SmallNode small = PickSmallNode();
+  INFO("small node " << small.id << ", nearest " << small.nearest);
+  NodeFiller filler(small.id);
+  INFO("filled: " << filler.refusal().ToString());
+  REQUIRE(filler.refusal().code() == absl::StatusCode::kResourceExhausted);
+
+  auto arena = Arena::ForPolicy(Policy::Preferred(small.id));
+  INFO(arena.status().ToString());
+  REQUIRE(arena.ok());
+  for (std::size_t size : {std::size_t{64}, std::size_t{64} << 10, 4 * kMiB}) {
+    INFO("size " << size);
+    void* p = (*arena)->allocate(size);
+    INFO(last_allocation_error().ToString());
+    REQUIRE(p != nullptr);
+    std::memset(p, 0x21, size);
+    CHECK(node_of(p) == small.nearest);
+    CHECK(PagesNotOn(p, size, small.nearest) == 0);
+    deallocate(p);
+  }
+  CHECK((*arena)->stats().fallbacks >= 1);
+
+  // The adapters over a Preferred policy exist too (allocator<T> would throw bad_alloc).
+  std::vector<int, allocator<int>> v{allocator<int>(Policy::Preferred(small.id, BindMode::kStrict))};
+  v.resize(kMiB);  // 4 MiB
+  CHECK(PagesNotOn(v.data(), v.size() * sizeof(int), small.nearest) == 0);
+  auto resource = policy_resource(Policy::Preferred(small.id));
+  INFO(resource.status().ToString());
+  REQUIRE(resource.ok());
+  void* q = (*resource)->allocate(kMiB);
+  std::memset(q, 1, kMiB);
+  CHECK(PagesNotOn(q, kMiB, small.nearest) == 0);
+  (*resource)->deallocate(q, kMiB);
+
+  // Room again on the preferred node: the arena goes back to it (it retries making the
+  // node's heap at most every few tens of milliseconds).
+  filler.Release();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  void* back = (*arena)->allocate(4 * kMiB);
+  INFO(last_allocation_error().ToString());
+  REQUIRE(back != nullptr);
+  std::memset(back, 0x42, 4 * kMiB);
+  CHECK(node_of(back) == small.id);
+  CHECK(PagesNotOn(back, 4 * kMiB, small.id) == 0);
+  deallocate(back);
+  (*arena)->purge();
+}
+
+TEST_CASE("AllocateOnNode and prefault past the node's free memory are ResourceExhausted") {
+  // Before numarena checked, each of these faulted bound pages until the kernel OOM-killed
+  // the test (exit status 137).
+  const SmallNode small = PickSmallNode();
+  const auto& node = lab::Expected().node(small.id);
+  const std::size_t twice = 2 * node.mem_mib * kMiB;
+  INFO("node " << small.id << " has " << node.mem_mib << " MiB");
+
+  auto too_big = AllocateOnNode(twice, small.id);
+  INFO(too_big.status().ToString());
+  REQUIRE_FALSE(too_big.ok());
+  CHECK(too_big.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(too_big.status().message()),
+             Catch::Contains("node " + std::to_string(small.id) + " cannot take"));
+
+  // All the node's free memory: more than it can give without going below its watermarks.
+  auto topology = Topology::discover();
+  REQUIRE(topology.ok());
+  const std::size_t free_now = topology->node(small.id)->mem_free_bytes;
+  auto all_free = AllocateOnNode(free_now, small.id);
+  INFO(all_free.status().ToString());
+  CHECK(all_free.status().code() == absl::StatusCode::kResourceExhausted);
+
+  FirstTouchAllocator on_small(small.id);
+  auto via_allocator = on_small.allocate(twice);
+  CHECK(via_allocator.status().code() == absl::StatusCode::kResourceExhausted);
+
+  // prefault over a mapping larger than the node faults in what fits, then stops.
+  {
+    lab::Mapping mapping(twice);
+    auto report = prefault(mapping.data(), mapping.size(), small.id);
+    INFO(report.status().ToString());
+    REQUIRE_FALSE(report.ok());
+    CHECK(report.status().code() == absl::StatusCode::kResourceExhausted);
+    CHECK_THAT(std::string(report.status().message()), Catch::Contains("stopped after"));
+    auto counts = page_nodes(mapping.data(), mapping.size());
+    REQUIRE(counts.ok());
+    CHECK(counts->on(small.id) > 0);
+    CHECK(counts->on(small.id) == counts->resident());  // what it did fault in is on the node
+  }
+
+  // A request that fits still works, every page on the node.
+  auto fits = AllocateOnNode(32 * kMiB, small.id);
+  INFO(fits.status().ToString());
+  REQUIRE(fits.ok());
+  CHECK(PagesNotOn(fits->data(), 32 * kMiB, small.id) == 0);
+}
+
+}  // namespace
+}  // namespace numarena
