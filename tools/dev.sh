@@ -21,6 +21,7 @@ JOBS="${JOBS:-$(nproc)}"
 # Debian 12 packages: build, tests, benchmark peers, NUMA lab, plots.
 PACKAGES=(
   build-essential cmake pkg-config
+  curl bzip2 xz-utils python3    # libnumarena.so's jemalloc (cmake/jemalloc/build.sh), its tests
   libnuma-dev libjemalloc-dev libabsl-dev catch2 libbenchmark-dev
   libmimalloc-dev libmemkind-dev
   qemu-system-x86 busybox-static cpio
