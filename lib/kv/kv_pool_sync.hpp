@@ -24,8 +24,8 @@ inline constexpr std::size_t kFreeShards = 8;
 // The lock of a free list and of a sequence. Both are almost never contended (a sequence
 // is worked on by one decode thread at a time, a free list mostly by one thread), so what
 // matters is the uncontended cost: unlock is a plain release store, where std::mutex pays a
-// second locked instruction (about 5 ns each on the CI machine; allocate+free takes four
-// sequence locks). A waiter spins a little, then yields, then sleeps 20 us at a time,
+// second locked instruction (allocate+free takes four sequence locks; the cost is in
+// bench/RESULTS.md, "Code history"). A waiter spins a little, then yields, then sleeps 20 us at a time,
 // because a sequence's holder may be mapping a slab or running a budget's reclaim.
 class SpinLock {
  public:
@@ -44,7 +44,7 @@ class SpinLock {
 // when a thread exits and a new thread takes the lowest free one, so live threads get
 // distinct slots: with a counter that only grows, a new thread landed on a long-lived
 // thread's stripe every 16 thread creations, and two threads pinning their own blocks then
-// fought over one counter (128 instead of 17 ns per pin+unpin). More live threads than 256
+// fought over one counter (bench/RESULTS.md, "Code history"). More live threads than 256
 // get slots above that: striping only gets coarser.
 std::size_t ThreadSlot();
 
