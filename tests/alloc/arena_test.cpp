@@ -440,7 +440,7 @@ TEST_CASE("memory freed into one shard makes room for another thread before a re
       REQUIRE(p != nullptr);
       blocks.push_back(p);
     }
-    shard_a = numarena::arena_internal::ArenaIndexOf(numarena::arena_internal::thread_flags[heap]);
+    shard_a = numarena::arena_internal::ArenaIndexOf(numarena::ThreadFlags(heap));
     for (void* p : blocks) numarena::deallocate(p);
     phase.store(1);
     while (phase.load() < 2) std::this_thread::yield();  // alive: B gets another shard
@@ -458,7 +458,7 @@ TEST_CASE("memory freed into one shard makes room for another thread before a re
       }
       blocks.push_back(p);
     }
-    shard_b = numarena::arena_internal::ArenaIndexOf(numarena::arena_internal::thread_flags[heap]);
+    shard_b = numarena::arena_internal::ArenaIndexOf(numarena::ThreadFlags(heap));
     got = blocks.size() * kBlock;
     for (void* p : blocks) numarena::deallocate(p);
   });

@@ -53,9 +53,14 @@ TEST_CASE("cli limits: sizes beyond memory are refused before anything is alloca
       RunCli("decode --sequences 100000 --prompt 100000 --config no_binding", kTimeoutSeconds),
       "at once (KV cache 298.1 TiB, worker scratch ");
   ExpectRefused(RunCli("decode --sequences 2000000000 --prompt 2000000000 --steps 2000000000 "
-                       "--layers 2000000000 --heads 2000000000 --head-dim 2000000000",
+                       "--layers 16 --heads 8 --head-dim 128",
                        kTimeoutSeconds),
                 "the run would need more than 16 EiB");
+  // A model shape whose bytes per token alone overflow is refused as such.
+  ExpectRefused(RunCli("decode --sequences 1 --prompt 16 --steps 1 --layers 2000000000 "
+                       "--heads 2000000000 --head-dim 2000000000",
+                       kTimeoutSeconds),
+                "bytes of KV per token does not fit in 64 bits");
 }
 
 TEST_CASE("cli limits: a thread the system refuses is an error, not an abort", "[cli]") {
