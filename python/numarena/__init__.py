@@ -196,7 +196,7 @@ class _Span:
             # PyBUF_SIMPLE: one contiguous block of bytes, read-only allowed.
             if _get_buffer(target, ctypes.byref(view), _PyBUF_SIMPLE) != 0:
                 raise BufferError("PyObject_GetBuffer failed")
-        except (TypeError, BufferError) as error:
+        except (TypeError, BufferError, ValueError) as error:  # numpy: ValueError
             raise TypeError(
                 f"numarena.{what}: {type(target).__name__} is neither an int address nor a "
                 f"contiguous buffer (bytearray, memoryview, numpy array, NodeBuffer): "
@@ -205,13 +205,16 @@ class _Span:
         self.address = view.buf or 0
         self.length = view.len
         if length is not None:
-            _check_size(length, "length")
-            if length > view.len:
-                self.close()
-                raise InvalidArgumentError(
-                    _capi.INVALID_ARGUMENT,
-                    f"numarena.{what}: length {length} is more than the buffer's {view.len} "
-                    "bytes")
+            try:
+                _check_size(length, "length")
+                if length > view.len:
+                    raise InvalidArgumentError(
+                        _capi.INVALID_ARGUMENT,
+                        f"numarena.{what}: length {length} is more than the buffer's "
+                        f"{view.len} bytes")
+            except BaseException:
+                self.close()  # the caller never gets the span to release
+                raise
             self.length = length
 
     def close(self):
@@ -399,8 +402,9 @@ def _sized_type(size):
 
 class NodeBuffer:
     """`size` bytes of numarena memory placed on a node or by a policy, exposed through the
-    buffer protocol without a copy: memoryview(buf), numpy.frombuffer(buf, dtype=...),
-    buf[i], bytes(buf[a:b]) and ctypes all see the numarena memory itself.
+    buffer protocol without a copy: buf.view() (a memoryview of format "B"),
+    memoryview(buf), numpy.frombuffer(buf, dtype=...), buf[i], bytes(buf) and ctypes all see
+    the numarena memory itself.
 
         NodeBuffer(size, node=1)                         # bound to node 1 (strict)
         NodeBuffer(size, policy="interleave(0-3)")       # a policy string (see Arena)
@@ -475,6 +479,13 @@ class NodeBuffer:
     def _check_open(self, what):
         if not self._finalizer.alive:
             raise ValueError(f"numarena.NodeBuffer.{what}: the buffer is closed")
+
+    def view(self):
+        """A writable memoryview of the bytes (format "B"). memoryview(buf) works too, but
+        has ctypes' format "<B", which memoryview can only cast (memoryview(buf).cast("B")),
+        not index."""
+        self._check_open("view")
+        return memoryview(self).cast("B")
 
     @property
     def closed(self):
