@@ -13,15 +13,22 @@ _SONAME = "libnumarena.so.0"
 
 
 def _candidates():
-    """Where to look, in order: NUMARENA_LIBRARY (a path, used alone when set), the package's
-    own directory (an installed or in-tree copy next to __init__.py), then the dynamic
-    loader's search (LD_LIBRARY_PATH, the ld.so cache, the default directories)."""
+    """Where to look, in order: NUMARENA_LIBRARY (a path, used alone when set); the package's
+    own directory (a library copied next to __init__.py), and for a package installed by
+    `cmake --install` the library installed with it (_install.py, written at install time,
+    holds its path relative to the package); then the dynamic loader's search
+    (LD_LIBRARY_PATH, the ld.so cache, the default directories)."""
     explicit = os.environ.get("NUMARENA_LIBRARY")
     if explicit:
         return [explicit], True
     here = os.path.dirname(os.path.abspath(__file__))
-    return [os.path.join(here, _SONAME), os.path.join(here, "libnumarena.so"), _SONAME,
-            "libnumarena.so"], False
+    paths = [os.path.join(here, _SONAME), os.path.join(here, "libnumarena.so")]
+    try:
+        from . import _install
+        paths.append(os.path.normpath(os.path.join(here, _install.LIBRARY)))
+    except ImportError:  # the source tree: no install step ran
+        pass
+    return paths + [_SONAME, "libnumarena.so"], False
 
 
 def _load():
@@ -36,7 +43,8 @@ def _load():
         except OSError as error:
             errors.append(str(error))
     where = ("NUMARENA_LIBRARY=" + paths[0]) if explicit else (
-        "the package directory, then the dynamic loader's search path")
+        "the package directory, the installed library, then the dynamic loader's search "
+        "path")
     raise ImportError(
         f"numarena: cannot load libnumarena.so (looked in {where}): " + "; ".join(errors) +
         ". Build it (cmake --build build --target numarena_shared) or install numarena "

@@ -91,7 +91,8 @@ class LibraryLoadingTest(unittest.TestCase):
             self.skipTest("libnumarena.so.0 is installed where the dynamic loader finds it")
         status, out = child("import numarena", env)
         self.assertNotEqual(status, 0)
-        self.assertIn("the package directory, then the dynamic loader's search path", out)
+        self.assertIn("the package directory, the installed library, then the dynamic loader's",
+                      out)
         self.assertIn("set NUMARENA_LIBRARY", out)
 
 
