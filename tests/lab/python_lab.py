@@ -7,8 +7,8 @@ libc's syscall(), not through numarena), against what QEMU was given (/lab/topol
 
 Checks, in every topology: a NodeBuffer bound to each node has every page there even when
 touched from the farthest node's CPU; an interleaved NodeBuffer spreads its pages over all
-nodes; prefault() moves a Python bytearray's pages to a node and correct() migrates pages
-first touched elsewhere; with a quota budget installed, a NodeBuffer larger than the quota
+nodes; prefault() moves a Python bytearray's pages to a node and correct() migrates the pages
+of an mmap first touched elsewhere; with a quota budget installed, a NodeBuffer larger than the quota
 raises MemoryError (the process lives on). In `tiny` (node 1: 256 MiB): with Budget("system")
 a NodeBuffer larger than node 1 raises MemoryError instead of the kernel's OOM killer.
 Exit status 0 only when every check passes.
@@ -22,7 +22,6 @@ import threading
 PAGE = mmap.PAGESIZE
 MIB = 1 << 20
 SYS_move_pages = 279  # x86_64
-MADV_NOHUGEPAGE = 15
 
 failures = []
 
@@ -96,11 +95,14 @@ def touch(buffer_view):
 
 
 def test_bound_buffers(numarena, nodes, cpus):
+    # Allocated and touched on the farthest node's CPU: only the binding can put the pages
+    # on `node` (neither first touch nor the allocating thread's node would).
     for node in nodes:
         toucher = farthest_cpu_node(numarena, node, nodes, cpus)
-        with numarena.NodeBuffer(8 * MIB, node=node, alignment=PAGE) as buf:
-            with Pinned(cpus[toucher]):
-                touch(buf.view())
+        with Pinned(cpus[toucher]):
+            buf = numarena.NodeBuffer(8 * MIB, node=node, alignment=PAGE)
+            touch(buf.view())
+        with buf:
             found = histogram(kernel_page_nodes(buf.address, buf.size))
             check(found == {node: buf.size // PAGE},
                   f"NodeBuffer(node={node}) touched from node {toucher}: pages {found}")
@@ -130,21 +132,26 @@ def test_prefault_and_correct(numarena, nodes, cpus):
     check(found == {target: report.pages_checked} and report.failed == 0,
           f"prefault(bytearray, {target}): {report}, kernel: {found}")
 
+    # correct() of memory first touched elsewhere: a fresh anonymous mapping (Python's mmap
+    # module), so every page's first touch is ours, on `source` (a bytearray may reuse heap
+    # pages glibc's calloc already touched wherever the thread ran).
     source = next(n for n in nodes if cpus[n] and n != target)
-    moved = bytearray(8 * MIB)
+    moved = mmap.mmap(-1, 8 * MIB)
+    moved.madvise(mmap.MADV_NOHUGEPAGE)  # base pages: one move_pages entry is one page
     with Pinned(cpus[source]):
-        moved[:] = b"\1" * len(moved)  # first touch on `source`
+        moved[:] = b"\1" * len(moved)
     anchor = (ctypes.c_char * len(moved)).from_buffer(moved)
     address = ctypes.addressof(anchor)
     before = histogram(kernel_page_nodes(address, len(moved)))
     report = numarena.correct(moved, target)
     after = histogram(kernel_page_nodes(address, len(moved)))
-    check(before.get(target, 0) < sum(before.values()) and report.moved > 0 and
-          after == {target: sum(after.values())},
-          f"correct(bytearray, {target}) after first touch on {source}: before {before}, "
+    check(before == {source: len(moved) // PAGE} and report.moved == len(moved) // PAGE and
+          after == {target: len(moved) // PAGE},
+          f"correct(mmap, {target}) after first touch on {source}: before {before}, "
           f"{report}, after {after}")
-    check(moved[0] == 1 and moved[-1] == 1, "correct() kept the bytearray's contents")
+    check(moved[0] == 1 and moved[len(moved) - 1] == 1, "correct() kept the contents")
     del anchor
+    moved.close()
 
 
 def test_quota_budget(numarena, nodes):
