@@ -598,6 +598,11 @@ class MetricsTest(unittest.TestCase):
         with self.assertRaisesRegex(TypeError, "must be a Budget"):
             numarena.metrics_text(budget="system")
 
+    def test_older_library(self):
+        with mock.patch.object(_capi, "has_metrics", False):
+            with self.assertRaisesRegex(NotImplementedError, "no numarena_metrics_text"):
+                numarena.metrics_text()
+
     def test_grows_its_buffer(self):
         # The text is longer than read_text's first guess: the loop must fetch all of it.
         length, text = _capi.read_text(
