@@ -27,6 +27,7 @@ PACKAGES=(
   qemu-system-x86 busybox-static cpio
   clang libclang-rt-14-dev
   python3-matplotlib
+  python3-numpy                  # the Python module's tests (tests/python/)
 )
 
 log() { printf '==> %s\n' "$*" >&2; }
