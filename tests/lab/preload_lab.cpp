@@ -177,3 +177,19 @@ TEST_CASE("numarena run --budget system: a full node makes malloc fail with ENOM
   CHECK(fields["after"] >= static_cast<long>(node_mib / 4));
   CHECK(fields["after"] < static_cast<long>(node_mib));
 }
+
+TEST_CASE("numarena run --budget quota:64M: malloc fails with ENOMEM at the quota",
+          "[lab][preload]") {
+  // The quota, not the node's free memory, stops it (without a budget, numarena's own
+  // free-memory check refuses only when the node is nearly full; on tiny's node 1 at 192 MiB).
+  const auto& lab = Expected();
+  const int node = lab.node_ids().back();
+  Run run = RunProbe({"--membind", std::to_string(node), "--budget", "quota:64M"},
+                     {"exhaust", "16"});
+  REQUIRE(run.exited);
+  CHECK(run.status == 0);
+  CHECK(run.output.find("errno=ENOMEM") != std::string::npos);
+  auto fields = Fields(run.output, "refused after=");
+  CHECK(fields["after"] >= 32);
+  CHECK(fields["after"] < 64);
+}
