@@ -37,7 +37,8 @@ expect 2 "policy 'bind(x)'" -- --membind x -- true
 expect 2 "policy 'weighted(0)'" -- --weighted 0 -- true
 expect 2 "--budget 'quota:0': the quota must be a positive size" -- --budget quota:0 --local -- true
 expect 2 "--budget 'lots': use 'system' or 'quota:SIZE'" -- --budget lots --local -- true
-expect 2 "--metrics-port is not implemented yet" -- --metrics-port 9100 --local -- true
+expect 2 "--metrics-port '0': a TCP port number from 1 to 65535" -- --metrics-port 0 --local -- true
+expect 2 "--metrics-port '80x': a TCP port number" -- --metrics-port 80x --local -- true
 expect 127 "cannot run 'numarena-no-such-program': No such file or directory (not found in PATH)" \
   -- --local -- numarena-no-such-program
 expect 127 "cannot run '$work/missing': No such file or directory" -- --local -- "$work/missing"

@@ -3,11 +3,13 @@
 // one policy, optionally under a per-node budget.
 //
 //   numarena run [--membind NODES | --preferred N | --interleave NODES | --weighted N=W,... |
-//                 --local | --policy POLICY] [--budget system|quota:SIZE] -- PROGRAM ARGS...
+//                 --local | --policy POLICY] [--budget system|quota:SIZE] [--metrics-port P]
+//                 -- PROGRAM ARGS...
 //
 // It checks the policy against this machine and the budget spec, finds the preload library
 // (NUMARENA_PRELOAD_LIBRARY, else beside this binary, else in ../<libdir>), sets
-// LD_PRELOAD (in front of any value already there), NUMARENA_POLICY and NUMARENA_BUDGET,
+// LD_PRELOAD (in front of any value already there), NUMARENA_POLICY, NUMARENA_BUDGET and
+// NUMARENA_METRICS_PORT,
 // and execs the program (searched in PATH), which keeps this process's id. Exit status: the
 // program's; 2 for a usage error, a bad policy or budget, or no preload library; 127 when the
 // program cannot be executed.
@@ -41,7 +43,7 @@ namespace {
 constexpr const char* kPreloadName = "libnumarena_preload.so";
 
 constexpr const char* kUsage =
-    "usage: numarena run POLICY [--budget system|quota:SIZE] -- PROGRAM [ARGS...]\n"
+    "usage: numarena run POLICY [--budget system|quota:SIZE] [--metrics-port P] -- PROGRAM ARGS\n"
     "Runs PROGRAM with numarena as its malloc and operator new (LD_PRELOAD of\n"
     "libnumarena_preload.so); its heap is placed by POLICY, one of:\n"
     "  --membind NODES       pages only on NODES (e.g. 1, 0-1): bind(NODES)\n"
@@ -55,6 +57,9 @@ constexpr const char* kUsage =
     "                        throw std::bad_alloc, instead of an OOM kill; capacity = the\n"
     "                        node's memory, usage = what the kernel says is used\n"
     "  --budget quota:SIZE   the same, with SIZE bytes of numarena memory per node (e.g. 8G)\n"
+    "  --metrics-port P      the program serves numarena's metrics (Prometheus text) at\n"
+    "                        http://HOST:P/metrics: node and process memory per node, the\n"
+    "                        arena, the budget (a child process that finds P taken serves none)\n"
     "The program inherits LD_PRELOAD (prepended), NUMARENA_POLICY and NUMARENA_BUDGET, so\n"
     "what it execs runs under numarena too. NUMARENA_PRELOAD_LIBRARY names the library if it\n"
     "is not beside this binary or in ../" NUMARENA_INSTALL_LIBDIR ".\n"
@@ -113,6 +118,7 @@ int RunRun(std::span<const std::string> args) {
   std::optional<std::string> policy_text;
   std::string policy_option;
   std::optional<std::string> budget;
+  std::optional<std::string> metrics_port;
   std::size_t program_at = args.size();
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -146,8 +152,14 @@ int RunRun(std::span<const std::string> args) {
       value = args[++i];
     }
     if (option == "--metrics-port") {
-      return Fail("run", "--metrics-port is not implemented yet: libnumarena_preload.so serves "
-                         "no metrics; run `numarena stat --pid PID` against the program instead");
+      char* end = nullptr;
+      const long port = std::strtol(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || port < 1 || port > 65535) {
+        return Fail("run", absl::StrCat("--metrics-port '", value,
+                                        "': a TCP port number from 1 to 65535"));
+      }
+      metrics_port = std::to_string(port);
+      continue;
     }
     if (option == "--budget") {
       if (std::string problem = CheckBudget(value); !problem.empty()) return Fail("run", problem);
@@ -203,7 +215,9 @@ int RunRun(std::span<const std::string> args) {
   if (setenv("LD_PRELOAD", ld_preload.c_str(), 1) != 0 ||
       setenv("NUMARENA_POLICY", policy->ToString().c_str(), 1) != 0 ||
       (budget ? setenv("NUMARENA_BUDGET", budget->c_str(), 1) : unsetenv("NUMARENA_BUDGET")) !=
-          0) {
+          0 ||
+      (metrics_port ? setenv("NUMARENA_METRICS_PORT", metrics_port->c_str(), 1)
+                    : unsetenv("NUMARENA_METRICS_PORT")) != 0) {
     return Fail("run", absl::StrCat("cannot set the environment: ", std::strerror(errno)));
   }
 
