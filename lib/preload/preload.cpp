@@ -205,8 +205,8 @@ bool SendAll(int fd, const std::string& data) {
 
 std::string Response(const char* status, const char* type, const std::string& body) {
   return std::string("HTTP/1.1 ") + status + "\r\nContent-Type: " + type +
-         "\r\nContent-Length: " + std::to_string(body.size()) +
-         "\r\nConnection: close\r\n\r\n" + body;
+         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
+         body;
 }
 
 void AnswerOne(int client) {
@@ -220,8 +220,8 @@ void AnswerOne(int client) {
     if (n <= 0) break;
     request.append(buffer, static_cast<std::size_t>(n));
   }
-  const bool metrics = request.rfind("GET /metrics ", 0) == 0 ||
-                       request.rfind("GET /metrics?", 0) == 0;
+  const bool metrics =
+      request.rfind("GET /metrics ", 0) == 0 || request.rfind("GET /metrics?", 0) == 0;
   if (!metrics) {
     SendAll(client, Response("404 Not Found", "text/plain", "numarena serves GET /metrics\n"));
     return;
@@ -275,13 +275,12 @@ void StartMetrics(const char* port_text) {
   const int yes = 1;
   pthread_t thread;
   pthread_attr_t attributes;
-  if (listener < 0 ||
-      setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes) != 0 ||
+  if (listener < 0 || setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes) != 0 ||
       bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
       listen(listener, 16) != 0 || pthread_attr_init(&attributes) != 0 ||
       pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED) != 0 ||
-      pthread_create(&thread, &attributes,
-                     ServeMetrics, reinterpret_cast<void*>(static_cast<std::intptr_t>(listener))) != 0) {
+      pthread_create(&thread, &attributes, ServeMetrics,
+                     reinterpret_cast<void*>(static_cast<std::intptr_t>(listener))) != 0) {
     const std::string line = "numarena preload: pid " + std::to_string(getpid()) +
                              " serves no metrics: port " + std::to_string(port) + ": " +
                              std::strerror(errno) + "\n";
@@ -295,14 +294,13 @@ void Initialize() {
   int expected = kNotYet;
   if (!g_state.compare_exchange_strong(expected, kInitializing)) return;
   Inside inside;
-  g_libc_usable_size =
-      reinterpret_cast<UsableSizeFunction>(dlsym(RTLD_NEXT, "malloc_usable_size"));
+  g_libc_usable_size = reinterpret_cast<UsableSizeFunction>(dlsym(RTLD_NEXT, "malloc_usable_size"));
   const char* policy_text = std::getenv("NUMARENA_POLICY");
   if (policy_text == nullptr || policy_text[0] == '\0') policy_text = "local";
   auto policy = Policy::Parse(policy_text);
   if (!policy.ok()) {
-    Die(std::string("NUMARENA_POLICY='") + policy_text + "': " +
-        std::string(policy.status().message()));
+    Die(std::string("NUMARENA_POLICY='") + policy_text +
+        "': " + std::string(policy.status().message()));
   }
   if (const char* budget_spec = std::getenv("NUMARENA_BUDGET");
       budget_spec != nullptr && budget_spec[0] != '\0') {
@@ -317,8 +315,8 @@ void Initialize() {
   }
   auto arena = Arena::ForPolicy(*policy);
   if (!arena.ok()) {
-    Die(std::string("NUMARENA_POLICY='") + policy_text + "': " +
-        std::string(arena.status().message()));
+    Die(std::string("NUMARENA_POLICY='") + policy_text +
+        "': " + std::string(arena.status().message()));
   }
   g_arena = *arena;
   g_state.store(kReady, std::memory_order_release);
@@ -465,9 +463,7 @@ NUMARENA_EXPORT void operator delete[](void* p, const std::nothrow_t&) noexcept 
 NUMARENA_EXPORT void operator delete(void* p, std::align_val_t) noexcept { Free(p); }
 NUMARENA_EXPORT void operator delete[](void* p, std::align_val_t) noexcept { Free(p); }
 NUMARENA_EXPORT void operator delete(void* p, std::size_t, std::align_val_t) noexcept { Free(p); }
-NUMARENA_EXPORT void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
-  Free(p);
-}
+NUMARENA_EXPORT void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { Free(p); }
 NUMARENA_EXPORT void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
   Free(p);
 }

@@ -184,8 +184,8 @@ TEST_CASE("numarena run --budget quota:64M: malloc fails with ENOMEM at the quot
   // free-memory check refuses only when the node is nearly full; on tiny's node 1 at 192 MiB).
   const auto& lab = Expected();
   const int node = lab.node_ids().back();
-  Run run = RunProbe({"--membind", std::to_string(node), "--budget", "quota:64M"},
-                     {"exhaust", "16"});
+  Run run =
+      RunProbe({"--membind", std::to_string(node), "--budget", "quota:64M"}, {"exhaust", "16"});
   REQUIRE(run.exited);
   CHECK(run.status == 0);
   CHECK(run.output.find("errno=ENOMEM") != std::string::npos);

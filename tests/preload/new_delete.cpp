@@ -33,7 +33,8 @@ struct alignas(256) Wide {
 int main() {
   owns = reinterpret_cast<int (*)(const void*)>(dlsym(RTLD_DEFAULT, "numarena_owns"));
   if (owns == nullptr) {
-    std::fprintf(stderr, "new_delete: FAILED numarena_owns not found: not running under numarena\n");
+    std::fprintf(stderr,
+                 "new_delete: FAILED numarena_owns not found: not running under numarena\n");
     return 1;
   }
   int* one = new int(7);
@@ -50,10 +51,10 @@ int main() {
   Check(owns(wides) == 1 && reinterpret_cast<std::uintptr_t>(wides) % 256 == 0,
         "aligned new[] is numarena's and aligned");
   delete[] wides;
-  void* raw = ::operator new(100, std::align_val_t{4096}, std::nothrow);
+  void* raw = ::operator new (100, std::align_val_t{4096}, std::nothrow);
   Check(raw != nullptr && owns(raw) == 1 && reinterpret_cast<std::uintptr_t>(raw) % 4096 == 0,
         "nothrow aligned new");
-  ::operator delete(raw, 100, std::align_val_t{4096});
+  ::operator delete (raw, 100, std::align_val_t{4096});
   void* sized = ::operator new(48);
   ::operator delete(sized, 48);
 

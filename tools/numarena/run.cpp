@@ -62,7 +62,8 @@ constexpr const char* kUsage =
     "                        arena, the budget (a child process that finds P taken serves none)\n"
     "The program inherits LD_PRELOAD (prepended), NUMARENA_POLICY and NUMARENA_BUDGET, so\n"
     "what it execs runs under numarena too. NUMARENA_PRELOAD_LIBRARY names the library if it\n"
-    "is not beside this binary or in ../" NUMARENA_INSTALL_LIBDIR ".\n"
+    "is not beside this binary or in ../" NUMARENA_INSTALL_LIBDIR
+    ".\n"
     "Exit status: the program's; 2 for a usage error; 127 when PROGRAM cannot be run.\n";
 
 // The policy option and its value, as a policy string.
@@ -155,8 +156,8 @@ int RunRun(std::span<const std::string> args) {
       char* end = nullptr;
       const long port = std::strtol(value.c_str(), &end, 10);
       if (value.empty() || *end != '\0' || port < 1 || port > 65535) {
-        return Fail("run", absl::StrCat("--metrics-port '", value,
-                                        "': a TCP port number from 1 to 65535"));
+        return Fail(
+            "run", absl::StrCat("--metrics-port '", value, "': a TCP port number from 1 to 65535"));
       }
       metrics_port = std::to_string(port);
       continue;
@@ -166,24 +167,25 @@ int RunRun(std::span<const std::string> args) {
       budget = value;
       continue;
     }
-    std::optional<std::string> text =
-        option == "--local" && !has_value ? std::optional<std::string>("local")
-        : takes_value                     ? PolicyFromOption(option, value)
-                                          : std::nullopt;
+    std::optional<std::string> text = option == "--local" && !has_value
+                                          ? std::optional<std::string>("local")
+                                      : takes_value ? PolicyFromOption(option, value)
+                                                    : std::nullopt;
     if (!text) {
       return Fail("run", absl::StrCat("unknown option '", arg,
                                       "' (numarena run --help lists the options)"));
     }
     if (policy_text) {
-      return Fail("run", absl::StrCat(policy_option, " and ", option,
-                                      ": give one placement policy"));
+      return Fail("run",
+                  absl::StrCat(policy_option, " and ", option, ": give one placement policy"));
     }
     policy_text = *text;
     policy_option = option;
   }
   if (!policy_text) {
-    return Fail("run", "no placement policy: give one of --membind, --preferred, --interleave, "
-                       "--weighted, --local, --policy (numarena run --help)");
+    return Fail("run",
+                "no placement policy: give one of --membind, --preferred, --interleave, "
+                "--weighted, --local, --policy (numarena run --help)");
   }
   if (program_at >= args.size()) {
     return Fail("run", "no program to run: numarena run POLICY -- PROGRAM [ARGS...]");
@@ -196,8 +198,7 @@ int RunRun(std::span<const std::string> args) {
   auto topology = Topology::system();
   if (!topology.ok()) return Fail("run", std::string(topology.status().message()));
   if (Status valid = policy->Validate(**topology); !valid.ok()) {
-    return Fail("run", absl::StrCat(policy_option, " ", policy->ToString(), ": ",
-                                    valid.message()));
+    return Fail("run", absl::StrCat(policy_option, " ", policy->ToString(), ": ", valid.message()));
   }
 
   std::string tried;
@@ -214,8 +215,7 @@ int RunRun(std::span<const std::string> args) {
   }
   if (setenv("LD_PRELOAD", ld_preload.c_str(), 1) != 0 ||
       setenv("NUMARENA_POLICY", policy->ToString().c_str(), 1) != 0 ||
-      (budget ? setenv("NUMARENA_BUDGET", budget->c_str(), 1) : unsetenv("NUMARENA_BUDGET")) !=
-          0 ||
+      (budget ? setenv("NUMARENA_BUDGET", budget->c_str(), 1) : unsetenv("NUMARENA_BUDGET")) != 0 ||
       (metrics_port ? setenv("NUMARENA_METRICS_PORT", metrics_port->c_str(), 1)
                     : unsetenv("NUMARENA_METRICS_PORT")) != 0) {
     return Fail("run", absl::StrCat("cannot set the environment: ", std::strerror(errno)));
