@@ -129,7 +129,14 @@ static void realloc_growth(uint32_t owner, uint32_t serial) {
   for (size_t i = 0; i < 100; ++i) {
     if (shrunk[i] != pattern_byte(owner, serial, i)) { fail("realloc shrink lost contents", 100, i); break; }
   }
-  free(shrunk);
+  /* reallocarray is glibc's, built on the realloc it finds through the PLT: ours. */
+  unsigned char* array = reallocarray(shrunk, 1000, 10);
+  if (array == NULL) { fail("reallocarray returned NULL", 1000, 10); free(shrunk); return; }
+  check_owned(array, "reallocarray'd block not numarena's");
+  for (size_t i = 0; i < 100; ++i) {
+    if (array[i] != pattern_byte(owner, serial, i)) { fail("reallocarray lost contents", 10000, i); break; }
+  }
+  free(array);
 }
 
 static void aligned_allocations(void) {
