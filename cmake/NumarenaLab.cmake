@@ -34,6 +34,10 @@ function(numarena_add_lab_test target source)
       add_dependencies(${target} ${file_target})
     endforeach()
   endif()
+  # Files that are not targets: the caller sets NUMARENA_LAB_EXTRA_FILES_<target> (paths).
+  foreach(path ${NUMARENA_LAB_EXTRA_FILES_${target}})
+    list(APPEND file_args --file ${path})
+  endforeach()
   foreach(topology ${topologies})
     if(NOT EXISTS ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/lab/topologies/${topology}.sh)
       message(FATAL_ERROR "${source}: no lab topology '${topology}' "
