@@ -23,9 +23,12 @@ std::string ErrnoNameSuffix(int err) {
 }  // namespace
 
 Status ErrnoToStatus(int err, std::string_view what) {
-  std::string message =
-      absl::StrCat(absl::string_view(what.data(), what.size()), ": ", std::strerror(err),
-                   " (errno ", err, ErrnoNameSuffix(err), ")");
+  // strerror_r (GNU form: returns the text, in `buffer` or a static string): std::strerror
+  // may share one buffer between threads.
+  char buffer[256];
+  const char* text = strerror_r(err, buffer, sizeof buffer);
+  std::string message = absl::StrCat(absl::string_view(what.data(), what.size()), ": ", text,
+                                     " (errno ", err, ErrnoNameSuffix(err), ")");
   switch (err) {
     case EPERM:
     case EACCES:

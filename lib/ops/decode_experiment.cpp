@@ -38,7 +38,6 @@ namespace numarena::decode {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr std::size_t kHugePage = std::size_t{2} << 20;
 constexpr int kTokensPerBlock = 16;
 
 struct Configuration {
@@ -73,7 +72,7 @@ class ExperimentStorage final : public KvStorage {
   ExperimentStorage(bool bind, bool huge_pages) : bind_(bind), huge_pages_(huge_pages) {}
 
   StatusOr<void*> AllocateSlab(int node, std::size_t bytes) override {
-    auto slab = os::MapAnonymous(bytes, huge_pages_ ? kHugePage : 0);
+    auto slab = os::MapAnonymous(bytes, huge_pages_ ? os::kTransparentHugePage : 0);
     if (!slab.ok()) return slab.status();
     if (bind_) {
       const int nodes[] = {node};
@@ -385,7 +384,7 @@ StatusOr<ConfigurationResult> RunConfiguration(const Configuration& config, cons
                 pool_options.home_nodes.end());
   }
   pool_options.storage = std::make_shared<ExperimentStorage>(config.bind, config.huge_pages);
-  pool_options.slab_bytes = kHugePage;
+  pool_options.slab_bytes = os::kTransparentHugePage;
   auto pool_or = KvPool::Create(std::move(pool_options));
   if (!pool_or.ok()) {
     return Status(pool_or.status().code(),

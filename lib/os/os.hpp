@@ -22,6 +22,10 @@
 
 namespace numarena::os {
 
+// The x86-64 transparent huge page (PMD) size: mappings of at least this much are aligned to
+// it so THP can back them.
+inline constexpr std::size_t kTransparentHugePage = std::size_t{2} << 20;
+
 // ---- files ---------------------------------------------------------------------------
 
 // The most ReadFile reads from one file unless told otherwise: far above any kernel file

@@ -27,6 +27,7 @@
 #include "base/checked_math.hpp"
 #include "numarena/page_nodes.hpp"
 #include "numarena/topology.hpp"
+#include "base/status_context.hpp"
 #include "os/os.hpp"
 #include "placement/page_walk.hpp"
 #include "topology/topology_parse.hpp"
@@ -35,7 +36,6 @@
 namespace numarena {
 namespace {
 
-constexpr std::size_t kHugePage = std::size_t{2} << 20;
 // move_pages leaves a status unwritten when it aborts a batch; no kernel value is INT_MIN.
 constexpr int kStatusUnwritten = INT_MIN;
 // Retries for pages the kernel did not get to (transient failures: page locked, under I/O).
@@ -43,11 +43,6 @@ constexpr int kMoveAttempts = 3;
 
 std::string Hex(const void* p) {
   return absl::StrCat("0x", absl::Hex(reinterpret_cast<std::uintptr_t>(p)));
-}
-
-// Prefixes a status message with what this layer was doing, keeping the code.
-Status Annotate(const Status& status, const std::string& context) {
-  return Status(status.code(), absl::StrCat(context, ": ", std::string(status.message())));
 }
 
 struct PageRange {
@@ -67,7 +62,7 @@ StatusOr<PageRange> WidenToPages(void* ptr, std::size_t len, const std::string& 
 // The node must be online and the process allowed to use its memory.
 Status CheckTargetNode(int node, const std::string& context, const Topology** topology_out) {
   auto topology = Topology::system();
-  if (!topology.ok()) return Annotate(topology.status(), context);
+  if (!topology.ok()) return WithContext(topology.status(), context);
   const Topology& topo = **topology;
   if (!topo.has_node(node)) {
     return absl::InvalidArgumentError(
@@ -157,7 +152,7 @@ std::size_t WindowEnd(const char* base, std::size_t first, std::size_t batch, st
   const std::size_t page = os::PageSize();
   std::size_t end = first + std::min(batch, total - first);
   auto address = reinterpret_cast<std::uintptr_t>(base) + end * page;  // inside the range
-  std::optional<std::uintptr_t> aligned = RoundUpChecked(address, kHugePage);
+  std::optional<std::uintptr_t> aligned = RoundUpChecked(address, os::kTransparentHugePage);
   if (!aligned) return end;  // the last huge page of the address space: nothing to extend
   return end + std::min(total - end, (*aligned - address) / page);
 }
@@ -276,7 +271,7 @@ StatusOr<int> PopulateFrom(const std::vector<int>& cpus, const PageRange& range,
       if (!room.ok()) {
         // Short of room for the whole step: only the pages not on the node yet need any.
         auto nodes = page_node_list(window, bytes);
-        if (!nodes.ok()) return Annotate(nodes.status(), context);
+        if (!nodes.ok()) return WithContext(nodes.status(), context);
         std::size_t missing = 0;
         for (int where : *nodes) missing += where != node;
         if (missing == 0) continue;
@@ -286,7 +281,7 @@ StatusOr<int> PopulateFrom(const std::vector<int>& cpus, const PageRange& range,
                                                   first * page, " of ", range.bytes, " bytes)"));
         }
       }
-      if (Status s = os::PopulateWrite(window, bytes); !s.ok()) return Annotate(s, context);
+      if (Status s = os::PopulateWrite(window, bytes); !s.ok()) return WithContext(s, context);
     }
     return absl::OkStatus();
   };
@@ -335,22 +330,22 @@ StatusOr<void*> MapOnNode(std::size_t bytes, int node, PlacementReport* report_o
   // Refuse before mapping anything when the node cannot take it now; prefault checks again
   // step by step, in case others take the node's memory meanwhile.
   if (Status s = CheckRoom(node, mapped, context); !s.ok()) return s;
-  const bool large = bytes >= kHugePage;
-  auto data = os::MapAnonymous(mapped, large ? kHugePage : 0);
-  if (!data.ok()) return Annotate(data.status(), context);
+  const bool large = bytes >= os::kTransparentHugePage;
+  auto data = os::MapAnonymous(mapped, large ? os::kTransparentHugePage : 0);
+  if (!data.ok()) return WithContext(data.status(), context);
   // Huge pages are a TLB optimisation only; a kernel without THP still places correctly.
   if (large) (void)os::AdviseHugePages(*data, mapped);
 
   auto report = prefault(*data, mapped, node);
   if (!report.ok()) {
     os::Unmap(*data, mapped);
-    return Annotate(report.status(), context);
+    return WithContext(report.status(), context);
   }
   // Verify independently of the report: the kernel's answer for every page, now.
   auto counts = page_nodes(*data, mapped);
   if (!counts.ok()) {
     os::Unmap(*data, mapped);
-    return Annotate(counts.status(), context);
+    return WithContext(counts.status(), context);
   }
   const std::size_t elsewhere = counts->total_pages - counts->on(node);
   if (elsewhere > 0) {
@@ -425,11 +420,11 @@ StatusOr<PlacementReport> correct(void* ptr, std::size_t len, int node,
     const int nodes[] = {node};
     if (Status s = os::BindRange(range.begin, range.bytes, os::PolicyMode::kBind, nodes);
         !s.ok()) {
-      return Annotate(s, context);
+      return WithContext(s, context);
     }
   }
   auto corrected = CorrectRange(range, node, options);
-  if (!corrected.ok()) return Annotate(corrected.status(), context);
+  if (!corrected.ok()) return WithContext(corrected.status(), context);
   return corrected;
 }
 
@@ -449,7 +444,7 @@ StatusOr<PlacementReport> prefault(void* ptr, std::size_t len, int node,
   const int nodes[] = {node};
   if (Status s = os::BindRange(range.begin, range.bytes, os::PolicyMode::kBind, nodes);
       !s.ok()) {
-    return Annotate(s, context);
+    return WithContext(s, context);
   }
   // The node's CPUs this process may run on; empty for memory-only nodes.
   std::vector<int> cpus;
@@ -461,7 +456,7 @@ StatusOr<PlacementReport> prefault(void* ptr, std::size_t len, int node,
   if (!populated_from.ok()) return populated_from.status();
 
   auto report = CorrectRange(range, node, options);
-  if (!report.ok()) return Annotate(report.status(), context);
+  if (!report.ok()) return WithContext(report.status(), context);
   report->populated_from_node = *populated_from;
   return report;
 }

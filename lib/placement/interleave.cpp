@@ -22,16 +22,12 @@
 #include "absl/strings/str_cat.h"
 #include "base/checked_math.hpp"
 #include "numarena/topology.hpp"
+#include "base/status_context.hpp"
 #include "os/os.hpp"
 
 namespace numarena {
 namespace {
 
-constexpr std::size_t kHugePage = std::size_t{2} << 20;
-
-Status Annotate(const Status& status, const std::string& context) {
-  return Status(status.code(), absl::StrCat(context, ": ", std::string(status.message())));
-}
 
 // One range to place: [begin, begin+bytes) with `mode` on `nodes`; `fallback_node` is the
 // node MPOL_PREFERRED falls back to when the kernel refuses and the policy is advisory.
@@ -155,8 +151,8 @@ StatusOr<InterleavedBuffer> AllocateInterleaved(std::size_t bytes, const Policy&
         "here, or AllocateOnNode / an arena for single-node placement"));
   }
   auto topology = Topology::system();
-  if (!topology.ok()) return Annotate(topology.status(), context);
-  if (Status s = policy.Validate(**topology); !s.ok()) return Annotate(s, context);
+  if (!topology.ok()) return WithContext(topology.status(), context);
+  if (Status s = policy.Validate(**topology); !s.ok()) return WithContext(s, context);
 
   const std::optional<std::size_t> rounded = RoundUpChecked(bytes, os::PageSize());
   if (!rounded) {
@@ -164,9 +160,9 @@ StatusOr<InterleavedBuffer> AllocateInterleaved(std::size_t bytes, const Policy&
         context, ": the size rounded up to whole pages does not fit in the address space"));
   }
   const std::size_t mapped = *rounded;
-  const bool large = bytes >= kHugePage;
-  auto data = os::MapAnonymous(mapped, large ? kHugePage : 0);
-  if (!data.ok()) return Annotate(data.status(), context);
+  const bool large = bytes >= os::kTransparentHugePage;
+  auto data = os::MapAnonymous(mapped, large ? os::kTransparentHugePage : 0);
+  if (!data.ok()) return WithContext(data.status(), context);
   // From here the buffer owns the mapping: every error return unmaps it.
   InterleavedBuffer buffer(*data, bytes, mapped, policy);
 
@@ -189,12 +185,12 @@ StatusOr<InterleavedBuffer> AllocateInterleaved(std::size_t bytes, const Policy&
             StatusOr<std::size_t> needed =
                 ForEachRange(static_cast<char*>(*data), mapped, policy,
                              [](const PlannedRange&) { return absl::OkStatus(); });
-            return Annotate(bound,
+            return WithContext(bound,
                             absl::StrCat(context, ": the buffer needs ", needed.value_or(0),
                                          " separately bound ranges (kernel mappings); if "
                                          "vm.max_map_count is the limit, use a larger chunk"));
           }
-          return Annotate(bound, context);
+          return WithContext(bound, context);
         }
         if (stats.first_fallback_error.empty()) {
           stats.first_fallback_error = std::string(bound.message());
@@ -214,7 +210,7 @@ StatusOr<InterleavedBuffer> AllocateInterleaved(std::size_t bytes, const Policy&
   if (!placed.ok()) return placed.status();
 
   if (options.populate) {
-    if (Status s = os::PopulateWrite(*data, mapped); !s.ok()) return Annotate(s, context);
+    if (Status s = os::PopulateWrite(*data, mapped); !s.ok()) return WithContext(s, context);
   }
   return buffer;
 }
