@@ -35,11 +35,12 @@
 //                         thread, which frees it (remote free) instead of freeing it locally
 //   producer_consumer     (above) threads:2 only
 //   realloc_growth        a vector-like buffer grown by doubling from 1 KiB to 64 MiB with
-//                         the peer's realloc, one byte written per 4 KiB page of each new half
+//                         the peer's realloc, one byte written per 4 KiB page of each new
+//                         half; one untimed growth first (steady state)
 //   tensor_loop           tensors of 64 MiB, 256 MiB and 1 GiB allocated, filled with memset
-//                         and freed; a fixed 2 iterations (2.6 GiB written per peer: on the
-//                         2-vCPU machine a peer that returns the pages faults them again at
-//                         about 10 s per iteration under load)
+//                         and freed; one untimed pass, then a fixed 2 timed ones (about 4 GiB
+//                         written per peer: a peer that returns the pages faults them again,
+//                         several seconds per pass on the loaded 2-vCPU machine)
 // The batch and larson_like runs also report memory (see PeakRss below): rss_growth (bytes),
 // live_bytes (what the workload holds at its peak) and rss_over_live.
 #pragma once
@@ -508,31 +509,43 @@ void LarsonLike(benchmark::State& state, const std::string& key) {
 
 inline constexpr std::size_t kGrowFrom = 1024, kGrowTo = 64 * kMiB;
 
+// One growth from kGrowFrom to kGrowTo; false (with the error set) on failure.
+template <typename Peer>
+bool GrowOnce(benchmark::State& state, std::size_t& steps) {
+  std::size_t bytes = kGrowFrom;
+  auto* p = static_cast<unsigned char*>(Peer::Allocate(bytes));
+  if (p == nullptr) {
+    state.SkipWithError("allocation failed");
+    return false;
+  }
+  std::memset(p, 1, bytes);
+  while (bytes < kGrowTo) {
+    auto* q = static_cast<unsigned char*>(Peer::Realloc(p, bytes, 2 * bytes));
+    if (q == nullptr) {
+      Peer::Free(p, bytes);
+      state.SkipWithError("realloc failed");
+      return false;
+    }
+    p = q;
+    for (std::size_t off = bytes; off < 2 * bytes; off += 4096) p[off] = 1;
+    bytes *= 2;
+    ++steps;
+  }
+  benchmark::DoNotOptimize(p[bytes / 2]);
+  Peer::Free(p, bytes);
+  return true;
+}
+
+// The first growth of each run is untimed: the steady state of a server that grows such
+// buffers again and again is measured, and the peers that share an arena
+// (numarena_arena, numarena_arena_sized) or run after one another in the process start
+// from the same state, whatever the order of the benchmarks.
 template <typename Peer>
 void ReallocGrowth(benchmark::State& state) {
-  std::size_t steps = 0;
+  std::size_t steps = 0, warmup_steps = 0;
+  if (!GrowOnce<Peer>(state, warmup_steps)) return;
   for (auto _ : state) {
-    std::size_t bytes = kGrowFrom;
-    auto* p = static_cast<unsigned char*>(Peer::Allocate(bytes));
-    if (p == nullptr) {
-      state.SkipWithError("allocation failed");
-      return;
-    }
-    std::memset(p, 1, bytes);
-    while (bytes < kGrowTo) {
-      auto* q = static_cast<unsigned char*>(Peer::Realloc(p, bytes, 2 * bytes));
-      if (q == nullptr) {
-        Peer::Free(p, bytes);
-        state.SkipWithError("realloc failed");
-        return;
-      }
-      p = q;
-      for (std::size_t off = bytes; off < 2 * bytes; off += 4096) p[off] = 1;
-      bytes *= 2;
-      ++steps;
-    }
-    benchmark::DoNotOptimize(p[bytes / 2]);
-    Peer::Free(p, bytes);
+    if (!GrowOnce<Peer>(state, steps)) return;
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(steps));  // reallocs
 }
@@ -542,18 +555,26 @@ void ReallocGrowth(benchmark::State& state) {
 inline constexpr std::array<std::size_t, 3> kTensorLoopSizes = {64 * kMiB, 256 * kMiB, 1024 * kMiB};
 
 template <typename Peer>
-void TensorLoop(benchmark::State& state) {
-  for (auto _ : state) {
-    for (std::size_t bytes : kTensorLoopSizes) {
-      void* p = Peer::Allocate(bytes);
-      if (p == nullptr) {
-        state.SkipWithError("allocation failed");
-        return;
-      }
-      std::memset(p, 0x5A, bytes);
-      benchmark::ClobberMemory();
-      Peer::Free(p, bytes);
+bool TensorsOnce(benchmark::State& state) {
+  for (std::size_t bytes : kTensorLoopSizes) {
+    void* p = Peer::Allocate(bytes);
+    if (p == nullptr) {
+      state.SkipWithError("allocation failed");
+      return false;
     }
+    std::memset(p, 0x5A, bytes);
+    benchmark::ClobberMemory();
+    Peer::Free(p, bytes);
+  }
+  return true;
+}
+
+// One untimed pass first, for the reason given at ReallocGrowth.
+template <typename Peer>
+void TensorLoop(benchmark::State& state) {
+  if (!TensorsOnce<Peer>(state)) return;
+  for (auto _ : state) {
+    if (!TensorsOnce<Peer>(state)) return;
   }
   state.SetItemsProcessed(state.iterations() * kTensorLoopSizes.size());
   std::size_t total = 0;
@@ -609,7 +630,7 @@ void RegisterServerWorkloads(const std::string& name) {
     LarsonLike<Peer>(s, "larson_like/" + name + "/" + std::to_string(s.threads()));
   })->Threads(2)->Threads(kLarsonMaxThreads);
   add("realloc_growth/" + name, [](benchmark::State& s) { ReallocGrowth<Peer>(s); })->Threads(1);
-  // Fixed iterations: each one writes 1.3 GiB; the first is the cold one for every peer.
+  // Fixed iterations: each one writes 1.3 GiB.
   benchmark::RegisterBenchmark(("tensor_loop/" + name).c_str(),
                                [](benchmark::State& s) { TensorLoop<Peer>(s); })
       ->UseRealTime()
