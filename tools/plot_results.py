@@ -345,6 +345,18 @@ def target_check(time_paths, rss_paths=()):
         if problems:
             failures.append(f"{workload} threads:{threads}: " + "; ".join(problems))
         out.append("| " + " | ".join(cells) + " |")
+    if rss:
+        peers = TARGET_NUMARENA + TARGET_GENERAL + TARGET_NUMA_PEERS
+        out += ["", "Peak RSS growth per peer (x the workload's live bytes):", "",
+                "| row | threads | live | " + " | ".join(peers) + " |", "|---" * (len(peers) + 3) + "|"]
+        for workload, threads, label in TARGET_ROWS:
+            r = rss.get((workload, threads))
+            if not r:
+                continue
+            lv = max(live.get((workload, threads), {0: 0}).values())
+            cells = [f"{human_bytes(r[p])} ({r[p] / lv:.2f})" if p in r and lv else
+                     (human_bytes(r[p]) if p in r else "-") for p in peers]
+            out.append(f"| {label} | {threads} | {human_bytes(lv)} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n", failures
 
 
