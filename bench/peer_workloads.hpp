@@ -22,6 +22,27 @@
 //                         shuffled order; each thread serves its own requests
 //   kv_sequence           one sequence's KV blocks: 128 blocks of 64 KiB (a 256-token
 //                         sequence of an 8-layer, 8-head, d=128 fp16 model), then freed
+//
+// Issue 16's server workloads (RegisterServerWorkloads; their peers also implement
+//   static void* Realloc(void* p, std::size_t old_bytes, std::size_t new_bytes);
+// ), each on one thread unless named:
+//   batch_small_random    8192 sizes uniform in 16-512 B allocated, then freed in a random
+//                         order (sizes and order fixed by a seed, the same for every peer)
+//   batch_large_random    512 sizes uniform in 4-256 KiB, the same way
+//   larson_like           threads:2 and threads:8 (more threads than this machine's CPUs):
+//                         each thread keeps 1024 live objects of 16-512 B and replaces a
+//                         random one per step; 1 step in 32 hands the victim to the next
+//                         thread, which frees it (remote free) instead of freeing it locally
+//   producer_consumer     (above) threads:2 only
+//   realloc_growth        a vector-like buffer grown by doubling from 1 KiB to 64 MiB with
+//                         the peer's realloc, one byte written per 4 KiB page of each new
+//                         half; one untimed growth, then a fixed 4 timed ones
+//   tensor_loop           tensors of 64 MiB, 256 MiB and 1 GiB allocated, filled with memset
+//                         and freed; one untimed pass, then a fixed 2 timed ones (about 4 GiB
+//                         written per peer: a peer that returns the pages faults them again,
+//                         several seconds per pass on the loaded 2-vCPU machine)
+// The batch and larson_like runs also report memory (see PeakRss below): rss_growth (bytes),
+// live_bytes (what the workload holds at its peak) and rss_over_live.
 #pragma once
 
 #include <benchmark/benchmark.h>
@@ -31,6 +52,11 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -53,6 +79,13 @@ inline void Touch(void* p) { static_cast<volatile unsigned char*>(p)[0] = 1; }
 
 template <typename Peer>
 void AllocFree(benchmark::State& state, std::size_t bytes) {
+  // One untimed pair first: the first allocation of a size can set up an arena's extents
+  // (seen: 153 ms for numarena's first 64 KiB pair, the first benchmark of its process), and
+  // a first iteration longer than min_time would be the only one Google Benchmark reports.
+  if (void* p = Peer::Allocate(bytes)) {
+    Touch(p);
+    Peer::Free(p, bytes);
+  }
   for (auto _ : state) {
     void* p = Peer::Allocate(bytes);
     if (p == nullptr) {
@@ -243,6 +276,344 @@ void KvSequence(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kKvBlocksPerSequence);
 }
 
+// ---- peak RSS ------------------------------------------------------------------------------
+//
+// Linux keeps the process's resident-set high-water mark in VmHWM (/proc/self/status); writing
+// "5" to /proc/self/clear_refs resets it to the current RSS (proc(5)). The first run of a
+// benchmark in a process resets it and records VmRSS as that benchmark's baseline; every run
+// then reports rss_growth = VmHWM - baseline. Google Benchmark runs a benchmark several times
+// (to choose the iteration count) and reports the last run, so the baseline is kept across
+// those runs: memory an allocator retained from its earlier runs counts as growth, as it
+// should. The figure is the allocator's footprint only when the process runs one benchmark
+// (`--benchmark_filter='^name$'`, as bench/rss_runs.sh does): in a run of every benchmark,
+// pages retained by earlier benchmarks of the same allocator are reused and not counted.
+
+// A "Vm...:" field of /proc/self/status in bytes; -1 when it cannot be read.
+inline long long ProcStatusBytes(const char* field) {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long long kib = -1;
+  const std::size_t n = std::strlen(field);
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, field, n) == 0 && line[n] == ':') {
+      kib = std::strtoll(line + n + 1, nullptr, 10);
+      break;
+    }
+  }
+  std::fclose(f);
+  return kib < 0 ? -1 : kib * 1024;
+}
+
+class PeakRss {
+ public:
+  // Call on thread 0 before the benchmark loop. `key` names the benchmark (and thread count).
+  explicit PeakRss(const std::string& key) {
+    auto [it, first] = Baselines().try_emplace(key, -1);
+    if (first) {
+      std::FILE* f = std::fopen("/proc/self/clear_refs", "w");
+      bool reset = f != nullptr && std::fputs("5", f) >= 0;
+      if (f != nullptr && std::fclose(f) != 0) reset = false;
+      if (reset) it->second = ProcStatusBytes("VmRSS");
+    }
+    baseline_ = it->second;
+  }
+  // Call on thread 0 after the loop (after Google Benchmark's stop barrier, so every
+  // thread's allocations of the run are behind it). Counters are summed over threads by
+  // Google Benchmark, which is why only thread 0 sets them.
+  void Report(benchmark::State& state, double live_bytes) const {
+    long long hwm = ProcStatusBytes("VmHWM");
+    if (baseline_ < 0 || hwm < 0) return;  // no /proc or no clear_refs: no memory columns
+    double growth = static_cast<double>(hwm - baseline_);
+    state.counters["rss_growth"] = growth;
+    state.counters["live_bytes"] = live_bytes;
+    state.counters["rss_over_live"] = growth / live_bytes;
+  }
+
+ private:
+  static std::map<std::string, long long>& Baselines() {
+    static std::map<std::string, long long> baselines;
+    return baselines;
+  }
+  long long baseline_ = -1;
+};
+
+// ---- random batches ----------------------------------------------------------------------
+
+inline std::uint64_t NextRandom(std::uint64_t& state) {  // xorshift64*
+  state ^= state >> 12;
+  state ^= state << 25;
+  state ^= state >> 27;
+  return state * 0x2545F4914F6CDD1DULL;
+}
+
+struct SizeBatch {
+  std::vector<std::size_t> sizes;
+  std::vector<std::uint32_t> free_order;  // permutation of indices into `sizes`
+  double live_bytes = 0;                  // sum of sizes: everything is live at once
+};
+
+inline SizeBatch MakeSizeBatch(std::size_t count, std::size_t min_bytes, std::size_t max_bytes,
+                               std::uint64_t seed) {
+  SizeBatch b;
+  std::uint64_t state = seed;
+  for (std::size_t i = 0; i < count; ++i) {
+    b.sizes.push_back(min_bytes + NextRandom(state) % (max_bytes - min_bytes + 1));
+    b.live_bytes += static_cast<double>(b.sizes.back());
+  }
+  b.free_order.resize(count);
+  for (std::size_t i = 0; i < count; ++i) b.free_order[i] = static_cast<std::uint32_t>(i);
+  for (std::size_t i = count - 1; i > 0; --i) {
+    std::swap(b.free_order[i], b.free_order[NextRandom(state) % (i + 1)]);
+  }
+  return b;
+}
+
+inline const SizeBatch& SmallBatch() {
+  static const SizeBatch b = MakeSizeBatch(8192, 16, 512, 0x9E3779B97F4A7C15ULL);
+  return b;
+}
+inline const SizeBatch& LargeBatch() {
+  static const SizeBatch b = MakeSizeBatch(512, 4 * 1024, 256 * 1024, 0xD1B54A32D192ED03ULL);
+  return b;
+}
+
+template <typename Peer>
+bool BatchOnce(benchmark::State& state, const SizeBatch& batch, std::vector<void*>& live) {
+  for (std::size_t i = 0; i < batch.sizes.size(); ++i) {
+    live[i] = Peer::Allocate(batch.sizes[i]);
+    if (live[i] == nullptr) {
+      for (std::size_t j = 0; j < i; ++j) Peer::Free(live[j], batch.sizes[j]);
+      state.SkipWithError("allocation failed");
+      return false;
+    }
+    Touch(live[i]);
+  }
+  for (std::uint32_t i : batch.free_order) Peer::Free(live[i], batch.sizes[i]);
+  return true;
+}
+
+// One untimed batch first (after the RSS baseline, so it counts): a cold first batch on a
+// loaded machine could take more than min_time alone and become the only, reported, run.
+template <typename Peer>
+void RandomBatch(benchmark::State& state, const SizeBatch& batch, const std::string& key) {
+  PeakRss rss(key);
+  std::vector<void*> live(batch.sizes.size());
+  if (!BatchOnce<Peer>(state, batch, live)) return;
+  for (auto _ : state) {
+    if (!BatchOnce<Peer>(state, batch, live)) return;
+  }
+  state.SetItemsProcessed(state.iterations() * batch.sizes.size());
+  rss.Report(state, batch.live_bytes);
+}
+
+// ---- larson-like ---------------------------------------------------------------------------
+
+inline constexpr int kLarsonMaxThreads = 8;
+inline constexpr std::size_t kLarsonSlots = 1024;     // live objects per thread
+inline constexpr std::size_t kLarsonSteps = 64;       // replacements per benchmark iteration
+inline constexpr std::uint64_t kLarsonRemoteOneIn = 32;
+inline constexpr std::size_t kLarsonMin = 16, kLarsonMax = 512;
+
+struct Sized {
+  void* p = nullptr;
+  std::size_t bytes = 0;
+};
+
+// A single-producer single-consumer ring of objects: thread t sends to thread (t+1) % n.
+// Large (1 MiB) because on a loaded 2-vCPU machine the receiver can be off the CPU for tens of
+// milliseconds, while the sender pushes about a million objects a second: a ring of 1024
+// slots was full most of the time and only 0.3 % of frees were remote instead of 3 %.
+struct ObjectRing {
+  static constexpr std::size_t kSlots = 65536;
+  std::array<Sized, kSlots> slots;
+  alignas(64) std::atomic<std::uint64_t> head{0};
+  alignas(64) std::atomic<std::uint64_t> tail{0};
+
+  bool Push(Sized o) {
+    std::uint64_t h = head.load(std::memory_order_relaxed);
+    if (h - tail.load(std::memory_order_acquire) >= kSlots) return false;
+    slots[h % kSlots] = o;
+    head.store(h + 1, std::memory_order_release);
+    return true;
+  }
+  template <typename F>
+  std::size_t Drain(F&& free_one) {
+    std::uint64_t t = tail.load(std::memory_order_relaxed);
+    const std::uint64_t h = head.load(std::memory_order_acquire);
+    for (std::uint64_t i = t; i < h; ++i) free_one(slots[i % kSlots]);
+    tail.store(h, std::memory_order_release);
+    return h - t;
+  }
+};
+
+// The rings' pages are written once here, before thread 0 takes its RSS baseline, so that
+// they do not count as the allocator's memory.
+template <typename Peer>
+std::array<ObjectRing, kLarsonMaxThreads>& LarsonRingsOf() {
+  static std::array<ObjectRing, kLarsonMaxThreads> rings;
+  static const bool touched = [] {
+    for (auto& ring : rings) {
+      for (auto& slot : ring.slots) static_cast<volatile std::size_t&>(slot.bytes) = 0;
+    }
+    return true;
+  }();
+  (void)touched;
+  return rings;
+}
+
+template <typename Peer>
+void LarsonLike(benchmark::State& state, const std::string& key) {
+  const int n = state.threads();
+  const int self = state.thread_index();
+  auto& rings = LarsonRingsOf<Peer>();
+  ObjectRing& inbox = rings[self];
+  ObjectRing& outbox = rings[(self + 1) % n];
+  std::optional<PeakRss> rss;
+  if (self == 0) rss.emplace(key);
+  std::uint64_t random = 0x94D049BB133111EBULL + static_cast<std::uint64_t>(self) * 0x9E37;
+  auto size_of_next = [&random] {
+    return kLarsonMin + NextRandom(random) % (kLarsonMax - kLarsonMin + 1);
+  };
+  std::vector<Sized> slots(kLarsonSlots);
+  bool failed = false;
+  bool filled = false;
+  auto free_one = [](const Sized& o) { Peer::Free(o.p, o.bytes); };
+  std::uint64_t remote = 0, local = 0;
+  for (auto _ : state) {
+    if (!filled) {
+      // The live set is allocated untimed inside the loop, after Google Benchmark's start
+      // barrier, so that thread 0's RSS baseline (taken before the loop) precedes it.
+      state.PauseTiming();
+      for (auto& s : slots) {
+        s.bytes = size_of_next();
+        s.p = Peer::Allocate(s.bytes);
+        if (s.p == nullptr) failed = true;
+        else Touch(s.p);
+      }
+      filled = true;
+      state.ResumeTiming();
+    }
+    if (failed) continue;  // SkipWithError below; every thread must still pass the barriers
+    inbox.Drain(free_one);
+    for (std::size_t step = 0; step < kLarsonSteps; ++step) {
+      std::uint64_t r = NextRandom(random);
+      Sized& victim = slots[r % kLarsonSlots];
+      if (n > 1 && (r >> 32) % kLarsonRemoteOneIn == 0 && outbox.Push(victim)) {
+        ++remote;
+      } else {
+        Peer::Free(victim.p, victim.bytes);
+        ++local;
+      }
+      victim.bytes = size_of_next();
+      victim.p = Peer::Allocate(victim.bytes);
+      if (victim.p == nullptr) {
+        failed = true;
+        break;
+      }
+      Touch(victim.p);
+    }
+  }
+  // Every thread has left the loop (Google Benchmark's stop barrier): nothing is sent now.
+  for (auto& s : slots) {
+    if (s.p != nullptr) Peer::Free(s.p, s.bytes);
+    s.p = nullptr;
+  }
+  inbox.Drain(free_one);
+  if (failed) {
+    state.SkipWithError("allocation failed");
+    return;
+  }
+  state.SetItemsProcessed(state.iterations() * kLarsonSteps);
+  // Remote frees actually done (a full ring falls back to a local free): the fraction should
+  // be 1/32 = 0.031. Counts summed over threads, the fraction averaged.
+  state.counters["remote_frees"] = benchmark::Counter(static_cast<double>(remote));
+  state.counters["local_frees"] = benchmark::Counter(static_cast<double>(local));
+  state.counters["remote_fraction"] = benchmark::Counter(
+      static_cast<double>(remote) / static_cast<double>(remote + local > 0 ? remote + local : 1),
+      benchmark::Counter::kAvgThreads);
+  if (rss) {
+    rss->Report(state, static_cast<double>(n) * kLarsonSlots * (kLarsonMin + kLarsonMax) / 2);
+  }
+}
+
+// ---- realloc growth --------------------------------------------------------------------------
+
+inline constexpr std::size_t kGrowFrom = 1024, kGrowTo = 64 * kMiB;
+
+// One growth from kGrowFrom to kGrowTo; false (with the error set) on failure.
+template <typename Peer>
+bool GrowOnce(benchmark::State& state, std::size_t& steps) {
+  std::size_t bytes = kGrowFrom;
+  auto* p = static_cast<unsigned char*>(Peer::Allocate(bytes));
+  if (p == nullptr) {
+    state.SkipWithError("allocation failed");
+    return false;
+  }
+  std::memset(p, 1, bytes);
+  while (bytes < kGrowTo) {
+    auto* q = static_cast<unsigned char*>(Peer::Realloc(p, bytes, 2 * bytes));
+    if (q == nullptr) {
+      Peer::Free(p, bytes);
+      state.SkipWithError("realloc failed");
+      return false;
+    }
+    p = q;
+    for (std::size_t off = bytes; off < 2 * bytes; off += 4096) p[off] = 1;
+    bytes *= 2;
+    ++steps;
+  }
+  benchmark::DoNotOptimize(p[bytes / 2]);
+  Peer::Free(p, bytes);
+  return true;
+}
+
+// The first growth of each run is untimed: the steady state of a server that grows such
+// buffers again and again is measured, and the peers that share an arena
+// (numarena_arena, numarena_arena_sized) or run after one another in the process start
+// from the same state, whatever the order of the benchmarks.
+template <typename Peer>
+void ReallocGrowth(benchmark::State& state) {
+  std::size_t steps = 0, warmup_steps = 0;
+  if (!GrowOnce<Peer>(state, warmup_steps)) return;
+  for (auto _ : state) {
+    if (!GrowOnce<Peer>(state, steps)) return;
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(steps));  // reallocs
+}
+
+// ---- big tensors ----------------------------------------------------------------------------
+
+inline constexpr std::array<std::size_t, 3> kTensorLoopSizes = {64 * kMiB, 256 * kMiB, 1024 * kMiB};
+
+template <typename Peer>
+bool TensorsOnce(benchmark::State& state) {
+  for (std::size_t bytes : kTensorLoopSizes) {
+    void* p = Peer::Allocate(bytes);
+    if (p == nullptr) {
+      state.SkipWithError("allocation failed");
+      return false;
+    }
+    std::memset(p, 0x5A, bytes);
+    benchmark::ClobberMemory();
+    Peer::Free(p, bytes);
+  }
+  return true;
+}
+
+// One untimed pass first, for the reason given at ReallocGrowth.
+template <typename Peer>
+void TensorLoop(benchmark::State& state) {
+  if (!TensorsOnce<Peer>(state)) return;
+  for (auto _ : state) {
+    if (!TensorsOnce<Peer>(state)) return;
+  }
+  state.SetItemsProcessed(state.iterations() * kTensorLoopSizes.size());
+  std::size_t total = 0;
+  for (std::size_t bytes : kTensorLoopSizes) total += bytes;
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(total));
+}
+
 // ---- registration -------------------------------------------------------------------------
 
 // Short runs: absolute times drift on shared machines; ratios within one run are the result.
@@ -273,6 +644,42 @@ void RegisterPeer(const std::string& name, std::size_t min_bytes = 0, bool mixed
     Configure(benchmark::RegisterBenchmark(("kv_sequence/" + name).c_str(),
                                            [](benchmark::State& s) { KvSequence<Peer>(s); }));
   }
+}
+
+// Registers issue 16's server workloads (list at the top) for `Peer` under `name`.
+template <typename Peer>
+void RegisterServerWorkloads(const std::string& name) {
+  // Three repetitions of the short workloads: on a loaded machine one run can be descheduled
+  // for most of its time; tools/plot_results.py targets takes the fastest repetition.
+  auto add = [](const std::string& full, auto fn) {
+    return benchmark::RegisterBenchmark(full.c_str(), fn)
+        ->UseRealTime()
+        ->MinTime(0.1)
+        ->Repetitions(3);
+  };
+  add("batch_small_random/" + name, [name](benchmark::State& s) {
+    RandomBatch<Peer>(s, SmallBatch(), "batch_small_random/" + name);
+  })->Threads(1);
+  add("batch_large_random/" + name, [name](benchmark::State& s) {
+    RandomBatch<Peer>(s, LargeBatch(), "batch_large_random/" + name);
+  })->Threads(1);
+  add("larson_like/" + name, [name](benchmark::State& s) {
+    LarsonLike<Peer>(s, "larson_like/" + name + "/" + std::to_string(s.threads()));
+  })->Threads(2)->Threads(kLarsonMaxThreads);
+  // Fixed iterations: a growth takes from about 10 ms (pages kept) to over a second (pages
+  // returned and faulted again) here, and one timed growth after the warm-up was seen to be
+  // 25x slower than the later ones for numarena (2026-12-01).
+  benchmark::RegisterBenchmark(("realloc_growth/" + name).c_str(),
+                               [](benchmark::State& s) { ReallocGrowth<Peer>(s); })
+      ->UseRealTime()
+      ->Threads(1)
+      ->Iterations(4);
+  // Fixed iterations: each one writes 1.3 GiB.
+  benchmark::RegisterBenchmark(("tensor_loop/" + name).c_str(),
+                               [](benchmark::State& s) { TensorLoop<Peer>(s); })
+      ->UseRealTime()
+      ->Threads(1)
+      ->Iterations(2);
 }
 
 }  // namespace numarena_bench

@@ -2,7 +2,9 @@
 //
 // Peers (each allocates on the same node, the node this process starts on):
 //   numarena_arena           Arena::ForNode(node): jemalloc arena on node-bound pages,
-//                            per-(thread, arena) tcache; free with numarena::deallocate
+//                            per-(thread, arena) tcache; free with numarena::deallocate(p)
+//   numarena_arena_sized     the same arena, freed with numarena::deallocate(p, size)
+//                            (both grow with numarena_realloc of the C API on that node)
 //   numarena_interleave      Arena::ForPolicy(Interleave(all allowed nodes))
 //   numarena_allocator       numarena::allocator<std::byte>(Bind(node)) (the STL adapter)
 //   numarena_pmr             numarena::node_resource(node) (std::pmr adapter, virtual call)
@@ -16,7 +18,10 @@
 //   memkind_node             memkind_create_fixed over an mbind-ed mapping: a kind whose
 //                            memory is on the node
 //   numa_alloc_onnode        libnuma's numa_alloc_onnode/numa_free (a mapping per call)
-// glibc malloc runs in bench/peers_glibc_bench.cpp. Ratios to the best peer:
+// Issue 16's server workloads (RegisterServerWorkloads) run for numarena_arena,
+// numarena_arena_sized, jemalloc_malloc, jemalloc_arena, mimalloc and memkind_node.
+// glibc malloc runs in bench/peers_glibc_bench.cpp, tcmalloc in peers_tcmalloc_bench (the
+// same source linked with libtcmalloc). Ratios to the best peer:
 //   tools/plot_results.py peers build/bench-results/peers_bench.json ...
 //
 //   build/bench/peers_bench --benchmark_out=peers.json --benchmark_out_format=json
@@ -37,6 +42,7 @@
 #include "numarena/interleave.hpp"
 #include "numarena/kv_pool.hpp"
 #include "numarena/memory_resource.hpp"
+#include "numarena/numarena.h"
 #include "numarena/topology.hpp"
 #include "peer_workloads.hpp"
 #include "os/os.hpp"
@@ -44,6 +50,7 @@
 namespace {
 
 using numarena_bench::RegisterPeer;
+using numarena_bench::RegisterServerWorkloads;
 
 int g_node = 0;
 std::vector<int> g_all_nodes;
@@ -51,9 +58,20 @@ std::vector<int> g_all_nodes;
 // ---- numarena ----------------------------------------------------------------------------
 
 numarena::Arena* g_node_arena = nullptr;
+numarena_arena* g_node_c_arena = nullptr;  // the C API's handle of the same node's arena
 struct NumarenaArena {
   static void* Allocate(std::size_t bytes) { return g_node_arena->allocate(bytes); }
   static void Free(void* p, std::size_t) { numarena::deallocate(p); }
+  static void* Realloc(void* p, std::size_t, std::size_t bytes) {
+    return numarena_realloc(g_node_c_arena, p, bytes);
+  }
+};
+struct NumarenaArenaSized {
+  static void* Allocate(std::size_t bytes) { return g_node_arena->allocate(bytes); }
+  static void Free(void* p, std::size_t bytes) { numarena::deallocate(p, bytes); }
+  static void* Realloc(void* p, std::size_t, std::size_t bytes) {
+    return numarena_realloc(g_node_c_arena, p, bytes);
+  }
 };
 
 numarena::Arena* g_interleave_arena = nullptr;
@@ -123,21 +141,27 @@ struct NumarenaInterleavedBuffer {
 struct JemallocMalloc {
   static void* Allocate(std::size_t bytes) { return std::malloc(bytes); }
   static void Free(void* p, std::size_t) { std::free(p); }
+  static void* Realloc(void* p, std::size_t, std::size_t bytes) { return std::realloc(p, bytes); }
 };
 
 int g_jemalloc_arena_flags = 0;
 struct JemallocArena {
   static void* Allocate(std::size_t bytes) { return mallocx(bytes, g_jemalloc_arena_flags); }
   static void Free(void* p, std::size_t) { dallocx(p, 0); }
+  static void* Realloc(void* p, std::size_t, std::size_t bytes) {
+    return rallocx(p, bytes, g_jemalloc_arena_flags);
+  }
 };
 
 // ---- mimalloc (dlopen) -------------------------------------------------------------------
 
 void* (*g_mi_malloc)(std::size_t) = nullptr;
 void (*g_mi_free)(void*) = nullptr;
+void* (*g_mi_realloc)(void*, std::size_t) = nullptr;
 struct Mimalloc {
   static void* Allocate(std::size_t bytes) { return g_mi_malloc(bytes); }
   static void Free(void* p, std::size_t) { g_mi_free(p); }
+  static void* Realloc(void* p, std::size_t, std::size_t bytes) { return g_mi_realloc(p, bytes); }
 };
 
 // ---- memkind -----------------------------------------------------------------------------
@@ -146,6 +170,9 @@ memkind_t g_memkind = nullptr;
 struct MemkindNode {
   static void* Allocate(std::size_t bytes) { return memkind_malloc(g_memkind, bytes); }
   static void Free(void* p, std::size_t) { memkind_free(g_memkind, p); }
+  static void* Realloc(void* p, std::size_t, std::size_t bytes) {
+    return memkind_realloc(g_memkind, p, bytes);
+  }
 };
 
 // ---- libnuma -----------------------------------------------------------------------------
@@ -201,6 +228,14 @@ int RegisterAll() {
     if (auto arena = numarena::Arena::ForNode(g_node); arena.ok()) {
       g_node_arena = *arena;
       RegisterPeer<NumarenaArena>("numarena_arena");
+      RegisterPeer<NumarenaArenaSized>("numarena_arena_sized");
+      g_node_c_arena = numarena_arena_for_node(g_node);
+      if (g_node_c_arena != nullptr) {
+        RegisterServerWorkloads<NumarenaArena>("numarena_arena");
+        RegisterServerWorkloads<NumarenaArenaSized>("numarena_arena_sized");
+      } else {
+        Skip("numarena's server workloads", "numarena_arena_for_node failed");
+      }
     } else {
       Skip("numarena_arena", std::string(arena.status().message()));
     }
@@ -252,11 +287,13 @@ int RegisterAll() {
   }
 
   RegisterPeer<JemallocMalloc>("jemalloc_malloc");
+  RegisterServerWorkloads<JemallocMalloc>("jemalloc_malloc");
   unsigned arena_index = 0;
   std::size_t index_size = sizeof(arena_index);
   if (mallctl("arenas.create", &arena_index, &index_size, nullptr, 0) == 0) {
     g_jemalloc_arena_flags = MALLOCX_ARENA(arena_index);
     RegisterPeer<JemallocArena>("jemalloc_arena");
+    RegisterServerWorkloads<JemallocArena>("jemalloc_arena");
   } else {
     Skip("jemalloc_arena", "mallctl(arenas.create) failed");
   }
@@ -264,7 +301,12 @@ int RegisterAll() {
   if (void* mimalloc = dlopen("libmimalloc.so.2", RTLD_NOW | RTLD_LOCAL)) {
     g_mi_malloc = reinterpret_cast<void* (*)(std::size_t)>(dlsym(mimalloc, "mi_malloc"));
     g_mi_free = reinterpret_cast<void (*)(void*)>(dlsym(mimalloc, "mi_free"));
-    if (g_mi_malloc != nullptr && g_mi_free != nullptr) RegisterPeer<Mimalloc>("mimalloc");
+    g_mi_realloc =
+        reinterpret_cast<void* (*)(void*, std::size_t)>(dlsym(mimalloc, "mi_realloc"));
+    if (g_mi_malloc != nullptr && g_mi_free != nullptr && g_mi_realloc != nullptr) {
+      RegisterPeer<Mimalloc>("mimalloc");
+      RegisterServerWorkloads<Mimalloc>("mimalloc");
+    }
   } else {
     Skip("mimalloc", dlerror());
   }
@@ -284,6 +326,7 @@ int RegisterAll() {
       Skip("memkind_node", "memkind_create_fixed failed with " + std::to_string(err));
     } else {
       RegisterPeer<MemkindNode>("memkind_node");
+      RegisterServerWorkloads<MemkindNode>("memkind_node");
     }
   }
 

@@ -11,7 +11,8 @@
 #                             (default 20); a crash, sanitizer report or hang (an input over
 #                             30 s) fails
 #   tools/dev.sh fuzz-ci      what CI runs after the suites: fuzz with 15 s per target
-#   tools/dev.sh bench        build and run the benchmarks, JSON into build/bench-results
+#   tools/dev.sh bench        build and run the benchmarks, JSON into build/bench-results, and
+#                             print issue 16's ratio table (tools/plot_results.py targets)
 #   tools/dev.sh deps         only install what is missing
 set -euo pipefail
 
@@ -24,6 +25,7 @@ PACKAGES=(
   curl bzip2 xz-utils python3    # libnumarena.so's jemalloc (cmake/jemalloc/build.sh), its tests
   libnuma-dev libjemalloc-dev libabsl-dev catch2 libbenchmark-dev
   libmimalloc-dev libmemkind-dev
+  libgoogle-perftools-dev        # tcmalloc, a benchmark peer (bench/peers_tcmalloc_bench)
   qemu-system-x86 busybox-static cpio
   clang libclang-rt-14-dev
   python3-matplotlib
@@ -164,6 +166,12 @@ case "$cmd" in
       "$b" --benchmark_out="$ROOT/build/bench-results/$(basename "$b").json" \
            --benchmark_out_format=json "$@"
     done
+    # Peak RSS needs one process per benchmark (bench/rss_runs.sh), then issue 16's check.
+    log "running the RSS runs (bench/rss_runs.sh)"
+    "$ROOT/bench/rss_runs.sh" "$ROOT/build" "$ROOT/build/bench-results/rss"
+    R="$ROOT/build/bench-results"
+    /usr/bin/python3 "$ROOT/tools/plot_results.py" targets "$R/peers_bench.json" \
+      "$R/peers_glibc_bench.json" "$R/peers_tcmalloc_bench.json" --rss "$R"/rss/*.json
     ;;
   *)
     sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Peak RSS of issue 16's batch and larson-like workloads, one process per benchmark.
+#
+#   bench/rss_runs.sh BUILD_DIR OUT_DIR
+#
+# Runs every batch_*_random and larson_like benchmark of peers_bench, peers_glibc_bench and
+# peers_tcmalloc_bench alone in its own process (--benchmark_filter='^name$') and writes its
+# JSON to OUT_DIR/<program>.<n>.json. Alone, because the rss_growth counter
+# (bench/peer_workloads.hpp, PeakRss) is VmHWM minus the RSS before the benchmark's first
+# run: in a process that ran other benchmarks of the same allocator first, pages they left
+# cached would be reused and not counted. Then:
+#   tools/plot_results.py targets TIME_JSON... --rss OUT_DIR/*.json
+set -euo pipefail
+build="${1:?usage: bench/rss_runs.sh BUILD_DIR OUT_DIR}"
+out="${2:?usage: bench/rss_runs.sh BUILD_DIR OUT_DIR}"
+mkdir -p "$out"
+peers='numarena_arena|numarena_arena_sized|jemalloc_malloc|jemalloc_arena|mimalloc|memkind_node|glibc_malloc|tcmalloc'
+for program in peers_bench peers_glibc_bench peers_tcmalloc_bench; do
+  n=0
+  while read -r name; do
+    n=$((n + 1))
+    # Benchmark names hold '.' (min_time:0.100): escape it for the filter's regex.
+    "$build/bench/$program" --benchmark_filter="^${name//./\\.}\$" \
+      --benchmark_out="$out/$program.$n.json" --benchmark_out_format=json >/dev/null
+  done < <("$build/bench/$program" --benchmark_list_tests \
+             --benchmark_filter="^(batch_small_random|batch_large_random|larson_like)/($peers)/" 2>/dev/null)
+done
