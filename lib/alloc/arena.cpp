@@ -5,11 +5,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "alloc/front_cache.hpp"
 #include "alloc/jemalloc_heap.hpp"
 #include "alloc/node_pages.hpp"
@@ -95,7 +95,15 @@ class ArenaRegistry {
   }
 
   StatusOr<Arena*> Find(const Policy& policy, const ArenaOptions& options) {
-    absl::MutexLock lock(&mutex_);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = arenas_.find(std::make_pair(policy, options));
+      if (it != arenas_.end()) return it->second;
+    }
+    // A new arena: everything it allocates for itself, here and in its heaps, goes on the
+    // policy's (first) node, not the calling thread's.
+    PlacementScope scope(policy.nodes().empty() ? -1 : policy.nodes().front());
+    std::lock_guard<std::mutex> lock(mutex_);
     auto it = arenas_.find(std::make_pair(policy, options));
     if (it != arenas_.end()) return it->second;
     auto* arena = new Arena(policy, options);
@@ -108,8 +116,10 @@ class ArenaRegistry {
   }
 
  private:
-  absl::Mutex mutex_;
-  absl::flat_hash_map<std::pair<Policy, ArenaOptions>, Arena*> arenas_ ABSL_GUARDED_BY(mutex_);
+  // std::mutex, not absl::Mutex: a thread that waits on an absl::Mutex gets absl's per-thread
+  // bookkeeping (pages mapped by absl, first touched on the waiting thread's node).
+  std::mutex mutex_;
+  absl::flat_hash_map<std::pair<Policy, ArenaOptions>, Arena*> arenas_;  // guarded by mutex_
 };
 
 // ---- creation -----------------------------------------------------------------------------
@@ -186,7 +196,7 @@ Status Arena::Init() {
 
 // Per-node heaps of Preferred and Local arenas are created under this lock (not the
 // registry's: Arena::Init runs under that one and creates the preferred node's heap).
-absl::Mutex g_node_heap_mutex(absl::kConstInit);
+std::mutex g_node_heap_mutex;
 
 
 int Arena::HeapForNode(int node, Status* error) noexcept {
@@ -197,7 +207,7 @@ int Arena::HeapForNode(int node, Status* error) noexcept {
   }
   int heap = node_heaps_[node].load(std::memory_order_acquire);
   if (heap >= 0) return heap;
-  absl::MutexLock lock(&g_node_heap_mutex);
+  std::lock_guard<std::mutex> lock(g_node_heap_mutex);
   heap = node_heaps_[node].load(std::memory_order_acquire);
   if (heap >= 0) return heap;
   NodeHeapRetry& retry = node_heap_retry_[node];
@@ -234,6 +244,7 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
     } else if (void* p = mallocx(size, flags)) {
       return p;
     }
+    EndHeapGrowWindow();  // jemalloc failed: it may have stopped between two hooks
     // Refused for lack of room: memory numarena holds freed on that node (dirty pages of this
     // and other arenas, which stay charged until purged) goes back first, then one retry.
     int node = RefusedNode(failure);
@@ -322,6 +333,7 @@ void* Arena::AllocateSlow(std::size_t size, std::size_t alignment) noexcept {
 
 void* Arena::AllocateAfterFastMiss(std::size_t size) noexcept {
   // The primary heap's hooks recorded why the fast path's mallocx failed.
+  EndHeapGrowWindow();  // jemalloc failed: it may have stopped between two hooks
   SpanFailure& failure = ThreadSpanFailure();
   std::string what = absl::StrCat("arena ", policy_.ToString(), ": allocate ", Bytes(size));
   Status error =
@@ -389,16 +401,23 @@ ArenaStats Arena::stats() const {
   out.fallbacks = fallbacks_.load(std::memory_order_relaxed);
   std::size_t page = os::PageSize();
   ForEachHeap(primary_heap_, node_heaps_, node_heap_count_, [&](Heap& heap) {
+    std::size_t allocated = 0;
     ForEachShard(heap, [&](unsigned i) {
-      out.allocated += ReadArenaStat<std::size_t>(i, "small.allocated") +
-                       ReadArenaStat<std::size_t>(i, "large.allocated");
+      allocated += ReadArenaStat<std::size_t>(i, "small.allocated") +
+                   ReadArenaStat<std::size_t>(i, "large.allocated");
       out.active += ReadArenaStat<std::size_t>(i, "pactive") * page;
       out.resident += ReadArenaStat<std::size_t>(i, "resident");
       out.mapped += ReadArenaStat<std::size_t>(i, "mapped");
       out.retained += ReadArenaStat<std::size_t>(i, "retained");
       out.jemalloc_arenas += 1;
     });
+    // The threads' front caches live in the heap too, but are numarena's, not the caller's.
+    const std::size_t front = static_cast<std::size_t>(std::max(
+                                  heap.front_caches.load(std::memory_order_relaxed), 0)) *
+                              FrontCacheBytes();
+    out.allocated += allocated > front ? allocated - front : 0;
     out.committed += heap.pages->committed_bytes();
+    out.tables += heap.pages->table_bytes();
     out.fallbacks += heap.pages->fallbacks();
     out.refusals += heap.pages->refusals();
   });
