@@ -23,8 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/bandwidth_kernels.hpp"
+#include "numarena/first_touch.hpp"
 #include "numarena/topology.hpp"
+#include "ops/bandwidth_kernels.hpp"
 #include "os/os.hpp"
 
 namespace {
@@ -35,9 +36,9 @@ std::size_t g_bytes = std::size_t{256} << 20;
 
 // Three arrays on one node, made on first use (a node's arrays are shared by all rows).
 struct NodeArrays {
-  bi::NodeBuffer a, b, c;
+  numarena::NodeBuffer a, b, c;
   std::unique_ptr<bi::PointerChase> chase;  // over a separate buffer, built once
-  bi::NodeBuffer chase_buffer;
+  numarena::NodeBuffer chase_buffer;
 };
 
 NodeArrays* ArraysOn(int node) {
@@ -47,8 +48,8 @@ NodeArrays* ArraysOn(int node) {
   auto& slot = arrays[node];
   if (slot == nullptr) {
     auto made = std::make_unique<NodeArrays>();
-    for (bi::NodeBuffer* buffer : {&made->a, &made->b, &made->c, &made->chase_buffer}) {
-      auto created = bi::NodeBuffer::Create(g_bytes, node);
+    for (numarena::NodeBuffer* buffer : {&made->a, &made->b, &made->c, &made->chase_buffer}) {
+      auto created = numarena::AllocateOnNode(g_bytes, node);
       if (!created.ok()) {
         std::fprintf(stderr, "bandwidth_bench: arrays on node %d: %s\n", node,
                      std::string(created.status().message()).c_str());
@@ -81,9 +82,9 @@ void Stream(benchmark::State& state, Work work, std::vector<int> cpus, int memor
   const std::size_t last =
       lines * (state.thread_index() + 1) / state.threads() * bi::kDoublesPerLine;
   const std::size_t count = last - first;
-  double* a = arrays->a.doubles() + first;
-  const double* b = arrays->b.doubles() + first;
-  const double* c = arrays->c.doubles() + first;
+  double* a = static_cast<double*>(arrays->a.data()) + first;
+  const double* b = static_cast<const double*>(arrays->b.data()) + first;
+  const double* c = static_cast<const double*>(arrays->c.data()) + first;
   std::size_t bytes_per_pass = count * sizeof(double);
   switch (work) {
     case Work::kCopy:

@@ -8,6 +8,9 @@
 #   tools/dev.sh test-asan    the same suite built with ASan+UBSan
 #   tools/dev.sh test-tsan    the concurrent parts' tests built with TSan
 #   tools/dev.sh fuzz [SECS]  build the libFuzzer targets with clang and run each for SECS s
+#                             (default 20); a crash, sanitizer report or hang (an input over
+#                             30 s) fails
+#   tools/dev.sh fuzz-ci      what CI runs after the suites: fuzz with 15 s per target
 #   tools/dev.sh bench        build and run the benchmarks, JSON into build/bench-results
 #   tools/dev.sh deps         only install what is missing
 set -euo pipefail
@@ -18,6 +21,7 @@ JOBS="${JOBS:-$(nproc)}"
 # Debian 12 packages: build, tests, benchmark peers, NUMA lab, plots.
 PACKAGES=(
   build-essential cmake pkg-config
+  curl bzip2 xz-utils python3    # libnumarena.so's jemalloc (cmake/jemalloc/build.sh), its tests
   libnuma-dev libjemalloc-dev libabsl-dev catch2 libbenchmark-dev
   libmimalloc-dev libmemkind-dev
   qemu-system-x86 busybox-static cpio
@@ -53,6 +57,29 @@ build() {
 run_ctest() {
   local dir="$1"; shift
   ctest --test-dir "$dir" --output-on-failure -j "$JOBS" "$@"
+}
+
+# run_fuzzers SECS: clang + libFuzzer. The whole library gets coverage
+# instrumentation (fuzzer-no-link) and ASan+UBSan, since the parsers under test live in
+# libnumarena.a; without it the fuzzer would run blind. Only the fuzz targets are built. Each
+# target runs SECS seconds from its seed corpus (tests/fuzz/corpus/<target>); an input that
+# takes over 30 s is reported as a hang (no parser needs more than milliseconds). A crash, a sanitizer report or a hang
+# stops the script with libFuzzer's status and leaves the input in build-fuzz/corpus-<target>/.
+run_fuzzers() {
+  local secs="$1"
+  local targets=()
+  for f in "$ROOT"/tests/fuzz/*_fuzz.cpp; do targets+=("$(basename "$f" .cpp)"); done
+  cmake -S "$ROOT" -B "$ROOT/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link \
+    -DNUMARENA_SANITIZE=address -DNUMARENA_BUILD_FUZZ=ON \
+    -DNUMARENA_BUILD_BENCH=OFF -DNUMARENA_BUILD_EXAMPLES=OFF >/dev/null
+  cmake --build "$ROOT/build-fuzz" -j "$JOBS" --target "${targets[@]}"
+  for name in "${targets[@]}"; do
+    local work="$ROOT/build-fuzz/corpus-$name"; mkdir -p "$work"
+    log "fuzzing $name for ${secs}s"
+    "$ROOT/build-fuzz/tests/$name" -max_total_time="$secs" -timeout=30 \
+      -print_final_stats=1 -artifact_prefix="$work/" "$work" "$ROOT/tests/fuzz/corpus/$name"
+  done
 }
 
 cmd="${1:-}"; shift || true
@@ -94,23 +121,11 @@ case "$cmd" in
     ;;
   fuzz)
     install_deps
-    secs="${1:-20}"
-    # clang + libFuzzer. The whole library gets coverage instrumentation (fuzzer-no-link)
-    # and ASan+UBSan, since the parsers under test live in libnumarena.a; without it the
-    # fuzzer would run blind. Only the fuzz targets are built.
-    targets=()
-    for f in "$ROOT"/tests/fuzz/*_fuzz.cpp; do targets+=("$(basename "$f" .cpp)"); done
-    cmake -S "$ROOT" -B "$ROOT/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link \
-      -DNUMARENA_SANITIZE=address -DNUMARENA_BUILD_FUZZ=ON \
-      -DNUMARENA_BUILD_BENCH=OFF -DNUMARENA_BUILD_EXAMPLES=OFF >/dev/null
-    cmake --build "$ROOT/build-fuzz" -j "$JOBS" --target "${targets[@]}"
-    for name in "${targets[@]}"; do
-      work="$ROOT/build-fuzz/corpus-$name"; mkdir -p "$work"
-      log "fuzzing $name for ${secs}s"
-      "$ROOT/build-fuzz/tests/$name" -max_total_time="$secs" -print_final_stats=1 \
-        -artifact_prefix="$work/" "$work" "$ROOT/tests/fuzz/corpus/$name"
-    done
+    run_fuzzers "${1:-20}"
+    ;;
+  fuzz-ci)
+    install_deps
+    run_fuzzers 15
     ;;
   bench)
     install_deps
@@ -123,7 +138,7 @@ case "$cmd" in
     done
     ;;
   *)
-    sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -119,21 +119,31 @@ class Arena {
                                                   const ArenaOptions& options = {});
 
   // `size` bytes aligned to `alignment` (a power of two), or nullptr with the reason in
-  // last_allocation_error(). size 0 gives a unique minimal allocation. Allocations of
-  // 2 MiB and more are 2 MiB aligned. Thread-safe; never throws.
+  // last_allocation_error(). Every size is aligned, the smallest too: a request of up to 8
+  // bytes with alignment 16 (the default) is served from the 16-byte class. size 0 gives a
+  // unique minimal allocation. Allocations of 2 MiB and more are 2 MiB aligned.
+  // Thread-safe; never throws.
   void* allocate(std::size_t size, std::size_t alignment = alignof(std::max_align_t)) noexcept {
-    if (has_fast_path_ && alignment <= alignof(std::max_align_t) &&
-        (alignment & (alignment - 1)) == 0 && size - 1 < kFastLimit) {
-      if (void* p = arena_internal::AllocateFromThreadCaches(primary_heap_, size)) return p;
-      if (arena_internal::thread_flags[primary_heap_] != 0) return AllocateAfterFastMiss(size);
+    if (has_fast_path_ && alignment - 1 < alignof(std::max_align_t) &&
+        (alignment & (alignment - 1)) == 0) {
+      size = arena_internal::RequestSize(size, alignment);
+      if (size - 1 < kFastLimit) {
+        if (void* p = arena_internal::AllocateFromThreadCaches(primary_heap_, size)) return p;
+        if (arena_internal::thread_flags[primary_heap_] != 0) return AllocateAfterFastMiss(size);
+      }
     }
     return AllocateSlow(size, alignment);
   }
 
   // Like allocate, with the reason on failure: InvalidArgument (alignment not a power of
-  // two, size too large), ResourceExhausted (capacity gate or node free memory refused;
-  // the message names the node and the numbers), FailedPrecondition (no hugetlb pages),
-  // PermissionDenied (kernel refused a Strict binding).
+  // two, size too large, the thread's PriorityScope holds a value that is not a Priority),
+  // ResourceExhausted (capacity gate or node free memory refused, or the size is larger than
+  // the placement's nodes hold in total; the message names the node and the numbers),
+  // FailedPrecondition (no hugetlb pages), PermissionDenied (kernel refused a Strict
+  // binding). Refusals do not pile up address space: a request larger than its nodes is
+  // refused before anything is reserved, and of other refused requests jemalloc keeps at
+  // most the span of the first (later allocations reuse it), so a hundred refusals in a row
+  // leave the process's virtual size and the reason as they were after the first.
   [[nodiscard]] StatusOr<void*> try_allocate(std::size_t size,
                                              std::size_t alignment = alignof(std::max_align_t));
 
@@ -189,8 +199,25 @@ class Arena {
   std::atomic<std::uint64_t> fallbacks_{0};
 };
 
-// Frees any pointer numarena allocated, on any thread; nullptr is ignored. A pointer from
-// another allocator is a bug: numarena reports it on stderr and aborts.
+// Misuse. Freeing a pointer outside numarena's address ranges (from malloc, another
+// allocator, the stack) is always detected: numarena says so on stderr and aborts. Inside its
+// ranges the fast paths trust the caller, and these are undefined behaviour that numarena does
+// not detect by default:
+//   - a double free (a small object is then handed out twice, a large one crashes jemalloc);
+//   - freeing an address numarena never returned (a pointer into the middle of an object,
+//     or a stray one): a crash in jemalloc or a corrupt heap;
+//   - a sized free whose size or alignment differs from the allocation's: the object goes
+//     back to the wrong size class and is later handed out for requests it is too small for;
+//   - use after free and writes past the end of an object (never detected: numarena's memory
+//     is not instrumented by AddressSanitizer).
+// Checked mode detects the first three: it reports the call, the pointer and what is wrong
+// with it on stderr and aborts. Turn it on with the environment variable NUMARENA_CHECK=1; it
+// is read once, when the first arena is created, and holds for the life of the process. In
+// checked mode every allocation and free takes the out-of-line path (no front cache) and a
+// locked table lookup, several times slower than the fast paths, which do not change when
+// checking is off.
+//
+// Frees any pointer numarena allocated, on any thread; nullptr is ignored (see Misuse above).
 inline void deallocate(void* p) noexcept {
   int heap = arena_internal::HeapOf(p);
   if (heap >= 0) {
@@ -211,23 +238,26 @@ inline void deallocate(void* p) noexcept {
   arena_internal::DeallocateSlow(p);
 }
 
-// Sized free (faster for large objects): `size` and `alignment` as given to allocate.
+// Sized free (faster for large objects): `size` and `alignment` exactly as given to allocate
+// (an alignment up to alignof(max_align_t) counts as alignof(max_align_t)).
 inline void deallocate(void* p, std::size_t size,
                        std::size_t alignment = alignof(std::max_align_t)) noexcept {
   int heap = arena_internal::HeapOf(p);
-  if (heap >= 0 && alignment <= alignof(std::max_align_t) &&
-      size < arena_internal::kLargeAlignThreshold && size != 0) {
-    if (size <= arena_internal::kFrontMaxSize) {
-      if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
-        arena_internal::FrontPush(
-            heap, cache->lists[arena_internal::front_class_of_request[(size + 7) >> 3]], p);
+  if (alignment <= alignof(std::max_align_t)) {
+    size = arena_internal::RequestSize(size, alignment);  // the class allocate used
+    if (heap >= 0 && size - 1 < arena_internal::kLargeAlignThreshold - 1) {
+      if (size <= arena_internal::kFrontMaxSize) {
+        if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
+          arena_internal::FrontPush(
+              heap, cache->lists[arena_internal::front_class_of_request[(size + 7) >> 3]], p);
+          return;
+        }
+      }
+      int flags = arena_internal::thread_flags[heap];
+      if (flags != 0) {
+        sdallocx(p, size, flags);
         return;
       }
-    }
-    int flags = arena_internal::thread_flags[heap];
-    if (flags != 0) {
-      sdallocx(p, size, flags);
-      return;
     }
   }
   arena_internal::DeallocateSizedSlow(p, size, alignment);
@@ -237,8 +267,12 @@ inline void deallocate(void* p, std::size_t size,
 inline bool owns(const void* p) { return arena_internal::HeapOf(p) >= 0; }
 
 // Usable bytes of the allocation at `p` (at least the size asked for); 0 when numarena
-// does not own `p`.
+// does not own `p`. `p` must be a live allocation (checked mode aborts otherwise).
 std::size_t usable_size(const void* p);
+
+// True when checked mode is on (NUMARENA_CHECK=1; see Misuse above). The first call, or the
+// first arena, reads the environment; the answer never changes afterwards.
+bool checked_mode();
 
 // The node the arena that allocated `p` places its pages on: a node id for single-node
 // Bind arenas and for the per-node heaps of Preferred and Local arenas; kNodeMixed for

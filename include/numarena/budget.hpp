@@ -66,9 +66,11 @@
 //   numarena::BudgetOptions options;                 // kSystem, 80 / 85 / 90 %
 //   auto budget = numarena::Budget::Create(options, *numarena::Topology::system().value());
 //   if (!budget.ok()) { std::cerr << budget.status() << "\n"; return 2; }
+//   // A KvPool given `KvPoolOptions::budget` registers its own hook; any cache can do the
+//   // same, here a pool built without one:
 //   (*budget)->AddReclaimHook(numarena::Priority::kLow, "kv-cold",
 //       [&](int node, std::size_t bytes) -> numarena::StatusOr<std::size_t> {
-//         return kv_pool.DemoteCold(node, bytes);    // bytes actually freed
+//         return kv_pool->Reclaim(node, bytes);      // bytes actually freed
 //       });
 //   (*budget)->AddListener([](const numarena::BudgetEvent& e) { log(e); });
 //   if (auto s = numarena::InstallProcessBudget(budget->get()); !s.ok()) ...  // now charged
@@ -94,6 +96,9 @@
 namespace numarena {
 
 enum class BudgetMode : unsigned char { kQuota, kSystem };
+
+// Node ids a budget accepts are below this (Linux's MAX_NUMNODES is at most 1024).
+inline constexpr int kMaxBudgetNodeId = 1024;
 // "quota", "system".
 const char* BudgetModeName(BudgetMode mode);
 
@@ -192,8 +197,9 @@ struct NodeBudgetSnapshot {
   std::uint64_t usage = 0;  // what is counted against capacity (see the mode)
   std::uint64_t peak = 0;   // highest usage seen
   std::uint64_t warn_bytes = 0, admission_bytes = 0, trip_bytes = 0;  // thresholds in bytes
-  // numarena's own charges by priority (kHigh, kNormal, kLow); signed because a Release
-  // with a different priority than its Charge shows up as a negative class.
+  // numarena's own charges by priority (kHigh, kNormal, kLow). A Release takes at most
+  // what its class holds (see unmatched_releases), so a class goes negative only for a
+  // moment, when an unmatched Release races a charge that is then refused.
   std::array<std::int64_t, kPriorityCount> by_priority{};
   // kSystem: the kernel's figures at the last refresh. per_cpu_free: free pages waiting on
   // the node's per-CPU lists ("count:" under "pagesets" in /proc/zoneinfo), which MemFree
@@ -209,6 +215,12 @@ struct NodeBudgetSnapshot {
   std::uint64_t reclaim_freed = 0;    // bytes the hooks reported freed
   std::uint64_t hook_failures = 0;    // hook calls that returned an error or threw
   std::uint64_t reclaim_skipped = 0;  // reclaim not run: nested on this thread or busy
+  // Misuse of Release: calls that returned more than their priority class held on the node
+  // (a Release without its Charge, twice, or with another priority or an invalid one), and
+  // the bytes that were not released because of it. Non-zero means a caller's accounting
+  // is wrong; usage stayed at what was really charged.
+  std::uint64_t unmatched_releases = 0;
+  std::uint64_t unmatched_release_bytes = 0;
 
   std::uint64_t numarena_bytes() const;  // sum of by_priority (>= 0)
   double usage_fraction() const { return capacity ? double(usage) / double(capacity) : 1.0; }
@@ -244,8 +256,9 @@ struct BudgetSnapshot {
 class Budget final : public CapacityGate {
  public:
   // A budget over the topology's online nodes. InvalidArgument names a bad threshold,
-  // weight or quota; in kSystem mode the first reading of the kernel's files must succeed
-  // (NotFound / DataLoss name the file).
+  // weight, quota or node id (negative, listed twice, or not below kMaxBudgetNodeId); in
+  // kSystem mode the first reading of the kernel's files must succeed (NotFound / DataLoss
+  // name the file).
   [[nodiscard]] static StatusOr<std::unique_ptr<Budget>> Create(BudgetOptions options,
                                                                 const Topology& topology) {
     return Create(std::move(options), topology.node_ids());
@@ -256,14 +269,22 @@ class Budget final : public CapacityGate {
 
   // Stops the refresh thread. Uninstall the budget (InstallProcessBudget(nullptr)) and make
   // sure no Charge/Release can still reach it first.
+  //
+  // fork(): a budget stays usable in the child of a multi-threaded process (numarena's fork
+  // handlers hold its locks across fork()). The refresh thread does not survive fork(); the
+  // child's first Charge, Admit, Snapshot or Refresh of the budget starts a new one.
   ~Budget() override;
   Budget(const Budget&) = delete;
   Budget& operator=(const Budget&) = delete;
 
   // CapacityGate. Charge: OK (the bytes are now counted), InvalidArgument for an unknown
-  // node, or ResourceExhausted naming the node, its usage, capacity and state and what the
-  // caller can do. Release: returns bytes charged earlier with the same node and priority;
-  // any thread; unknown nodes are ignored.
+  // node or a `priority` that is not kHigh, kNormal or kLow (nothing is charged), or
+  // ResourceExhausted naming the node, its usage, capacity and state and what the caller
+  // can do. Release: returns bytes charged earlier with the same node and priority; any
+  // thread; unknown nodes are ignored. A Release of more than the priority class holds on
+  // the node releases only what it holds and counts the rest in the node's
+  // unmatched_releases / unmatched_release_bytes (an invalid priority releases nothing), so
+  // a wrong Release can never open the budget to charges it should refuse.
   [[nodiscard]] Status Charge(int node, std::size_t bytes, Priority priority) override;
   void Release(int node, std::size_t bytes, Priority priority) override;
 
@@ -274,7 +295,7 @@ class Budget final : public CapacityGate {
   //               kNever when bytes exceed min(1 - headroom, weight) x capacity.
   //   high:       kLater when usage + bytes would pass the capacity or the class's weight;
   //               kNever when bytes exceed weight x capacity.
-  // An unknown node answers kNever.
+  // An unknown node or an invalid priority answers kNever.
   [[nodiscard]] Admission Admit(int node, std::size_t bytes,
                                 Priority priority = CurrentPriority()) const;
 
@@ -322,6 +343,7 @@ class Budget final : public CapacityGate {
   struct Node;
   struct Callbacks;
   struct RefreshThread;
+  friend struct BudgetFork;  // fork() handlers (budget.cpp)
 
   explicit Budget(BudgetOptions options);
   Node* Find(int node) const;
@@ -331,6 +353,12 @@ class Budget final : public CapacityGate {
   void Deliver(const BudgetEvent& event);
   std::size_t RunReclaim(Node& n, std::size_t bytes);
   Status Refuse(Node& n, std::size_t bytes, Priority priority, const char* why, std::size_t freed);
+  void StartRefresher();
+  // In a fork child whose parent had a refresh thread: starts one (once).
+  void RestartRefresherIfLost() const {
+    if (refresher_lost_.load(std::memory_order_relaxed)) [[unlikely]] RestartRefresher();
+  }
+  void RestartRefresher() const;
 
   BudgetOptions options_;
   std::vector<std::unique_ptr<Node>> nodes_;  // ascending by id
@@ -348,6 +376,8 @@ class Budget final : public CapacityGate {
   std::optional<std::uint64_t> cgroup_limit_;  // guarded by refresh_mutex_
   std::optional<std::uint64_t> cgroup_usage_;  // guarded by refresh_mutex_
   std::unique_ptr<RefreshThread> refresher_;
+  // Set in a fork child when the parent's refresh thread was lost with the fork.
+  mutable std::atomic<bool> refresher_lost_{false};
 };
 
 // Makes `budget` the process-wide capacity gate that every numarena page provider charges

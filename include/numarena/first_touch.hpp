@@ -64,8 +64,9 @@ std::string PlacementFailureName(int negative_errno);
 struct CorrectOptions {
   // Pages queried (and then migrated) per batch. Bounds this call's memory for very large
   // ranges. A batch is extended to the next 2 MiB boundary so that a transparent huge page,
-  // which migrates as a whole, is never split between two batches. Must be > 0.
+  // which migrates as a whole, is never split between two batches. 1 to kMaxBatchPages.
   std::size_t batch_pages = 1024;
+  static constexpr std::size_t kMaxBatchPages = std::size_t{1} << 20;
   // Also bind the range to the node (MPOL_BIND), so pages that fault in later (after a
   // purge, or pages not resident yet) land there too. prefault always binds.
   bool bind_range = false;
@@ -87,7 +88,8 @@ struct CorrectOptions {
 // in before stay, as does the binding.
 //
 // Errors: InvalidArgument for a node that is not an online, allowed node (named), a null
-// `ptr` with len > 0, or a range that is not mapped (EFAULT); PermissionDenied when the
+// `ptr` with len > 0, a range that runs past the end of the address space, a batch_pages
+// outside [1, kMaxBatchPages], or a range that is not mapped (EFAULT); PermissionDenied when the
 // kernel refuses mbind/move_pages with EPERM (seccomp), errno kept in the message;
 // ResourceExhausted when the node cannot take the pages (the message names the node, its
 // free memory and the reserve). len == 0 does nothing.
@@ -138,12 +140,13 @@ class NodeBuffer {
 // CPUs, checks the node of every page with move_pages, migrates stragglers, and checks
 // again. Returns only when every page is resident on `node`.
 //
-// Errors: InvalidArgument for bytes == 0 or a bad node (named); PermissionDenied when the
-// kernel refuses the binding; ResourceExhausted, before anything is mapped, when the node's
-// free memory minus numarena's reserve (see prefault) is less than `bytes`, or when the node
-// fills up while the pages are faulted in (never an OOM kill; the mapping is then
-// released); FailedPrecondition when pages still are not on the node after correction (the
-// message has the report).
+// Errors: InvalidArgument for bytes == 0, bytes that do not fit in the address space once
+// rounded up to whole pages, or a bad node (named); PermissionDenied when the kernel refuses
+// the binding; ResourceExhausted, before anything is mapped, when the node's free memory
+// minus numarena's reserve (see prefault) is less than `bytes`, or when the node fills up
+// while the pages are faulted in (never an OOM kill; the mapping is then released);
+// FailedPrecondition when pages still are not on the node after correction (the message has
+// the report).
 //
 //   auto buf = numarena::AllocateOnNode(64 << 20, 1);
 //   if (!buf.ok()) return buf.status();

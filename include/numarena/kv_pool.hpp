@@ -77,11 +77,22 @@
 namespace numarena {
 
 class KvPool;
+namespace kv {
+struct PoolState;  // the pool's internals (lib/kv/kv_pool_state.hpp)
+}
 
 // A pinned block: its data pointer is valid, and the block will not move, until the pin is
 // destroyed. Layout of the data: for each layer of the block's range, for each head of its
 // group, `tokens_per_block` key rows of `head_dim` elements, then as many value rows. Key
 // and value areas start 64-byte aligned.
+//
+// A pin must not outlive its pool: destroy it (or Reset() it) before the KvPool. Destroying
+// a pool while any of its blocks is pinned prints how many on stderr and aborts, because the
+// pin's memory goes with the pool and unpinning would write into the freed pool. The pin
+// does not keep the pool alive instead: that would put a shared reference count on every
+// pin and unpin, a cache line that all decode threads write (the pin fast path takes no
+// pool-wide write today). The check costs nothing until the pool is destroyed, when it
+// reads every block's pin count once.
 class KvBlockPin {
  public:
   KvBlockPin() = default;
@@ -138,11 +149,14 @@ class KvBlockPin {
 class alignas(128) KvPool {
  public:
   // Validates the options and builds the pool. InvalidArgument names what is wrong: zero
-  // layers/heads/head_dim/tokens, a group or layer range that does not divide, an unknown or
-  // not-allowed home or cold node, a cold node that is also a home node, a block larger
-  // than the storage's capacity on a node. FailedPrecondition when defaults cannot be
-  // resolved (no topology, no node left for the cold tier).
+  // layers/heads/head_dim/tokens, a group or layer range that does not divide, a geometry
+  // whose row, block, span or slab size (or blocks per span, or blocks per slab) does not
+  // fit its type, an unknown or not-allowed home or cold node or one of 1024 and above, a
+  // cold node that is also a home node, a block larger than the storage's capacity on a
+  // node. FailedPrecondition when defaults cannot be resolved (no topology, no node left for
+  // the cold tier).
   [[nodiscard]] static StatusOr<std::unique_ptr<KvPool>> Create(KvPoolOptions options);
+  // Aborts, after a message on stderr, when any block is still pinned (see KvBlockPin).
   ~KvPool();
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
@@ -162,7 +176,9 @@ class alignas(128) KvPool {
   // A new sequence holding `prompt`. Full spans whose prefix is in the index are shared, and
   // `reused_tokens` (optional) receives how many leading tokens already have K/V; those
   // count as computed. The caller computes and writes the rest, then calls MarkComputed.
-  // ResourceExhausted when no memory is left (nothing is held then).
+  // ResourceExhausted when no memory is left, for blocks or for the metadata that the
+  // prompt's length and the geometry make the pool allocate (nothing is held then): such a
+  // refusal is never a bad_alloc.
   [[nodiscard]] StatusOr<KvSequenceId> CreateSequence(std::span<const std::int32_t> prompt = {},
                                                       std::size_t* reused_tokens = nullptr);
   // Appends token ids, allocating spans as they fill. A shared partial last span is copied
@@ -286,13 +302,13 @@ class alignas(128) KvPool {
 
   KvPoolStats Stats() const;
 
-  struct Impl;
-
  private:
   friend class KvBlockPin;
-  explicit KvPool(std::unique_ptr<Impl> impl);
+  explicit KvPool(std::unique_ptr<kv::PoolState> impl);
   void Unpin(KvBlockId block);
-  std::unique_ptr<Impl> impl_;
+  // Fills the block fields of `pin` for block slot `slot`, which the caller has pinned.
+  void FillPin(KvBlockPin& pin, std::uint32_t slot) const;
+  std::unique_ptr<kv::PoolState> impl_;
 };
 
 }  // namespace numarena

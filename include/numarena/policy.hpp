@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "numarena/status.hpp"
@@ -49,6 +50,10 @@ class Policy {
   // Chunk size of weighted interleave when none is given: a huge page, so each chunk can
   // be backed by one transparent huge page on its node.
   static constexpr std::size_t kDefaultWeightedChunk = std::size_t{2} << 20;
+  // Bounds of weighted interleave, so that no chunk arithmetic can overflow (a period is at
+  // most 2^60 bytes): a chunk of at most 1 TiB, weights that add up to at most 2^20.
+  static constexpr std::size_t kMaxWeightedChunk = std::size_t{1} << 40;
+  static constexpr std::uint64_t kMaxWeightTotal = std::uint64_t{1} << 20;
 
   static Policy Bind(int node, BindMode mode = BindMode::kStrict);
   static Policy Bind(std::vector<int> nodes, BindMode mode = BindMode::kStrict);
@@ -72,13 +77,34 @@ class Policy {
   int single_node() const;
 
   // OK, or InvalidArgument naming the problem: empty node set, unknown/offline node,
-  // node outside the process's allowed memory nodes, zero or all-zero weights, a chunk
-  // that is not a multiple of the page size.
+  // node outside the process's allowed memory nodes, zero or all-zero weights, weights that
+  // add up to more than kMaxWeightTotal, a chunk that is not a multiple of the page size or
+  // is larger than kMaxWeightedChunk.
   [[nodiscard]] Status Validate(const Topology& topology) const;
 
-  // "bind(1)", "bind(0,1)/advisory", "preferred(2)", "interleave(0,1,2,3)", "weighted(0:3,1:1)",
-  // "local".
+  // The policy in the syntax Parse reads: "bind(1)", "bind(0,1)/advisory", "preferred(2)",
+  // "interleave(0,1,2,3)", "weighted(0:3,1:1)", "weighted(0:1,1:1)/chunk=65536", "local".
+  // The mode is written only when it is not the kind's default, the chunk only when it is
+  // not kDefaultWeightedChunk, so Parse(p.ToString()) == p.
   std::string ToString() const;
+
+  // A policy from text: the one syntax numarena's C API, the CLI and `numarena run` share.
+  //
+  //   policy  := kind ( "/" option )*
+  //   kind    := "bind(" NODES ")" | "preferred(" NODE ")" | "interleave(" NODES ")"
+  //            | "weighted(" NODE ":" WEIGHT ( "," NODE ":" WEIGHT )* ")" | "local"
+  //   option  := "strict" | "advisory" | "chunk=" SIZE        (chunk: weighted only)
+  //   NODES   := the kernel's list syntax, e.g. "0", "0-3", "0,2-3"
+  //   SIZE    := bytes with an optional K/M/G suffix (numarena::ParseByteSize), e.g. "64K"
+  //
+  // "membind" is accepted for "bind". No spaces. Modes default as the factories do (Bind,
+  // Interleave and WeightedInterleave strict; Preferred and Local advisory). InvalidArgument
+  // names what is wrong and where; the result is not validated against a machine (use
+  // Validate).
+  //
+  //   auto policy = numarena::Policy::Parse("interleave(0-3)/advisory");
+  //   auto kv = numarena::Policy::Parse("weighted(0:3,2:1)/chunk=2M");
+  [[nodiscard]] static StatusOr<Policy> Parse(std::string_view text);
 
   friend bool operator==(const Policy&, const Policy&) = default;
   template <typename H>

@@ -12,6 +12,7 @@
 #include "numarena/allocator.hpp"
 #include "numarena/memory_resource.hpp"
 #include "numarena/tensor_buffer.hpp"
+#include "os/fork.hpp"
 
 namespace numarena {
 
@@ -53,12 +54,27 @@ bool memory_resource::do_is_equal(const std::pmr::memory_resource& other) const 
   return same != nullptr && same->arena_ == arena_;
 }
 
+namespace {
+// Held while an arena is created: fork() takes it before the arena layer's locks
+// (os/fork.hpp, stage kResources).
+std::mutex g_resources_mutex;
+void LockResources() { g_resources_mutex.lock(); }
+void UnlockResources() { g_resources_mutex.unlock(); }
+}  // namespace
+
 StatusOr<memory_resource*> policy_resource(const Policy& policy) {
   // Resources live for the whole process, like the arenas under them; node_hash_map-like
   // stability comes from owning each resource through a pointer.
-  static std::mutex mutex;
-  static auto* resources = new absl::flat_hash_map<Policy, memory_resource*>();
-  std::lock_guard<std::mutex> lock(mutex);
+  // call_once, not a function-local static: pthread_once recovers in a fork child.
+  static std::once_flag once;
+  static absl::flat_hash_map<Policy, memory_resource*>* resources = nullptr;
+  std::call_once(once, [] {
+    resources = new absl::flat_hash_map<Policy, memory_resource*>();
+    static const os::ForkStageHandlers stage{LockResources, UnlockResources, UnlockResources};
+    os::SetForkStage(os::ForkStage::kResources, &stage);
+    os::InstallForkHandlers();
+  });
+  std::lock_guard<std::mutex> lock(g_resources_mutex);
   if (auto it = resources->find(policy); it != resources->end()) return it->second;
   StatusOr<Arena*> arena = Arena::ForPolicy(policy);
   if (!arena.ok()) return arena.status();

@@ -6,25 +6,52 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <new>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "alloc/checked.hpp"
 #include "alloc/front_cache.hpp"
 #include "alloc/jemalloc_heap.hpp"
 #include "alloc/node_pages.hpp"
 #include "numarena/topology.hpp"
+#include "os/fork.hpp"
 #include "os/os.hpp"
 
 namespace numarena {
 namespace {
 
-thread_local Status* t_last_error = nullptr;  // leaked per thread on purpose: see SetLastError
+// The reason of this thread's last failed allocation. A trivially destructible pointer, so it
+// can be read and written at any point of the thread's exit (allocations may fail inside other
+// thread_local destructors); LastErrorOwner frees it when the thread's thread_locals are
+// destroyed.
+thread_local Status* t_last_error = nullptr;
+// Set once LastErrorOwner has run: a Status made after that would never be freed, so later
+// failures keep only their code (t_late_error_code).
+thread_local bool t_last_error_released = false;
+thread_local absl::StatusCode t_late_error_code = absl::StatusCode::kOk;
+
+struct LastErrorOwner {
+  bool armed = false;
+  ~LastErrorOwner() {
+    delete t_last_error;
+    t_last_error = nullptr;
+    t_last_error_released = true;
+  }
+};
+thread_local LastErrorOwner t_last_error_owner;
 
 void SetLastError(Status status) {
-  // A heap-allocated Status per thread, never destroyed, so a late free during thread exit
-  // never touches a destroyed thread_local.
-  if (t_last_error == nullptr) t_last_error = new Status();
+  if (t_last_error == nullptr) {
+    if (t_last_error_released) {
+      t_late_error_code = status.code();
+      return;
+    }
+    t_last_error_owner.armed = true;  // constructs the owner: its destructor runs at thread exit
+    t_last_error = new Status();
+  }
   *t_last_error = std::move(status);
 }
 
@@ -67,6 +94,9 @@ T ReadArenaStat(unsigned arena_index, const char* name) {
   return value;
 }
 
+// Sets the allocator's fork stages and registers the fork handler (end of this file).
+void InstallAllocatorForkHandlers();
+
 }  // namespace
 
 // A node that could not take a heap (ResourceExhausted) is asked again after this long, not
@@ -90,20 +120,30 @@ std::int64_t SteadyNanos() {
 class ArenaRegistry {
  public:
   static ArenaRegistry& Get() {
-    static auto* registry = new ArenaRegistry();
+    // call_once rather than a function-local static: pthread_once recovers in a fork child
+    // whose parent was inside it, a static's guard would stay taken.
+    static std::once_flag once;
+    static ArenaRegistry* registry = nullptr;
+    std::call_once(once, [] {
+      registry = new ArenaRegistry();
+      InstallAllocatorForkHandlers();  // before any thread can hold the registry's lock
+    });
     return *registry;
   }
 
+  // The registry's lock, for the fork handlers.
+  absl::Mutex& mutex() ABSL_LOCK_RETURNED(mutex_) { return mutex_; }
+
   StatusOr<Arena*> Find(const Policy& policy, const ArenaOptions& options) {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      absl::MutexLock lock(&mutex_);
       auto it = arenas_.find(std::make_pair(policy, options));
       if (it != arenas_.end()) return it->second;
     }
     // A new arena: everything it allocates for itself, here and in its heaps, goes on the
     // policy's (first) node, not the calling thread's.
     PlacementScope scope(policy.nodes().empty() ? -1 : policy.nodes().front());
-    std::lock_guard<std::mutex> lock(mutex_);
+    absl::MutexLock lock(&mutex_);
     auto it = arenas_.find(std::make_pair(policy, options));
     if (it != arenas_.end()) return it->second;
     auto* arena = new Arena(policy, options);
@@ -116,10 +156,8 @@ class ArenaRegistry {
   }
 
  private:
-  // std::mutex, not absl::Mutex: a thread that waits on an absl::Mutex gets absl's per-thread
-  // bookkeeping (pages mapped by absl, first touched on the waiting thread's node).
-  std::mutex mutex_;
-  absl::flat_hash_map<std::pair<Policy, ArenaOptions>, Arena*> arenas_;  // guarded by mutex_
+  absl::Mutex mutex_;
+  absl::flat_hash_map<std::pair<Policy, ArenaOptions>, Arena*> arenas_ ABSL_GUARDED_BY(mutex_);
 };
 
 // ---- creation -----------------------------------------------------------------------------
@@ -196,7 +234,7 @@ Status Arena::Init() {
 
 // Per-node heaps of Preferred and Local arenas are created under this lock (not the
 // registry's: Arena::Init runs under that one and creates the preferred node's heap).
-std::mutex g_node_heap_mutex;
+absl::Mutex g_node_heap_mutex(absl::kConstInit);
 
 
 int Arena::HeapForNode(int node, Status* error) noexcept {
@@ -207,7 +245,7 @@ int Arena::HeapForNode(int node, Status* error) noexcept {
   }
   int heap = node_heaps_[node].load(std::memory_order_acquire);
   if (heap >= 0) return heap;
-  std::lock_guard<std::mutex> lock(g_node_heap_mutex);
+  absl::MutexLock lock(&g_node_heap_mutex);
   heap = node_heaps_[node].load(std::memory_order_acquire);
   if (heap >= 0) return heap;
   NodeHeapRetry& retry = node_heap_retry_[node];
@@ -236,18 +274,17 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
   int flags = EnsureThreadCache(heap) | AlignFlags(EffectiveAlignment(size, alignment));
   SpanFailure& failure = ThreadSpanFailure();
   for (int attempt = 0;; ++attempt) {
-    failure.Clear();
-    if (alignment <= alignof(std::max_align_t) && size < kFastLimit) {
-      // What the inline fast path does, for heaps it does not serve (Local, the other nodes
-      // of a Preferred arena): the thread's front cache, then its jemalloc cache.
-      if (void* p = arena_internal::AllocateFromThreadCaches(heap, size)) return p;
-    } else if (void* p = mallocx(size, flags)) {
-      return p;
+    failure.Clear();  // the provider carves no new span while a failure is recorded
+    // A request larger than the placement's nodes can never succeed: refuse it before
+    // jemalloc reserves address space for it (which it would keep for good).
+    if (size < arena_internal::kLargeAlignThreshold ||
+        HeapById(heap)->pages->CouldEverFit(size, &failure)) {
+      if (void* p = mallocx(size, flags)) return p;
     }
     EndHeapGrowWindow();  // jemalloc failed: it may have stopped between two hooks
     // Refused for lack of room: memory numarena holds freed on that node (dirty pages of this
     // and other arenas, which stay charged until purged) goes back first, then one retry.
-    int node = RefusedNode(failure);
+    const int node = RefusedNode(failure);
     if (attempt > 0 || node < 0 || PurgeDirtyOnNode(node) == 0) break;
   }
   std::string what = absl::StrCat("arena ", policy_.ToString(), ": allocate ", Bytes(size));
@@ -319,6 +356,7 @@ void* Arena::AllocateSlow(std::size_t size, std::size_t alignment) noexcept {
         "arena ", policy_.ToString(), ": alignment ", alignment, " is not a power of two")));
     return nullptr;
   }
+  if (alignment <= alignof(std::max_align_t)) size = arena_internal::RequestSize(size, alignment);
   if (size == 0) size = 1;
   if (size > (std::size_t{1} << 62)) {
     SetLastError(absl::InvalidArgumentError(
@@ -327,7 +365,11 @@ void* Arena::AllocateSlow(std::size_t size, std::size_t alignment) noexcept {
   }
   Status error;
   void* p = AllocateWithFallback(size, alignment, /*primary_tried=*/false, &error);
-  if (p == nullptr) SetLastError(std::move(error));
+  if (p == nullptr) {
+    SetLastError(std::move(error));
+  } else if (checked::Enabled()) {
+    checked::RecordAllocation(p, size, alignment);
+  }
   return p;
 }
 
@@ -347,7 +389,11 @@ void* Arena::AllocateAfterFastMiss(std::size_t size) noexcept {
   const bool retry_primary = refused_node >= 0 && PurgeDirtyOnNode(refused_node) > 0;
   void* p = AllocateWithFallback(size, alignof(std::max_align_t),
                                  /*primary_tried=*/!retry_primary, &error);
-  if (p == nullptr) SetLastError(std::move(error));
+  if (p == nullptr) {
+    SetLastError(std::move(error));
+  } else if (checked::Enabled()) {  // not reached: checked mode leaves thread_flags at 0
+    checked::RecordAllocation(p, size, alignof(std::max_align_t));
+  }
   return p;
 }
 
@@ -381,8 +427,7 @@ void Arena::purge() {
   ForEachHeap(primary_heap_, node_heaps_, node_heap_count_, [](Heap& heap) {
     // This thread's cached objects first, so their pages can be purged too.
     FlushFrontCache(heap.id);
-    if (int tcache = arena_internal::TcacheIdOf(arena_internal::thread_flags[heap.id]);
-        tcache >= 0) {
+    if (int tcache = arena_internal::TcacheIdOf(ThreadFlags(heap.id)); tcache >= 0) {
       unsigned id = static_cast<unsigned>(tcache);
       mallctl("tcache.flush", nullptr, nullptr, &id, sizeof id);
     }
@@ -428,7 +473,13 @@ ArenaStats Arena::stats() const {
 
 std::size_t usable_size(const void* p) {
   if (p == nullptr || arena_internal::HeapOf(p) < 0) return 0;
+  if (checked::Enabled()) checked::CheckLive(p, "numarena::usable_size");
   return sallocx(const_cast<void*>(p), 0);
+}
+
+bool checked_mode() {
+  checked::Decide();
+  return checked::Enabled();
 }
 
 int node_of(const void* p) {
@@ -438,7 +489,13 @@ int node_of(const void* p) {
 }
 
 Status last_allocation_error() {
-  return t_last_error == nullptr ? absl::OkStatus() : *t_last_error;
+  if (t_last_error != nullptr) return *t_last_error;
+  if (t_late_error_code != absl::StatusCode::kOk) {
+    return Status(t_late_error_code,
+                  "numarena: an allocation failed after this thread's thread_local objects were "
+                  "destroyed, where its full reason can no longer be kept");
+  }
+  return absl::OkStatus();
 }
 
 namespace arena_internal {
@@ -455,6 +512,7 @@ void DeallocateSlow(void* p) noexcept {
   if (p == nullptr) return;
   int heap = HeapOf(p);
   if (heap < 0 || HeapById(heap) == nullptr) NotOurs(p);
+  if (checked::Enabled()) checked::CheckFree(p);
   dallocx(p, EnsureThreadCache(heap));
 }
 
@@ -462,9 +520,51 @@ void DeallocateSizedSlow(void* p, std::size_t size, std::size_t alignment) noexc
   if (p == nullptr) return;
   int heap = HeapOf(p);
   if (heap < 0 || HeapById(heap) == nullptr) NotOurs(p);
+  if (checked::Enabled()) checked::CheckSizedFree(p, size, alignment);
+  if (alignment <= alignof(std::max_align_t)) size = RequestSize(size, alignment);
   if (size == 0) size = 1;
   sdallocx(p, size, EnsureThreadCache(heap) | AlignFlags(EffectiveAlignment(size, alignment)));
 }
 
 }  // namespace arena_internal
+
+// ---- fork (os/fork.hpp) ------------------------------------------------------------------------
+
+namespace {
+
+// In the child the lock is this thread's (prepare took it), but threads the child does not
+// have may be queued on it, and a wake-up absl designates for one of them would never be
+// passed on: release it, then build it anew.
+void RecreateInChild(absl::Mutex& mutex) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  mutex.Unlock();
+  mutex.~Mutex();
+  new (&mutex) absl::Mutex();
+}
+
+void PrepareRegistry() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // Function-local statics the arena paths use: if another thread were in the middle of
+  // initializing one, its guard would stay taken in the child. Finish them first.
+  (void)Topology::system();
+  (void)os::PageSize();
+  (void)os::PossibleNodeCount();
+  ArenaRegistry::Get().mutex().Lock();
+}
+void ParentRegistry() ABSL_NO_THREAD_SAFETY_ANALYSIS { ArenaRegistry::Get().mutex().Unlock(); }
+void ChildRegistry() { RecreateInChild(ArenaRegistry::Get().mutex()); }
+
+void PrepareNodeHeaps() ABSL_NO_THREAD_SAFETY_ANALYSIS { g_node_heap_mutex.Lock(); }
+void ParentNodeHeaps() ABSL_NO_THREAD_SAFETY_ANALYSIS { g_node_heap_mutex.Unlock(); }
+void ChildNodeHeaps() { RecreateInChild(g_node_heap_mutex); }
+
+void InstallAllocatorForkHandlers() {
+  static const os::ForkStageHandlers registry{PrepareRegistry, ParentRegistry, ChildRegistry};
+  static const os::ForkStageHandlers node_heaps{PrepareNodeHeaps, ParentNodeHeaps,
+                                                ChildNodeHeaps};
+  os::SetForkStage(os::ForkStage::kArenaRegistry, &registry);
+  os::SetForkStage(os::ForkStage::kNodeHeaps, &node_heaps);
+  SetHeapForkStages();
+  os::InstallForkHandlers();
+}
+
+}  // namespace
 }  // namespace numarena

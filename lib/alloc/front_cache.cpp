@@ -2,9 +2,9 @@
 //
 // numarena must use jemalloc's explicit API (mallocx/dallocx with MALLOCX_ARENA and
 // MALLOCX_TCACHE flags) so that each object comes from, and returns to, its own node's arena.
-// jemalloc 5.3 serves those calls through its generic path, about 10 ns per alloc+free pair on
-// the development machine against 3.5 ns for malloc/free, which has an inlined fast path. The
-// front cache closes that gap the way a thread cache does: per (thread, heap) and per size
+// jemalloc 5.3 serves those calls through its generic path, about three times the cost of
+// malloc/free, which has an inlined fast path (bench/RESULTS.md, "Code history"). The front
+// cache closes that gap the way a thread cache does: per (thread, heap) and per size
 // class, a LIFO list of freed objects, threaded through each object's first word. `allocate`
 // pops, `deallocate` pushes; both are inline in arena.hpp. A list holds at most about 8 KiB
 // (4 to 64 objects); when it is full, half of it goes back to jemalloc's thread cache for the

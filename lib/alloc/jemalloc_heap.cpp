@@ -8,21 +8,24 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "alloc/checked.hpp"
 #include "alloc/front_cache.hpp"
+#include "os/fork.hpp"
 
 // jemalloc's start-up options, unless the program sets its own malloc_conf (ours is weak, so
 // a program's definition wins; MALLOC_CONF in the environment is applied on top either way).
 //
 // oversize_threshold:0 turns off jemalloc's "oversize" handling, which otherwise purges every
-// freed extent above 8 MiB at once, in every arena, explicit ones included. For numarena that
-// meant each 8 MiB+ tensor freed and allocated again was re-faulted page by page: 132 us per
-// 8 MiB alloc+free pair instead of 0.3 us here (bench/peers_bench alloc_free_8MiB). Without it,
-// large extents follow the arena's normal decay like every other size, and arena purge()
-// (or a budget's reclaim) still returns them on demand.
+// freed extent above 8 MiB at once, in every arena, explicit ones included, so each 8 MiB+
+// tensor freed and allocated again would be faulted in afresh, page by page (the cost is in
+// bench/RESULTS.md, "Code history"). Without it, large extents follow the arena's normal
+// decay like every other size, and arena purge() (or a budget's reclaim) still returns them
+// on demand.
 extern "C" {
 __attribute__((weak)) const char* malloc_conf = "oversize_threshold:0";
 }
@@ -119,8 +122,11 @@ StatusOr<unsigned> CreateJemallocArena(Heap& heap, const std::string& what) {
   extent_hooks_t* hooks = &heap.hooks;
   ThreadSpanFailure().Clear();
   int err = mallctl("arenas.create", &arena_index, &index_size, &hooks, sizeof hooks);
+  Status reason =
+      err == 0 ? Status()
+               : ThreadSpanFailure().ToStatus(absl::StrCat(what, ": jemalloc arenas.create"));
+  ThreadSpanFailure().Clear();  // a failure left recorded would stop this thread's later spans
   if (err == 0) return arena_index;
-  Status reason = ThreadSpanFailure().ToStatus(absl::StrCat(what, ": jemalloc arenas.create"));
   if (!reason.ok()) return reason;
   return ErrnoToStatus(err, absl::StrCat(what, ": mallctl(arenas.create)"));
 }
@@ -207,14 +213,35 @@ void PrimeArenaZeroForThreadCache() {
   dallocx(block, MALLOCX_TCACHE_NONE);
 }
 
+// Checked mode keeps the thread's flags here (allocated on first use) and leaves
+// arena_internal::thread_flags at 0, so that the inline fast paths always fall through to the
+// slow paths, where the checks are (checked.hpp).
+thread_local int* t_checked_flags = nullptr;
+
+// Where the calling thread's flags are (nullptr: checked mode, none yet).
+int* StoredFlagTable() noexcept {
+  return checked::Enabled() ? t_checked_flags : arena_internal::thread_flags;
+}
+
+// The same, made on first use; nullptr in checked mode when memory is short.
+int* FlagTable() noexcept {
+  if (!checked::Enabled()) return arena_internal::thread_flags;
+  if (t_checked_flags == nullptr && !t_thread_exiting) {
+    t_checked_flags = new (std::nothrow) int[arena_internal::kMaxHeaps]();
+  }
+  return t_checked_flags;
+}
+
 // Destroys this thread's explicit tcaches when the thread exits.
 struct ThreadCacheOwner {
   bool armed = false;
   ~ThreadCacheOwner() {
+    int* table = StoredFlagTable();
     t_thread_exiting = true;
     DestroyFrontCaches();  // into the explicit tcaches, before those are destroyed
+    if (table == nullptr) return;
     for (int heap = 0; heap < arena_internal::kMaxHeaps; ++heap) {
-      int& flags = arena_internal::thread_flags[heap];
+      int& flags = table[heap];
       if (flags == 0) continue;
       if (Heap* owner = g_heaps[heap].load(std::memory_order_acquire)) LeaveShard(*owner, flags);
       if (int tcache = arena_internal::TcacheIdOf(flags); tcache >= 0) {
@@ -223,9 +250,50 @@ struct ThreadCacheOwner {
       }
       flags = 0;
     }
+    if (table == t_checked_flags) {
+      t_checked_flags = nullptr;
+      delete[] table;
+    }
   }
 };
 thread_local ThreadCacheOwner t_cache_owner;
+
+// ---- fork (os/fork.hpp) ----------------------------------------------------------------------
+
+// Whether this thread's fork prepare took g_create_mutex: not when fork() is called from
+// inside a creation on this thread (a reclaim hook or listener run by a commit), which holds it.
+thread_local bool t_fork_took_create_mutex = false;
+
+void PrepareHeapCreation() {
+  t_fork_took_create_mutex = !t_holds_create_mutex;
+  if (t_fork_took_create_mutex) g_create_mutex.lock();
+}
+
+void ParentHeapCreation() {
+  if (t_fork_took_create_mutex) g_create_mutex.unlock();
+}
+
+void ChildHeapCreation() {
+  // The threads counted on each shard are gone but for this one: count only its memberships,
+  // so the child's new threads spread over the shards again.
+  const int* table = StoredFlagTable();
+  const int count = g_heap_count.load(std::memory_order_acquire);
+  for (int id = 0; id < count; ++id) {
+    Heap* heap = g_heaps[id].load(std::memory_order_acquire);
+    if (heap == nullptr) continue;
+    for (std::atomic<int>& threads : heap->shard_threads) threads.store(0, std::memory_order_relaxed);
+    if (table != nullptr && table[id] != 0) {
+      const int arena_index = arena_internal::ArenaIndexOf(table[id]);
+      for (int s = 0; s < kMaxShards; ++s) {
+        if (heap->shard_arena[s].load(std::memory_order_relaxed) == arena_index) {
+          heap->shard_threads[s].fetch_add(1, std::memory_order_relaxed);
+          break;
+        }
+      }
+    }
+  }
+  ParentHeapCreation();
+}
 
 }  // namespace
 
@@ -247,11 +315,21 @@ PlacementScope::~PlacementScope() {
   if (active_) (void)os::SetThreadPolicyNoAlloc(saved_);
 }
 
+void SetHeapForkStages() {
+  static const os::ForkStageHandlers creation{PrepareHeapCreation, ParentHeapCreation,
+                                              ChildHeapCreation};
+  static const os::ForkStageHandlers providers{nullptr, nullptr,
+                                               NodePages::RecreateLocksInForkChild};
+  os::SetForkStage(os::ForkStage::kHeapCreation, &creation);
+  os::SetForkStage(os::ForkStage::kProviderLocks, &providers);
+}
+
 StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options) {
   CreateLock lock;
   // The provider's tables and jemalloc's first arena for the heap (its statistics live in
   // jemalloc's own metadata) go on the placement's node, whoever creates the heap.
   PlacementScope scope(placement.nodes().empty() ? -1 : placement.nodes().front());
+  checked::Decide();  // before the first heap: a pointer is made and freed in one mode
   InitFrontCacheClasses();
   int id = g_heap_count.load(std::memory_order_relaxed);
   if (id >= arena_internal::kMaxHeaps) {
@@ -292,6 +370,11 @@ Heap* HeapById(int id) {
   return g_heaps[id].load(std::memory_order_acquire);
 }
 
+int ThreadFlags(int heap) noexcept {
+  const int* table = StoredFlagTable();
+  return table == nullptr ? 0 : table[heap];
+}
+
 namespace {
 // Per node: when a purge for it last released nothing (steady-clock ns; 0: never).
 constexpr int kPurgeNodes = os::KernelNodeMask::kMaxNodes;
@@ -319,7 +402,7 @@ std::size_t PurgeDirtyOnNode(int node) noexcept {
     // This thread's cached objects, so their pages can go too (other threads' caches hold
     // at most a few KiB per size class).
     FlushFrontCache(id);
-    if (int tcache = arena_internal::TcacheIdOf(arena_internal::thread_flags[id]); tcache >= 0) {
+    if (int tcache = arena_internal::TcacheIdOf(ThreadFlags(id)); tcache >= 0) {
       unsigned tcache_id = static_cast<unsigned>(tcache);
       mallctl("tcache.flush", nullptr, nullptr, &tcache_id, sizeof tcache_id);
     }
@@ -336,10 +419,11 @@ std::size_t PurgeDirtyOnNode(int node) noexcept {
 }
 
 int EnsureThreadCache(int heap) noexcept {
-  int flags = arena_internal::thread_flags[heap];
+  int* table = FlagTable();
+  int flags = table == nullptr ? 0 : table[heap];
   if (flags != 0) return flags;
   Heap& owner = *HeapById(heap);
-  if (t_thread_exiting) {
+  if (t_thread_exiting || table == nullptr) {
     return MALLOCX_TCACHE_NONE | MALLOCX_ARENA(static_cast<unsigned>(
                                      owner.shard_arena[0].load(std::memory_order_acquire)));
   }
@@ -361,8 +445,8 @@ int EnsureThreadCache(int heap) noexcept {
     flags = MALLOCX_TCACHE_NONE;  // jemalloc's explicit cache table is full: uncached
   }
   flags |= MALLOCX_ARENA(JoinShard(owner));
-  arena_internal::thread_flags[heap] = flags;
-  CreateFrontCache(heap);
+  table[heap] = flags;
+  if (!checked::Enabled()) CreateFrontCache(heap);
   return flags;
 }
 

@@ -114,6 +114,13 @@ std::size_t PurgeDirtyOnNode(int node) noexcept;
 // This thread's mallocx flags for `heap` (arena_internal::thread_flags): its shard's
 // MALLOCX_ARENA and its own MALLOCX_TCACHE, creating both on first use. The tcache part is
 // MALLOCX_TCACHE_NONE when jemalloc's explicit cache table is full or the thread is exiting.
+// In checked mode the flags are kept elsewhere and arena_internal::thread_flags stays 0.
 int EnsureThreadCache(int heap) noexcept;
+
+// This thread's flags for `heap` without creating anything: 0 when it has none yet.
+int ThreadFlags(int heap) noexcept;
+
+// Sets the fork stages of heap creation and of the page providers' locks (os/fork.hpp).
+void SetHeapForkStages();
 
 }  // namespace numarena

@@ -6,9 +6,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <new>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "base/checked_math.hpp"
 #include "topology/zoneinfo_parse.hpp"
 
 namespace numarena {
@@ -211,6 +213,17 @@ Status SpanFailure::ToStatus(const std::string& what) const {
       return absl::ResourceExhaustedError(absl::StrCat(
           what, ": numarena's reserved address ranges for this arena are exhausted (",
           NodePages::kMaxRanges, " ranges of ", NodePages::kRangeBytes >> 30, " GiB)"));
+    case Kind::kBadPriority:
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": the thread's priority is ", err,
+          ", not a numarena::Priority (kHigh, kNormal or kLow); check its PriorityScope"));
+    case Kind::kNeverFits:
+      return absl::ResourceExhaustedError(absl::StrCat(
+          what, ": ", bytes, " bytes can never be placed there: ",
+          node >= 0 ? absl::StrCat("node ", node, " has") : std::string("its nodes have"), " only ",
+          MiB(node_total),
+          " of memory in total (MemTotal); split the allocation or use a policy over more "
+          "or larger nodes"));
   }
   return absl::InternalError(what);
 }
@@ -225,7 +238,8 @@ SpanFailure& ThreadSpanFailure() {
 bool NodeMemoryGuard::Admit(int node, std::size_t bytes, SpanFailure* failure) noexcept {
   if (node < 0 || node >= os::KernelNodeMask::kMaxNodes) return true;
   NodeMemory& memory = g_node_memory[node];
-  auto request = static_cast<std::int64_t>(bytes);
+  // Beyond any node's size (and safe to subtract from int64 figures).
+  auto request = static_cast<std::int64_t>(std::min<std::size_t>(bytes, std::size_t{1} << 62));
   std::int64_t now = NowNanos();
   auto estimate = [&] {
     return memory.free_at_refresh.load(std::memory_order_relaxed) -
@@ -257,6 +271,14 @@ bool NodeMemoryGuard::Admit(int node, std::size_t bytes, SpanFailure* failure) n
   }
   memory.committed_since.fetch_add(request, std::memory_order_relaxed);
   return true;
+}
+
+std::int64_t NodeMemoryGuard::Total(int node) noexcept {
+  if (node < 0 || node >= os::KernelNodeMask::kMaxNodes) return -1;
+  NodeMemory& memory = g_node_memory[node];
+  if (memory.free_at_refresh.load(std::memory_order_relaxed) == -1) RefreshNodeMemory(node, memory);
+  if (memory.free_at_refresh.load(std::memory_order_relaxed) < 0) return -1;
+  return memory.total.load(std::memory_order_relaxed);
 }
 
 void NodeMemoryGuard::Invalidate(int node) noexcept {
@@ -388,7 +410,15 @@ bool NodePages::AddRange(std::size_t min_bytes, SpanFailure* failure) noexcept {
     failure->bytes = min_bytes;
     return false;
   }
-  std::size_t bytes = AlignUp(std::max(min_bytes, kRangeBytes), kRangeBytes);
+  std::optional<std::size_t> rounded =
+      RoundUpChecked(std::max(min_bytes, kRangeBytes), kRangeBytes);
+  if (!rounded) {
+    failure->kind = SpanFailure::Kind::kMap;
+    failure->err = ENOMEM;
+    failure->bytes = min_bytes;
+    return false;
+  }
+  std::size_t bytes = *rounded;
   void* base = nullptr;
   int err = os::ReserveAddressSpaceNoAlloc(bytes, kRangeBytes, &base);
   std::uintptr_t first_granule =
@@ -459,6 +489,21 @@ NodePages::Range* NodePages::RangeOf(std::uintptr_t addr) const noexcept {
 bool NodePages::SameRange(const void* a, const void* b) const noexcept {
   Range* range = RangeOf(reinterpret_cast<std::uintptr_t>(a));
   return range != nullptr && range == RangeOf(reinterpret_cast<std::uintptr_t>(b));
+}
+
+bool NodePages::CouldEverFit(std::size_t bytes, SpanFailure* failure) const noexcept {
+  std::int64_t total = 0;
+  for (int i = 0; i < node_count_; ++i) {
+    std::int64_t node_total = NodeMemoryGuard::Total(nodes_[i]);
+    if (node_total < 0) return true;  // unknown: nothing to check against
+    total += node_total;
+  }
+  if (bytes <= static_cast<std::uint64_t>(total)) return true;
+  failure->kind = SpanFailure::Kind::kNeverFits;
+  failure->node = node_count_ == 1 ? nodes_[0] : kNodeMixed;
+  failure->bytes = bytes;
+  failure->node_total = total;
+  return false;
 }
 
 // ---- NodePages: mapping and binding ------------------------------------------------------------
@@ -594,23 +639,33 @@ void NodePages::AdviseLargeCommit(std::uintptr_t begin, std::uintptr_t end, bool
 void* NodePages::AllocateSpan(void* new_addr, std::size_t size, std::size_t alignment, bool* zero,
                               bool* commit) noexcept {
   SpanFailure* failure = &ThreadSpanFailure();
+  if (failure->failed()) return nullptr;  // see the header: keep the first reason
   alignment = std::max(alignment, page_);
-  size = AlignUp(size, page_);
+  std::optional<std::size_t> rounded = RoundUpChecked(size, page_);
+  std::optional<std::size_t> padded = rounded ? AddChecked(*rounded, alignment) : std::nullopt;
+  if ((alignment & (alignment - 1)) != 0 || !padded) {
+    failure->kind = SpanFailure::Kind::kMap;
+    failure->err = ENOMEM;
+    failure->bytes = size;
+    return nullptr;
+  }
+  size = *rounded;
   std::uintptr_t start;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     int count = range_count_.load(std::memory_order_relaxed);
     Range* range = count > 0 ? &ranges_[count - 1] : nullptr;
+    // Room for `size` bytes at `at` in `range` (at <= range->end always holds for a bump).
+    auto fits = [&](std::uintptr_t at) { return at <= range->end && size <= range->end - at; };
     if (new_addr != nullptr) {
       start = reinterpret_cast<std::uintptr_t>(new_addr);
-      if (range == nullptr || start != range->bump || start % alignment != 0 ||
-          start + size > range->end) {
+      if (range == nullptr || start != range->bump || start % alignment != 0 || !fits(start)) {
         return nullptr;  // jemalloc asked to grow in place where we cannot
       }
     } else {
       start = range == nullptr ? 0 : AlignUp(range->bump, alignment);
-      if (range == nullptr || start + size > range->end) {
-        if (!AddRange(size + alignment, failure)) return nullptr;
+      if (range == nullptr || !fits(start)) {
+        if (!AddRange(*padded, failure)) return nullptr;
         range = &ranges_[range_count_.load(std::memory_order_relaxed) - 1];
         start = AlignUp(range->bump, alignment);
       }
@@ -636,14 +691,14 @@ void* NodePages::AllocateSpan(void* new_addr, std::size_t size, std::size_t alig
 bool NodePages::Commit(void* addr, std::size_t size) noexcept {
   SpanFailure* failure = &ThreadSpanFailure();
   auto begin = reinterpret_cast<std::uintptr_t>(addr);
-  std::uintptr_t end = begin + size;
   Range* range = RangeOf(begin);
-  if (range == nullptr || end > range->end) {
+  if (range == nullptr || size > range->end - begin) {
     failure->kind = SpanFailure::Kind::kMap;
     failure->err = EINVAL;
     failure->bytes = size;
     return false;
   }
+  const std::uintptr_t end = begin + size;
   if (!EnsureMapped(range, end, failure)) return false;
   if (!ChargeTablesHeader(*range, failure)) return false;
 
@@ -659,6 +714,12 @@ bool NodePages::Commit(void* addr, std::size_t size) noexcept {
   if (new_pages == 0) return true;
 
   Priority priority = CurrentPriority();
+  if (static_cast<unsigned>(priority) >= static_cast<unsigned>(kPriorityCount)) {
+    // It would index the gate's per-class figures and corrupt the page states' bits.
+    failure->kind = SpanFailure::Kind::kBadPriority;
+    failure->err = static_cast<int>(priority);
+    return false;
+  }
   CapacityGate* gate = GetCapacityGate();
   bool multi_bind = placement_.kind() == PolicyKind::kBind && node_count_ > 1;
   int charged_index = -1;  // multi-node bind: the node the pages are charged to
@@ -742,9 +803,9 @@ bool NodePages::Commit(void* addr, std::size_t size) noexcept {
 bool NodePages::Decommit(void* addr, std::size_t size) noexcept {
   if (hugetlb_) return false;  // hugetlb pages stay reserved and committed
   auto begin = reinterpret_cast<std::uintptr_t>(addr);
-  std::uintptr_t end = begin + size;
   Range* range = RangeOf(begin);
-  if (range == nullptr || end > range->end) return false;
+  if (range == nullptr || size > range->end - begin) return false;
+  const std::uintptr_t end = begin + size;
   if (os::PurgeRangeNoAlloc(addr, size) != 0) return false;
   if (size >= kHugePage) AdviseLargeCommit(begin, end, /*huge=*/false);
 
@@ -802,8 +863,13 @@ bool NodePages::ChargeMetadata(std::size_t bytes, SpanFailure* failure,
                                std::uint32_t* bits) noexcept {
   // The tables' pages are placed (preferred) on the placement's first node and charged there.
   const int node = nodes_[0];
-  if (!NodeMemoryGuard::Admit(node, bytes, failure)) return false;
   const Priority priority = CurrentPriority();
+  if (static_cast<unsigned>(priority) >= static_cast<unsigned>(kPriorityCount)) {
+    failure->kind = SpanFailure::Kind::kBadPriority;
+    failure->err = static_cast<int>(priority);
+    return false;
+  }
+  if (!NodeMemoryGuard::Admit(node, bytes, failure)) return false;
   CapacityGate* gate = GetCapacityGate();
   if (gate != nullptr) {
     Status status = gate->Charge(node, bytes, priority);
@@ -939,6 +1005,14 @@ void NodePages::ReleaseTablePage(Range& range, std::size_t table_page,
 
 bool NodePages::PurgeKeepCommitted(void* addr, std::size_t size) noexcept {
   return os::PurgeRangeNoAlloc(addr, size) == 0;
+}
+
+void NodePages::RecreateLocksInForkChild() noexcept {
+  for (std::atomic<NodePages*>& slot : g_providers) {
+    if (NodePages* pages = slot.load(std::memory_order_acquire)) {
+      new (&pages->mutex_) std::mutex();
+    }
+  }
 }
 
 int NodePages::CommittedNodeOfPage(const void* addr) const noexcept {

@@ -46,6 +46,8 @@ struct SpanFailure {
     kMap,           // mprotect / mmap failed (err)
     kHugetlb,       // no hugetlbfs pages (err)
     kAddressSpace,  // the provider's address ranges are exhausted
+    kNeverFits,     // bytes exceed the MemTotal of every placement node together (node_total)
+    kBadPriority,   // the thread's Priority is not one of the enum's values (err)
   };
   Kind kind = Kind::kNone;
   int node = -1;
@@ -85,6 +87,8 @@ class NodeMemoryGuard {
   static bool Admit(int node, std::size_t bytes, SpanFailure* failure) noexcept;
   // Forces the next Admit of `node` to re-read meminfo (tests).
   static void Invalidate(int node) noexcept;
+  // The node's MemTotal in bytes (read once if never read), or -1 when unreadable.
+  static std::int64_t Total(int node) noexcept;
 };
 
 class NodePages {
@@ -115,7 +119,12 @@ class NodePages {
 
   // Carves a span of `size` bytes aligned to `alignment` (at `new_addr` if not null, which
   // must then be where the bump pointer is). Commits it when *commit is true. Fresh spans
-  // are zero. nullptr on failure (ThreadSpanFailure says why).
+  // are zero. nullptr on failure (ThreadSpanFailure says why). Carves nothing once this
+  // thread's SpanFailure records a failure: jemalloc asks for a fresh span after a commit of
+  // a span it already holds was refused, and would keep that one too (its retained address
+  // space is never returned), so each failed allocation would cost a new range and the
+  // real reason would end up replaced by kAddressSpace. Callers clear the SpanFailure
+  // before each allocation.
   void* AllocateSpan(void* new_addr, std::size_t size, std::size_t alignment, bool* zero,
                      bool* commit) noexcept;
   // Charges [addr, addr+size) (pages already charged are skipped) after the free-memory
@@ -128,6 +137,10 @@ class NodePages {
   bool PurgeKeepCommitted(void* addr, std::size_t size) noexcept;
   // True when both addresses lie in the same range (jemalloc may merge extents).
   bool SameRange(const void* a, const void* b) const noexcept;
+  // False (kNeverFits in `failure`) when `bytes` exceed the MemTotal of the placement's
+  // nodes together, so the arena refuses such a request before jemalloc reserves address
+  // space for it. Nodes whose meminfo cannot be read count as unbounded.
+  bool CouldEverFit(std::size_t bytes, SpanFailure* failure) const noexcept;
 
   // --- introspection ----------------------------------------------------------------------
   const Policy& placement() const { return placement_; }
@@ -153,6 +166,13 @@ class NodePages {
   std::uint64_t refusals() const { return refusals_.load(std::memory_order_relaxed); }
   // The committed node recorded for the page at `addr` (kNodeNone when not committed).
   int CommittedNodeOfPage(const void* addr) const noexcept;
+
+  // In a fork() child: re-creates every provider's lock, which a thread the child does not
+  // have may have held. The lock is taken inside jemalloc's hooks, so it cannot be taken
+  // before fork (os/fork.hpp); its critical sections never allocate, and every one of their
+  // stores leaves the provider consistent (a span carved for a vanished thread is simply
+  // never used; a range or mapping step it had not published is made again).
+  static void RecreateLocksInForkChild() noexcept;
 
   NodePages(const NodePages&) = delete;
   NodePages& operator=(const NodePages&) = delete;

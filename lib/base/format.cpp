@@ -41,4 +41,39 @@ std::string FormatIdList(std::span<const int> ids) {
   return out;
 }
 
+StatusOr<std::uint64_t> ParseByteSize(std::string_view text) {
+  auto invalid = [&](std::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "byte size '", absl::string_view(text.data(), text.size()), "': ",
+        absl::string_view(why.data(), why.size()),
+        " (expected digits with an optional K, M, G, T or P suffix, e.g. 64K or 2MiB)"));
+  };
+  std::size_t digits = 0;
+  std::uint64_t value = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') {
+    const std::uint64_t digit = static_cast<std::uint64_t>(text[digits] - '0');
+    if (value > (UINT64_MAX - digit) / 10) return invalid("too large");
+    value = value * 10 + digit;
+    ++digits;
+  }
+  if (digits == 0) return invalid("no digits");
+  std::string suffix;
+  for (char c : text.substr(digits)) {
+    suffix += static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
+  }
+  static constexpr struct {
+    const char* name;
+    unsigned shift;
+  } kSuffixes[] = {{"", 0},     {"B", 0},    {"K", 10},   {"KB", 10},  {"KIB", 10},
+                   {"M", 20},   {"MB", 20},  {"MIB", 20}, {"G", 30},   {"GB", 30},
+                   {"GIB", 30}, {"T", 40},   {"TB", 40},  {"TIB", 40}, {"P", 50},
+                   {"PB", 50},  {"PIB", 50}};
+  for (const auto& known : kSuffixes) {
+    if (suffix != known.name) continue;
+    if (known.shift != 0 && value > (UINT64_MAX >> known.shift)) return invalid("too large");
+    return value << known.shift;
+  }
+  return invalid("unknown suffix");
+}
+
 }  // namespace numarena

@@ -3,62 +3,29 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
 namespace numarena {
 namespace {
 
-const char* ErrnoName(int err) {
-  switch (err) {
-    case EPERM:
-      return "EPERM";
-    case ENOENT:
-      return "ENOENT";
-    case EINTR:
-      return "EINTR";
-    case EIO:
-      return "EIO";
-    case E2BIG:
-      return "E2BIG";
-    case EBADF:
-      return "EBADF";
-    case EAGAIN:
-      return "EAGAIN";
-    case ENOMEM:
-      return "ENOMEM";
-    case EACCES:
-      return "EACCES";
-    case EFAULT:
-      return "EFAULT";
-    case EBUSY:
-      return "EBUSY";
-    case EEXIST:
-      return "EEXIST";
-    case ENODEV:
-      return "ENODEV";
-    case EINVAL:
-      return "EINVAL";
-    case ENOSPC:
-      return "ENOSPC";
-    case ENOSYS:
-      return "ENOSYS";
-    case EOPNOTSUPP:
-      return "EOPNOTSUPP";
-    case ESRCH:
-      return "ESRCH";
-    case EXDEV:
-      return "EXDEV";
-    default:
-      return "E?";
-  }
+// " EISDIR" for errno values the C library can name; "" for one it cannot (a value from a
+// newer kernel, or a C library without strerrorname_np), so the message never shows a
+// made-up name.
+std::string ErrnoNameSuffix(int err) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+  if (const char* name = strerrorname_np(err)) return absl::StrCat(" ", name);
+#endif
+  return "";
 }
 
 }  // namespace
 
 Status ErrnoToStatus(int err, std::string_view what) {
-  std::string message = absl::StrCat(absl::string_view(what.data(), what.size()), ": ",
-                                     std::strerror(err), " (errno ", err, " ", ErrnoName(err), ")");
+  std::string message =
+      absl::StrCat(absl::string_view(what.data(), what.size()), ": ", std::strerror(err),
+                   " (errno ", err, ErrnoNameSuffix(err), ")");
   switch (err) {
     case EPERM:
     case EACCES:
@@ -67,6 +34,8 @@ Status ErrnoToStatus(int err, std::string_view what) {
       return absl::NotFoundError(message);
     case ENOMEM:
     case ENOSPC:
+    case EMFILE:  // out of file descriptors (process or system)
+    case ENFILE:
       return absl::ResourceExhaustedError(message);
     case EINVAL:
     case EFAULT:
@@ -76,6 +45,15 @@ Status ErrnoToStatus(int err, std::string_view what) {
     case EOPNOTSUPP:
     case ENODEV:
     case ESRCH:
+    // A path that is not what was expected: a directory where a file belongs, a file where a
+    // directory belongs, a symlink loop, a name too long, a socket (ENXIO from open), a
+    // read-only file system.
+    case EISDIR:
+    case ENOTDIR:
+    case ELOOP:
+    case ENAMETOOLONG:
+    case ENXIO:
+    case EROFS:
       return absl::FailedPreconditionError(message);
     case EAGAIN:
     case EBUSY:

@@ -28,6 +28,7 @@
 #include "budget/budget_callbacks.hpp"
 #include "numarena/format.hpp"
 #include "budget/budget_system.hpp"
+#include "os/fork.hpp"
 #include "os/os.hpp"
 
 namespace numarena {
@@ -90,6 +91,11 @@ const NodeBudgetSnapshot* BudgetSnapshot::node(int id) const {
 namespace {
 
 constexpr int kStates = 4;
+
+// Priority is an enum a caller can fill with any byte; it indexes per-class arrays.
+bool ValidPriority(Priority priority) {
+  return static_cast<unsigned>(priority) < static_cast<unsigned>(kPriorityCount);
+}
 
 // Reclaim order: low priority first, then normal, then high.
 int ReclaimRank(Priority priority) {
@@ -186,6 +192,7 @@ struct alignas(64) Budget::Node {
   std::atomic<std::uint64_t> refusals{0}, fallbacks_out{0}, fallbacks_in{0}, transitions{0};
   std::atomic<std::uint64_t> reclaim_runs{0}, reclaim_asked{0}, reclaim_freed{0};
   std::atomic<std::uint64_t> hook_failures{0}, reclaim_skipped{0};
+  std::atomic<std::uint64_t> unmatched_releases{0}, unmatched_release_bytes{0};
   std::atomic<bool> reclaiming{false};
   // System mode: written by Refresh under refresh_mutex_.
   std::int64_t system_base = 0;
@@ -214,10 +221,21 @@ struct Budget::RefreshThread {
   std::thread thread;
 };
 
+// fork() handlers (end of this file).
+struct BudgetFork {
+  static void Register(Budget* budget);
+  static void Unregister(Budget* budget);
+  static void Prepare();
+  static void Parent();
+  static void Child();
+  static void ChildCallbacks();
+};
+
 Budget::Budget(BudgetOptions options)
     : options_(std::move(options)), callbacks_(std::make_unique<Callbacks>()) {}
 
 Budget::~Budget() {
+  BudgetFork::Unregister(this);
   if (refresher_) {
     {
       std::lock_guard<std::mutex> lock(refresher_->mutex);
@@ -237,6 +255,11 @@ StatusOr<std::unique_ptr<Budget>> Budget::Create(BudgetOptions options, std::vec
   if (node_ids.front() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("Budget::Create: node id ", node_ids.front(), " is negative"));
+  }
+  if (node_ids.back() >= kMaxBudgetNodeId) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Budget::Create: node id ", node_ids.back(), " is not a NUMA node id (Linux ids are below ",
+        kMaxBudgetNodeId, "); pass the ids of the topology's nodes"));
   }
   if (auto dup = std::adjacent_find(node_ids.begin(), node_ids.end()); dup != node_ids.end()) {
     return absl::InvalidArgumentError(
@@ -282,6 +305,7 @@ StatusOr<std::unique_ptr<Budget>> Budget::Create(BudgetOptions options, std::vec
       }
       budget->SetCapacity(*node, bytes);
     }
+    BudgetFork::Register(budget.get());
     return budget;
   }
 
@@ -291,20 +315,28 @@ StatusOr<std::unique_ptr<Budget>> Budget::Create(BudgetOptions options, std::vec
                                          " (where node meminfo cannot be read, use "
                                          "BudgetMode::kQuota with explicit quotas)"));
   }
-  if (o.refresh_interval.count() > 0) {
-    budget->refresher_ = std::make_unique<RefreshThread>();
-    Budget* self = budget.get();
-    self->refresher_->thread = std::thread([self] {
-      RefreshThread& r = *self->refresher_;
-      std::unique_lock<std::mutex> lock(r.mutex);
-      while (!r.wake.wait_for(lock, self->options_.refresh_interval, [&] { return r.stop; })) {
-        lock.unlock();
-        (void)self->Refresh();  // errors are counted and kept for Snapshot()
-        lock.lock();
-      }
-    });
-  }
+  if (o.refresh_interval.count() > 0) budget->StartRefresher();
+  BudgetFork::Register(budget.get());
   return budget;
+}
+
+void Budget::StartRefresher() {
+  refresher_ = std::make_unique<RefreshThread>();
+  RefreshThread* r = refresher_.get();
+  r->thread = std::thread([this, r] {
+    std::unique_lock<std::mutex> lock(r->mutex);
+    while (!r->wake.wait_for(lock, options_.refresh_interval, [&] { return r->stop; })) {
+      lock.unlock();
+      (void)Refresh();  // errors are counted and kept for Snapshot()
+      lock.lock();
+    }
+  });
+}
+
+void Budget::RestartRefresher() const {
+  if (refresher_lost_.exchange(false, std::memory_order_acq_rel)) {
+    const_cast<Budget*>(this)->StartRefresher();
+  }
 }
 
 Budget::Node* Budget::Find(int node) const {
@@ -343,11 +375,17 @@ enum class ChargeResult { kCharged, kTripped, kOverClass, kOverLimit };
 }  // namespace
 
 Status Budget::Charge(int node, std::size_t bytes, Priority priority) {
+  RestartRefresherIfLost();
   Node* n = Find(node);
   if (n == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("budget: node ", node,
                                                    " is not one of the budget's nodes (",
                                                    absl::StrJoin(node_ids(), ","), ")"));
+  }
+  if (!ValidPriority(priority)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "budget: priority ", static_cast<int>(priority),
+        " is not a Priority (kHigh, kNormal or kLow); node ", node, " was not charged"));
   }
   if (bytes == 0) return absl::OkStatus();
   const int p = static_cast<int>(priority);
@@ -464,10 +502,28 @@ void Budget::Release(int node, std::size_t bytes, Priority priority) {
   if (n == nullptr || bytes == 0) return;
   const auto b = static_cast<std::int64_t>(
       std::min<std::size_t>(bytes, std::numeric_limits<std::int64_t>::max() / 4));
-  n->by_priority[static_cast<int>(priority)].fetch_sub(b, std::memory_order_relaxed);
-  n->usage.fetch_sub(b, std::memory_order_acq_rel);
+  if (!ValidPriority(priority)) {
+    n->unmatched_releases.fetch_add(1, std::memory_order_relaxed);
+    n->unmatched_release_bytes.fetch_add(static_cast<std::uint64_t>(b), std::memory_order_relaxed);
+    return;
+  }
+  // Release no more than the class holds: a Release without its Charge would otherwise
+  // drive usage below what is really committed and let later charges pass the limits.
+  std::atomic<std::int64_t>& held = n->by_priority[static_cast<int>(priority)];
+  std::int64_t before = held.load(std::memory_order_relaxed);
+  std::int64_t released;
+  do {
+    released = std::clamp<std::int64_t>(before, 0, b);
+  } while (!held.compare_exchange_weak(before, before - released, std::memory_order_relaxed));
+  if (released < b) {
+    n->unmatched_releases.fetch_add(1, std::memory_order_relaxed);
+    n->unmatched_release_bytes.fetch_add(static_cast<std::uint64_t>(b - released),
+                                         std::memory_order_relaxed);
+  }
+  if (released == 0) return;
+  n->usage.fetch_sub(released, std::memory_order_acq_rel);
   if (options_.mode == BudgetMode::kSystem) {
-    n->since_refresh.fetch_sub(b, std::memory_order_relaxed);
+    n->since_refresh.fetch_sub(released, std::memory_order_relaxed);
   }
   Settle(*n, /*refused=*/false);
 }
@@ -605,8 +661,9 @@ std::size_t Budget::Reclaim(int node, std::size_t bytes) {
 // ---- admission, registration, figures ------------------------------------------------
 
 Admission Budget::Admit(int node, std::size_t bytes, Priority priority) const {
+  RestartRefresherIfLost();
   const Node* n = Find(node);
-  if (n == nullptr) return Admission::kNever;
+  if (n == nullptr || !ValidPriority(priority)) return Admission::kNever;
   const int p = static_cast<int>(priority);
   const auto b = static_cast<std::int64_t>(
       std::min<std::size_t>(bytes, std::numeric_limits<std::int64_t>::max() / 4));
@@ -659,6 +716,7 @@ std::uint64_t Budget::usage(int node) const {
 }
 
 BudgetSnapshot Budget::Snapshot() const {
+  RestartRefresherIfLost();
   BudgetSnapshot s;
   s.mode = options_.mode;
   s.thresholds = options_.thresholds;
@@ -688,6 +746,8 @@ BudgetSnapshot Budget::Snapshot() const {
     v.reclaim_freed = n.reclaim_freed.load();
     v.hook_failures = n.hook_failures.load();
     v.reclaim_skipped = n.reclaim_skipped.load();
+    v.unmatched_releases = n.unmatched_releases.load();
+    v.unmatched_release_bytes = n.unmatched_release_bytes.load();
     s.nodes.push_back(v);
   }
   for (const auto& entry : *callbacks_->hooks.Current()) {
@@ -712,6 +772,7 @@ BudgetSnapshot Budget::Snapshot() const {
 // ---- System mode ---------------------------------------------------------------------
 
 Status Budget::Refresh() {
+  RestartRefresherIfLost();
   if (options_.mode != BudgetMode::kSystem) return absl::OkStatus();
   const SystemReader& reader = *options_.reader;
   std::vector<Node*> changed;
@@ -774,6 +835,83 @@ Status Budget::Refresh() {
   // Outside the refresh lock: transitions deliver events and may run reclaim hooks.
   for (Node* n : changed) Settle(*n, /*refused=*/false);
   return absl::OkStatus();
+}
+
+// ---- fork (os/fork.hpp) ----------------------------------------------------------------
+//
+// Every live budget is listed, so that fork() can take each one's refresh lock (held while
+// reading the kernel's files, which allocates) before jemalloc's handler takes jemalloc's
+// locks, and so that the child can put right what the threads it does not have left behind:
+// their reclaim flags, their calls in flight of hooks and listeners, the refresh thread.
+
+namespace {
+std::mutex g_budgets_mutex;
+std::vector<Budget*>* g_budgets = nullptr;  // guarded by g_budgets_mutex; never freed
+}  // namespace
+
+void BudgetFork::Register(Budget* budget) {
+  static const os::ForkStageHandlers budgets{Prepare, Parent, Child};
+  static const os::ForkStageHandlers callbacks{nullptr, nullptr, ChildCallbacks};
+  {
+    std::lock_guard<std::mutex> lock(g_budgets_mutex);
+    if (g_budgets == nullptr) g_budgets = new std::vector<Budget*>();
+    g_budgets->push_back(budget);
+  }
+  os::SetForkStage(os::ForkStage::kBudgets, &budgets);
+  os::SetForkStage(os::ForkStage::kCallbackLocks, &callbacks);
+  os::InstallForkHandlers();
+}
+
+void BudgetFork::Unregister(Budget* budget) {
+  std::lock_guard<std::mutex> lock(g_budgets_mutex);
+  if (g_budgets == nullptr) return;
+  auto at = std::find(g_budgets->begin(), g_budgets->end(), budget);
+  if (at != g_budgets->end()) g_budgets->erase(at);
+}
+
+void BudgetFork::Prepare() {
+  g_budgets_mutex.lock();
+  if (g_budgets == nullptr) return;
+  for (Budget* budget : *g_budgets) budget->refresh_mutex_.lock();
+}
+
+void BudgetFork::Parent() {
+  if (g_budgets != nullptr) {
+    for (auto it = g_budgets->rbegin(); it != g_budgets->rend(); ++it) {
+      (*it)->refresh_mutex_.unlock();
+    }
+  }
+  g_budgets_mutex.unlock();
+}
+
+void BudgetFork::Child() {
+  if (g_budgets != nullptr) {
+    for (Budget* budget : *g_budgets) {
+      // A node another thread was reclaiming would never be reclaimed again. When this
+      // thread is inside a hook itself (it forked from one), the flags may be its own.
+      if (t_reclaim_depth == 0) {
+        for (auto& node : budget->nodes_) node->reclaiming.store(false);
+      }
+      if (budget->refresher_ != nullptr) {
+        // Its thread is not in the child: it cannot be joined, and its mutex and condition
+        // variable may be in use by that thread. Leave it (never destroyed) and start
+        // another on first use.
+        (void)budget->refresher_.release();
+        budget->refresher_lost_.store(true, std::memory_order_release);
+      }
+    }
+  }
+  Parent();
+}
+
+// The hook and listener lists' locks (taken inside jemalloc hooks, so not before fork):
+// re-created in the child (budget_callbacks.hpp). g_budgets_mutex is held (kBudgets).
+void BudgetFork::ChildCallbacks() {
+  if (g_budgets == nullptr) return;
+  for (Budget* budget : *g_budgets) {
+    budget->callbacks_->hooks.RecreateInForkChild();
+    budget->callbacks_->listeners.RecreateInForkChild();
+  }
 }
 
 }  // namespace numarena

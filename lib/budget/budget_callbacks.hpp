@@ -8,6 +8,11 @@
 // short mutex (an atomic increment, no allocation) and iterates without any lock. Each
 // entry counts its callers in flight; Remove marks it removed and waits for that count to
 // drop (not counting calls of the removing thread itself, so a callback may remove itself).
+//
+// fork(): the mutex is taken on allocation paths inside jemalloc's hooks (a charge that changes
+// a node's state delivers events), so it cannot be taken before fork (os/fork.hpp); a child
+// re-creates it instead (RecreateInForkChild). For that, nothing is allocated or freed under
+// it, and the list is switched by one pointer store, so it is whole at any instant.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <utility>
@@ -62,30 +68,29 @@ class CallbackRegistry {
     entry->priority = priority;
     entry->name = std::move(name);
     entry->fn = std::move(fn);
-    std::lock_guard<std::mutex> lock(mutex_);
-    entry->id = ++last_id_;
-    auto next = std::make_shared<List>(*list_);
-    auto at = std::find_if(next->begin(), next->end(), [&](const std::shared_ptr<Entry>& e) {
-      return rank(e->priority) > rank(priority);
+    entry->id = last_id_.fetch_add(1, std::memory_order_relaxed) + 1;
+    Update([&](List& list) {
+      auto at = std::find_if(list.begin(), list.end(), [&](const std::shared_ptr<Entry>& e) {
+        return rank(e->priority) > rank(priority);
+      });
+      list.insert(at, entry);
+      return true;
     });
-    next->insert(at, entry);
-    list_ = std::move(next);
     return entry->id;
   }
 
   // Removes the entry and waits until no other thread runs it. False for an unknown id.
   bool Remove(std::uint64_t id) {
     std::shared_ptr<Entry> gone;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto next = std::make_shared<List>(*list_);
-      auto at = std::find_if(next->begin(), next->end(),
+    bool found = Update([&](List& list) {
+      auto at = std::find_if(list.begin(), list.end(),
                              [&](const std::shared_ptr<Entry>& e) { return e->id == id; });
-      if (at == next->end()) return false;
+      if (at == list.end()) return false;
       gone = *at;
-      next->erase(at);
-      list_ = std::move(next);
-    }
+      list.erase(at);
+      return true;
+    });
+    if (!found) return false;
     gone->removed.store(true);
     const int mine = t_active_calls.CountOf(gone.get());
     while (gone->in_flight.load() > mine) std::this_thread::yield();
@@ -94,8 +99,23 @@ class CallbackRegistry {
 
   std::shared_ptr<const List> Current() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    return list_;
+    return current_->list;
   }
+
+  // In a fork() child: re-creates the lock, which a thread the child does not have may have
+  // held, and resets each entry's calls in flight to this thread's own (the other callers
+  // are gone; a Remove would wait for them for ever).
+  void RecreateInForkChild() {
+    new (&mutex_) std::mutex();
+    for (const std::shared_ptr<Entry>& entry : *current_->list) {
+      entry->in_flight.store(t_active_calls.CountOf(entry.get()));
+    }
+  }
+
+  CallbackRegistry() = default;
+  ~CallbackRegistry() { delete current_; }
+  CallbackRegistry(const CallbackRegistry&) = delete;
+  CallbackRegistry& operator=(const CallbackRegistry&) = delete;
 
   // Runs `call(entry)` unless the entry was removed; false when it was skipped.
   template <typename Call>
@@ -123,9 +143,39 @@ class CallbackRegistry {
   }
 
  private:
+  struct Holder {
+    std::shared_ptr<const List> list;
+  };
+
+  // Builds the next list from the current one with `edit` (false: no change) and switches
+  // to it; retries when another thread switched meanwhile. Allocates and frees outside the
+  // lock. Returns what `edit` returned.
+  template <typename Edit>
+  bool Update(Edit&& edit) {
+    for (;;) {
+      std::shared_ptr<const List> base = Current();  // held: its address is not reused
+      auto next = std::make_shared<List>(*base);
+      if (!edit(*next)) return false;
+      auto* holder = new Holder{std::move(next)};
+      const Holder* old = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (current_->list == base) {
+          old = current_;
+          current_ = holder;
+        }
+      }
+      if (old != nullptr) {
+        delete old;
+        return true;
+      }
+      delete holder;  // another thread switched first: start again from its list
+    }
+  }
+
   mutable std::mutex mutex_;
-  std::shared_ptr<const List> list_ = std::make_shared<const List>();
-  std::uint64_t last_id_ = 0;
+  const Holder* current_ = new Holder{std::make_shared<const List>()};
+  std::atomic<std::uint64_t> last_id_{0};
 };
 
 }  // namespace numarena::budget_internal

@@ -1,6 +1,9 @@
 // KV block layout: validation of the model geometry and the offsets inside a block.
 #include "kv/kv_layout.hpp"
 
+#include <cstdint>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 
 namespace numarena {
@@ -35,7 +38,18 @@ const char* KvDTypeName(KvDType dtype) {
 namespace kv {
 namespace {
 
-std::size_t RoundUp(std::size_t value, std::size_t to) { return (value + to - 1) / to * to; }
+// `*value` times `factor`, or false (and `*value` unchanged) when that overflows.
+bool MultiplyBy(std::size_t* value, std::size_t factor) {
+  std::size_t product;
+  if (__builtin_mul_overflow(*value, factor, &product)) return false;
+  *value = product;
+  return true;
+}
+
+Status TooLarge(const std::string& what, const char* fields) {
+  return absl::InvalidArgumentError(absl::StrCat("KV geometry: the size of ", what,
+                                                 " overflows std::size_t; use a smaller ", fields));
+}
 
 Status Positive(const char* field, int value, const char* meaning) {
   if (value > 0) return absl::OkStatus();
@@ -83,13 +97,52 @@ StatusOr<Layout> MakeLayout(const KvGeometry& geometry, int home_node_count) {
   layout.geometry.heads_per_group = per_group;
   layout.head_groups = geometry.kv_heads / per_group;
   layout.layer_ranges = geometry.layers / geometry.layers_per_block;
-  layout.blocks_per_span = layout.head_groups * layout.layer_ranges;
-  layout.row_bytes = static_cast<std::size_t>(geometry.head_dim) * KvDTypeBytes(geometry.dtype);
-  layout.area_bytes = RoundUp(
-      layout.row_bytes * static_cast<std::size_t>(geometry.tokens_per_block), kBlockAlignment);
-  layout.head_stride = 2 * layout.area_bytes;
-  layout.layer_stride = layout.head_stride * static_cast<std::size_t>(per_group);
-  layout.block_bytes = layout.layer_stride * static_cast<std::size_t>(geometry.layers_per_block);
+  // Every size below is checked: a product that wrapped once gave a block of 0 bytes (and a
+  // division by zero) or a block far smaller than its rows.
+  if (__builtin_mul_overflow(layout.head_groups, layout.layer_ranges, &layout.blocks_per_span)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV geometry: ", layout.layer_ranges,
+                     " layer ranges (layers / layers_per_block) x ", layout.head_groups,
+                     " head groups (kv_heads / heads_per_group) overflow the blocks per "
+                     "span; use a larger layers_per_block or heads_per_group"));
+  }
+  std::size_t bytes = static_cast<std::size_t>(geometry.head_dim);
+  if (!MultiplyBy(&bytes, KvDTypeBytes(geometry.dtype))) {
+    return TooLarge(absl::StrCat("a row of head_dim ", geometry.head_dim, " elements"), "head_dim");
+  }
+  layout.row_bytes = bytes;
+  if (!MultiplyBy(&bytes, static_cast<std::size_t>(geometry.tokens_per_block)) ||
+      bytes > SIZE_MAX - (kBlockAlignment - 1)) {
+    return TooLarge(
+        absl::StrCat("an area of tokens_per_block ", geometry.tokens_per_block, " rows of ",
+                     layout.row_bytes, " bytes (head_dim ", geometry.head_dim, ")"),
+        "head_dim or tokens_per_block");
+  }
+  layout.area_bytes = (bytes + kBlockAlignment - 1) / kBlockAlignment * kBlockAlignment;
+  bytes = layout.area_bytes;
+  if (!MultiplyBy(&bytes, 2)) {
+    return TooLarge(absl::StrCat("a head's K and V areas of ", layout.area_bytes, " bytes each"),
+                    "head_dim or tokens_per_block");
+  }
+  layout.head_stride = bytes;
+  if (!MultiplyBy(&bytes, static_cast<std::size_t>(per_group))) {
+    return TooLarge(
+        absl::StrCat("heads_per_group ", per_group, " heads of ", layout.head_stride, " bytes"),
+        "heads_per_group, head_dim or tokens_per_block");
+  }
+  layout.layer_stride = bytes;
+  if (!MultiplyBy(&bytes, static_cast<std::size_t>(geometry.layers_per_block))) {
+    return TooLarge(absl::StrCat("layers_per_block ", geometry.layers_per_block, " layers of ",
+                                 layout.layer_stride, " bytes"),
+                    "layers_per_block, heads_per_group, head_dim or tokens_per_block");
+  }
+  layout.block_bytes = bytes;
+  if (!MultiplyBy(&bytes, static_cast<std::size_t>(layout.blocks_per_span))) {
+    return TooLarge(absl::StrCat("a span of ", layout.blocks_per_span, " blocks of ",
+                                 layout.block_bytes, " bytes"),
+                    "geometry (fewer layers or kv_heads per span, or a smaller block)");
+  }
+  layout.span_bytes = bytes;
   return layout;
 }
 

@@ -27,6 +27,7 @@ struct Layout {
   std::size_t head_stride = 0;  // K area + V area
   std::size_t layer_stride = 0;
   std::size_t block_bytes = 0;
+  std::size_t span_bytes = 0;  // block_bytes * blocks_per_span
 
   // Index of a block inside its span.
   int BlockIndex(int layer_range, int group) const { return layer_range * head_groups + group; }
@@ -41,7 +42,9 @@ struct Layout {
 };
 
 // Validates `geometry` and derives the layout. `home_node_count` resolves a zero
-// heads_per_group. InvalidArgument names the bad field and what would be valid.
+// heads_per_group. InvalidArgument names the bad field and what would be valid, including
+// when a size (a row, area, block or span in bytes, or the blocks of a span) would not fit
+// its type: every size of the returned layout is exact.
 [[nodiscard]] StatusOr<Layout> MakeLayout(const KvGeometry& geometry, int home_node_count);
 
 }  // namespace numarena::kv

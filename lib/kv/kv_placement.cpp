@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "numarena/topology.hpp"
+#include "os/os.hpp"
 
 namespace numarena::kv {
 namespace {
@@ -21,6 +22,13 @@ Status CheckNode(const TopologyView* view, int node, const char* role) {
   if (node < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV pool: ", role, " node ", node, " is negative; node ids start at 0"));
+  }
+  if (node >= os::KernelNodeMask::kMaxNodes) {
+    // The pool keeps tables indexed by node id; the kernel's node masks stop here too.
+    return absl::InvalidArgumentError(absl::StrCat("KV pool: ", role, " node ", node,
+                                                   " is beyond the largest node id numarena "
+                                                   "supports (",
+                                                   os::KernelNodeMask::kMaxNodes - 1, ")"));
   }
   if (view == nullptr) return absl::OkStatus();
   const NodeFacts* facts = Find(*view, node);

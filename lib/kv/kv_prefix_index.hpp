@@ -69,7 +69,10 @@ class PrefixIndex {
   std::size_t indexed() const { return indexed_.load(std::memory_order_relaxed); }
 
  private:
-  struct alignas(64) Shard {
+  // Shards on separate cache-line pairs (128 bytes, the adjacent-line prefetch unit), as
+  // ReadMostlyMap's own fields are: 64 would be less than that member's alignment, which
+  // clang rejects.
+  struct alignas(128) Shard {
     mutable std::mutex mu;
     ReadMostlyMap by_hash;
     struct Cached {

@@ -1,6 +1,9 @@
 // KV slabs: slot allocation inside one (tier, node) slab set (see kv_slab.hpp).
 #include "kv/kv_slab.hpp"
 
+#include <cstdint>
+#include <new>
+
 #include "absl/strings/str_cat.h"
 #include "os/os.hpp"
 
@@ -9,6 +12,25 @@ namespace numarena::kv {
 namespace {
 std::size_t RoundUp(std::size_t value, std::size_t to) { return (value + to - 1) / to * to; }
 }  // namespace
+
+StatusOr<std::size_t> SlabBytes(std::size_t block_bytes, std::size_t blocks_per_slab) {
+  if (blocks_per_slab == 0) blocks_per_slab = 1;
+  if (blocks_per_slab > std::size_t{UINT32_MAX}) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV slab: ", blocks_per_slab, " blocks per slab is more than a slab can hold (", UINT32_MAX,
+        "); use a smaller slab_bytes"));
+  }
+  const std::size_t page = os::PageSize();
+  std::size_t bytes;
+  if (__builtin_mul_overflow(block_bytes, blocks_per_slab, &bytes) ||
+      bytes > SIZE_MAX - (page - 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV slab: a slab of ", blocks_per_slab, " blocks of ", block_bytes,
+                     " bytes, rounded up to whole pages, overflows std::size_t; use a smaller "
+                     "block (geometry) or slab_bytes"));
+  }
+  return RoundUp(bytes, page);
+}
 
 SlabAllocator::SlabAllocator(KvStorage* storage, int node, std::size_t block_bytes,
                              std::size_t blocks_per_slab, std::size_t capacity_blocks,
@@ -58,20 +80,31 @@ Slot SlabAllocator::Allocate(bool may_grow, Status* why) {
   }
   // Map outside the lock: the storage may run a reclaim hook that frees slots here.
   auto mapped = storage_->AllocateSlab(node_, slab_bytes_);
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   --reserved_;
   if (!mapped.ok()) {
     if (why != nullptr) *why = mapped.status();
     return {};
   }
-  std::int32_t id;
-  if (!unused_ids_.empty()) {
-    id = unused_ids_.back();
-    unused_ids_.pop_back();
-  } else {
-    id = static_cast<std::int32_t>(slabs_.size());
-    slabs_.emplace_back();
+  // The slot list grows with the slab's block count (reserved for all of them, so Free never
+  // allocates): a heap that cannot hold it is a refusal like the storage's, not an exception
+  // out of the pool. (A slab entry added before the failure stays released: base null.)
+  const bool reuse = !unused_ids_.empty();
+  const std::int32_t id = reuse ? unused_ids_.back() : static_cast<std::int32_t>(slabs_.size());
+  try {
+    if (!reuse) slabs_.emplace_back();
+    slabs_[id].free_slots.reserve(blocks_per_slab_);
+  } catch (const std::bad_alloc&) {
+    lock.unlock();
+    storage_->FreeSlab(node_, *mapped, slab_bytes_);
+    if (why != nullptr) {
+      *why = absl::ResourceExhaustedError(absl::StrCat("KV tier on node ", node_,
+                                                       ": no heap for the slot list of a slab of ",
+                                                       blocks_per_slab_, " blocks"));
+    }
+    return {};
   }
+  if (reuse) unused_ids_.pop_back();
   Slab& slab = slabs_[id];
   slab.base = static_cast<std::byte*>(*mapped);
   slab.used = 1;

@@ -26,9 +26,15 @@ struct Slot {
   explicit operator bool() const { return data != nullptr; }
 };
 
+// Bytes of a slab of `blocks_per_slab` blocks of `block_bytes` (0 blocks: 1), rounded up to
+// whole pages. InvalidArgument when that overflows std::size_t, or when a slab would hold
+// more blocks than a slot index (32 bits) can number.
+[[nodiscard]] StatusOr<std::size_t> SlabBytes(std::size_t block_bytes, std::size_t blocks_per_slab);
+
 class SlabAllocator {
  public:
-  // `capacity_blocks` 0: unlimited (the storage decides).
+  // `capacity_blocks` 0: unlimited (the storage decides). SlabBytes(block_bytes,
+  // blocks_per_slab) must be ok (the pool checks it when it is created).
   SlabAllocator(KvStorage* storage, int node, std::size_t block_bytes, std::size_t blocks_per_slab,
                 std::size_t capacity_blocks, std::size_t retained_empty);
   ~SlabAllocator();
@@ -37,7 +43,9 @@ class SlabAllocator {
 
   // A free slot, mapping a new slab when none is free, `may_grow` is set and the capacity
   // allows. On failure returns an empty slot and, when `why` is set, the reason
-  // (ResourceExhausted naming the node and limit, or the storage's error).
+  // (ResourceExhausted naming the node and limit, or the storage's error). Never throws:
+  // when the heap cannot hold a new slab's slot list, the slab goes back to the storage and
+  // the reason is ResourceExhausted.
   Slot Allocate(bool may_grow, Status* why = nullptr);
   void Free(Slot slot);
   // Gives empty slabs back to the storage until at most `keep` remain; returns the bytes.

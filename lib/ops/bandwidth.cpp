@@ -7,18 +7,21 @@
 // and every row measures its idle latency with one pinned thread. Derived ratios are
 // computed at the end, from figures all taken in this run.
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <cmath>
-#include <ctime>
+#include <cstdint>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "ops/bandwidth_kernels.hpp"
+#include "numarena/format.hpp"
 #include "numarena/ops/bandwidth.hpp"
 #include "numarena/topology.hpp"
+#include "ops/bandwidth_kernels.hpp"
+#include "ops/ops_common.hpp"
 #include "os/os.hpp"
 
 namespace numarena {
@@ -50,7 +53,6 @@ const BandwidthCell* BandwidthMatrix::cell(int cpu_node, int memory_node) const 
 namespace {
 
 using bandwidth_internal::kDoublesPerLine;
-using bandwidth_internal::NodeBuffer;
 using bandwidth_internal::PointerChase;
 using Clock = std::chrono::steady_clock;
 
@@ -106,14 +108,16 @@ std::vector<int> Intersect(const std::vector<int>& a, const std::vector<int>& b)
 }
 
 StatusOr<Plan> MakePlan(const Topology& topology, const MatrixOptions& options) {
-  if (options.threads_per_node < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("threads_per_node is ", options.threads_per_node,
-                     "; use a positive count, or 0 for one thread per allowed CPU of the node"));
+  if (options.threads_per_node < 0 || options.threads_per_node > kMaxBandwidthThreadsPerNode) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "threads_per_node is ", options.threads_per_node, "; use 1 to ",
+        kMaxBandwidthThreadsPerNode, ", or 0 for one thread per allowed CPU of the node"));
   }
-  if (!(options.seconds > 0) || !std::isfinite(options.seconds)) {
-    return absl::InvalidArgumentError(absl::StrCat("seconds is ", options.seconds,
-                                                   "; give the timed budget as a positive number"));
+  // The upper bound also keeps the conversion to clock ticks in range.
+  if (!(options.seconds > 0) || !(options.seconds <= kMaxBandwidthSeconds)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("seconds is ", options.seconds, "; give the timed budget as a number above 0 ",
+                     "and at most ", kMaxBandwidthSeconds, " (one day)"));
   }
   if (options.buffer_bytes != 0 && options.buffer_bytes < kMinBandwidthBufferBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -201,6 +205,21 @@ StatusOr<Plan> MakePlan(const Topology& topology, const MatrixOptions& options) 
   }
   // Whole cache lines per array.
   plan.buffer_bytes -= plan.buffer_bytes % bandwidth_internal::kCacheLine;
+  // The three arrays are bound to each column in turn: refuse now, with the sizes, rather
+  // than fail (or push the node into reclaim) while faulting them in.
+  std::size_t arrays_bytes = 0;
+  if (__builtin_mul_overflow(plan.buffer_bytes, std::size_t{3}, &arrays_bytes)) {
+    arrays_bytes = SIZE_MAX;
+  }
+  for (int id : plan.columns) {
+    const std::uint64_t free_bytes = topology.node(id)->mem_free_bytes;
+    if (free_bytes > 0 && arrays_bytes > free_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "three arrays of ", FormatBytes(plan.buffer_bytes), " need ", FormatBytes(arrays_bytes),
+          " on memory node ", id, ", which has ", FormatBytes(free_bytes),
+          " free; ask for smaller arrays (buffer_bytes), or leave it 0 for a size that fits"));
+    }
+  }
   return plan;
 }
 
@@ -235,15 +254,16 @@ StatusOr<double> RunStreaming(Work work, const Arrays& arrays, const std::vector
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   std::vector<std::thread> workers;
   workers.reserve(threads);
+  std::atomic<bool> abandoned{false};  // set when not every worker could start
   for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([&, t] {
+    auto started = ops::StartThread("bandwidth worker", t, threads, [&, t] {
       const int cpu[] = {cpus[static_cast<std::size_t>(t) % cpus.size()]};
       statuses[t] = os::SetThreadAffinity(cpu);
       const std::size_t first = lines * t / threads * kDoublesPerLine;
       const std::size_t last = lines * (t + 1) / threads * kDoublesPerLine;
       const std::size_t count = last - first;
       start.arrive_and_wait();
-      if (!statuses[t].ok() || count == 0) return;
+      if (abandoned.load(std::memory_order_relaxed) || !statuses[t].ok() || count == 0) return;
       double* a = arrays.a + first;
       const double* b = arrays.b + first;
       const double* c = arrays.c + first;
@@ -285,6 +305,15 @@ StatusOr<double> RunStreaming(Work work, const Arrays& arrays, const std::vector
       rates[t] = static_cast<double>(pass_bytes) / std::max(best_pass_seconds, 1e-9);
       sinks[t] = sink;
     });
+    if (!started.ok()) {
+      // The workers already running wait at `start` for all `threads`: arrive for the ones
+      // that never will, so they wake, see `abandoned` and return.
+      abandoned.store(true, std::memory_order_relaxed);
+      (void)start.arrive(threads - t);
+      for (std::thread& worker : workers) worker.join();
+      return started.status();
+    }
+    workers.push_back(*std::move(started));
   }
   for (std::thread& worker : workers) worker.join();
   for (int t = 0; t < threads; ++t) {
@@ -307,7 +336,7 @@ StatusOr<double> RunStreaming(Work work, const Arrays& arrays, const std::vector
 StatusOr<double> RunLatency(PointerChase chase, int cpu, double seconds) {
   Status status;
   double latency = 0;
-  std::thread worker([&] {
+  auto worker = ops::StartThread("latency thread", 0, 1, [&] {
     const int cpus[] = {cpu};
     status = os::SetThreadAffinity(cpus);
     if (!status.ok()) return;
@@ -330,20 +359,12 @@ StatusOr<double> RunLatency(PointerChase chase, int cpu, double seconds) {
     std::nth_element(batch_ns.begin(), batch_ns.begin() + batch_ns.size() / 2, batch_ns.end());
     latency = batch_ns[batch_ns.size() / 2];
   });
-  worker.join();
+  if (!worker.ok()) return worker.status();
+  worker->join();
   if (!status.ok()) {
     return Status(status.code(), absl::StrCat("pinning latency thread: ", status.message()));
   }
   return latency;
-}
-
-std::string UtcNow() {
-  std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char text[32];
-  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return text;
 }
 
 double Ratio(double numerator, double denominator) {
@@ -412,10 +433,11 @@ void Derive(BandwidthMatrix& m) {
         "against, so the local/remote ratios are not defined (reported as 0)"));
   }
   if (m.llc_bytes > 0 && m.buffer_bytes < 2 * m.llc_bytes) {
-    m.notes.push_back(absl::StrFormat(
-        "each array is %.1f MiB, less than twice the last-level cache (%.1f MiB): part of the "
-        "traffic may be served by the cache, so figures can exceed memory bandwidth",
-        m.buffer_bytes / double(kMiB), m.llc_bytes / double(kMiB)));
+    m.notes.push_back(absl::StrCat("each array is ", FormatBytes(m.buffer_bytes),
+                                   ", less than twice the last-level cache (",
+                                   FormatBytes(m.llc_bytes),
+                                   "): part of the traffic may be served by the cache, so "
+                                   "figures can exceed memory bandwidth"));
   }
   for (const BandwidthRow& row : m.rows) {
     if (row.threads > static_cast<int>(row.cpus.size())) {
@@ -424,9 +446,9 @@ void Derive(BandwidthMatrix& m) {
     }
     for (const BandwidthCell& c : row.cells) {
       if (c.pages_on_node_fraction < 0.999) {
-        m.notes.push_back(
-            absl::StrFormat("only %.1f%% of the pages of node %d's arrays were on node %d",
-                            100 * c.pages_on_node_fraction, c.memory_node, c.memory_node));
+        m.notes.push_back(absl::StrCat("only ", FormatPercent(c.pages_on_node_fraction),
+                                       " of the pages of node ", c.memory_node,
+                                       "'s arrays were on node ", c.memory_node));
         break;
       }
     }
@@ -441,7 +463,7 @@ StatusOr<BandwidthMatrix> MeasureBandwidthMatrix(const Topology& topology,
   if (!plan.ok()) return plan.status();
 
   BandwidthMatrix m;
-  m.timestamp_utc = UtcNow();
+  m.timestamp_utc = ops::UtcNow();
   m.buffer_bytes = plan->buffer_bytes;
   m.llc_bytes = plan->llc_bytes;
   m.latency_measured = options.measure_latency;
@@ -475,15 +497,16 @@ StatusOr<BandwidthMatrix> MeasureBandwidthMatrix(const Topology& topology,
     NodeBuffer buffers[3];
     double on_node = 1;
     for (NodeBuffer& buffer : buffers) {
-      auto created = NodeBuffer::Create(plan->buffer_bytes, node);
+      auto created = AllocateOnNode(plan->buffer_bytes, node);
       if (!created.ok()) {
         return Status(created.status().code(), absl::StrCat("arrays on memory node ", node, ": ",
                                                             created.status().message()));
       }
       buffer = std::move(*created);
-      on_node = std::min(on_node, buffer.FractionOnNode());
+      on_node = std::min(on_node, bandwidth_internal::FractionOnNode(buffer));
     }
-    Arrays arrays{buffers[0].doubles(), buffers[1].doubles(), buffers[2].doubles(),
+    auto doubles = [](const NodeBuffer& buffer) { return static_cast<double*>(buffer.data()); };
+    Arrays arrays{doubles(buffers[0]), doubles(buffers[1]), doubles(buffers[2]),
                   plan->buffer_bytes / sizeof(double)};
     auto measure_begin = Clock::now();
     setup += measure_begin - setup_begin;

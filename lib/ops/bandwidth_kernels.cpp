@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "base/checked_math.hpp"
 #include "numarena/page_nodes.hpp"
 #include "os/os.hpp"
 
@@ -92,56 +94,11 @@ std::size_t LastLevelCacheBytes() {
   return best_bytes;
 }
 
-namespace {
-constexpr std::size_t kHugePage = std::size_t{2} << 20;
-}
-
-StatusOr<NodeBuffer> NodeBuffer::Create(std::size_t bytes, int node) {
-  const std::size_t mapped = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-  auto mapping = os::MapAnonymous(mapped, kHugePage);
-  if (!mapping.ok()) return mapping.status();
-  NodeBuffer buffer;
-  buffer.data_ = *mapping;
-  buffer.bytes_ = bytes;
-  buffer.mapped_bytes_ = mapped;
-  buffer.node_ = node;
-  const int nodes[] = {node};
-  if (Status s = os::BindRange(buffer.data_, mapped, os::PolicyMode::kBind, nodes); !s.ok()) {
-    return s;
-  }
-  // Huge pages make the timed passes TLB-light and the fault-in several times faster; when
-  // the kernel refuses the advice the buffer still works with base pages.
-  (void)os::AdviseHugePages(buffer.data_, mapped);
-  if (Status s = os::PopulateWrite(buffer.data_, mapped); !s.ok()) return s;
-  return buffer;
-}
-
-NodeBuffer::NodeBuffer(NodeBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)),
-      bytes_(std::exchange(other.bytes_, 0)),
-      mapped_bytes_(std::exchange(other.mapped_bytes_, 0)),
-      node_(std::exchange(other.node_, -1)) {}
-
-NodeBuffer& NodeBuffer::operator=(NodeBuffer&& other) noexcept {
-  if (this != &other) {
-    if (data_ != nullptr) os::Unmap(data_, mapped_bytes_);
-    data_ = std::exchange(other.data_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-    mapped_bytes_ = std::exchange(other.mapped_bytes_, 0);
-    node_ = std::exchange(other.node_, -1);
-  }
-  return *this;
-}
-
-NodeBuffer::~NodeBuffer() {
-  if (data_ != nullptr) os::Unmap(data_, mapped_bytes_);
-}
-
-double NodeBuffer::FractionOnNode() const {
-  if (data_ == nullptr) return 0;
-  auto counts = page_nodes(data_, mapped_bytes_);
+double FractionOnNode(const NodeBuffer& buffer) {
+  if (buffer.data() == nullptr) return 0;
+  auto counts = page_nodes(buffer.data(), buffer.size());
   if (!counts.ok() || counts->total_pages == 0) return 0;
-  return static_cast<double>(counts->on(node_)) / static_cast<double>(counts->total_pages);
+  return static_cast<double>(counts->on(buffer.node())) / static_cast<double>(counts->total_pages);
 }
 
 PointerChase PointerChase::Build(void* buffer, std::size_t bytes) {

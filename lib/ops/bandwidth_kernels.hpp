@@ -3,15 +3,16 @@
 // Streaming kernels are plain loops over whole cache lines (8 doubles or 8 words), which
 // GCC and Clang vectorise at -O2 without target flags. They live in their own translation
 // unit and the read kernel returns its sum, so no optimiser can prove a pass useless.
-// `NodeBuffer` is an anonymous mapping bound to one node before its first touch and then
-// populated, so the timed passes never fault. `PointerChase` turns a buffer into one random
-// cycle through all its cache lines: each load depends on the previous one, so the time per
-// step is the load-to-use latency of wherever the lines live.
+// The arrays are numarena::NodeBuffer (AllocateOnNode: bound to one node before the first
+// touch, populated and verified), so the timed passes never fault. `PointerChase` turns a
+// buffer into one random cycle through all its cache lines: each load depends on the
+// previous one, so the time per step is the load-to-use latency of wherever the lines live.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "numarena/first_touch.hpp"
 #include "numarena/status.hpp"
 
 namespace numarena::bandwidth_internal {
@@ -35,34 +36,9 @@ void LibcMemcpy(void* dst, const void* src, std::size_t bytes);
 // Size of the largest cache of CPU 0 in bytes (sysfs cache/index*/size), 0 when unknown.
 std::size_t LastLevelCacheBytes();
 
-// An anonymous mapping whose pages are all on `node` (MPOL_BIND before first touch, huge
-// pages advised, then populated). Movable, not copyable; unmapped on destruction.
-class NodeBuffer {
- public:
-  // Maps `bytes` (rounded up to 2 MiB) bound to `node` and populates it.
-  [[nodiscard]] static StatusOr<NodeBuffer> Create(std::size_t bytes, int node);
-
-  NodeBuffer() = default;
-  NodeBuffer(NodeBuffer&& other) noexcept;
-  NodeBuffer& operator=(NodeBuffer&& other) noexcept;
-  NodeBuffer(const NodeBuffer&) = delete;
-  NodeBuffer& operator=(const NodeBuffer&) = delete;
-  ~NodeBuffer();
-
-  void* data() const { return data_; }
-  double* doubles() const { return static_cast<double*>(data_); }
-  std::size_t bytes() const { return bytes_; }  // usable bytes (as asked)
-  int node() const { return node_; }
-
-  // Fraction of the buffer's pages the kernel reports on node() (0 when it cannot say).
-  double FractionOnNode() const;
-
- private:
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
-  std::size_t mapped_bytes_ = 0;
-  int node_ = -1;
-};
+// Fraction of the pages of `buffer` (numarena::AllocateOnNode: bound to its node, populated
+// and verified there) the kernel reports on buffer.node() now; 0 when it cannot say.
+double FractionOnNode(const NodeBuffer& buffer);
 
 // A dependent random walk through the cache lines of a buffer.
 class PointerChase {

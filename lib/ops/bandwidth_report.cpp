@@ -9,57 +9,25 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "numarena/format.hpp"
 #include "numarena/ops/bandwidth.hpp"
+#include "numarena/ops/json.hpp"
 
 namespace numarena {
 namespace {
 
-std::string JsonNumber(double value) {
-  if (!std::isfinite(value)) return "null";
-  return absl::StrFormat("%.6g", value);
-}
-
-std::string JsonString(const std::string& text) {
-  std::string out = "\"";
-  for (char ch : text) {
-    switch (ch) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(ch) < 0x20) {
-          out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(ch));
-        } else {
-          out += ch;
-        }
-    }
-  }
-  return out + "\"";
-}
-
-std::string JsonPerKernel(const PerKernel& values) {
-  std::vector<std::string> fields;
+// {"read": x, "write": x, "copy": x, "triad": x}
+void WritePerKernel(JsonWriter& json, const PerKernel& values) {
+  json.BeginObject();
   for (std::size_t k = 0; k < kBandwidthKernelCount; ++k) {
-    fields.push_back(absl::StrCat("\"", BandwidthKernelName(kBandwidthKernels[k]),
-                                  "\": ", JsonNumber(values[k])));
+    json.Key(BandwidthKernelName(kBandwidthKernels[k])).Double(values[k]);
   }
-  return absl::StrCat("{", absl::StrJoin(fields, ", "), "}");
+  json.EndObject();
 }
 
 std::string Gbps(double bytes_per_second) {
   return absl::StrFormat("%.2f", bytes_per_second / 1e9);
 }
-
-std::string Percent(double fraction) { return absl::StrFormat("%.0f%%", 100 * fraction); }
 
 std::string Pad(const std::string& text, std::size_t width) {
   return text.size() >= width ? text + " " : text + std::string(width - text.size(), ' ');
@@ -72,13 +40,13 @@ std::string RenderBandwidthTable(const BandwidthMatrix& m) {
   int threads = m.rows.empty() ? 0 : m.rows.front().threads;
   absl::StrAppendFormat(&out,
                         "numarena bandwidth  %s  %zu CPU node(s) x %zu memory node(s), %d "
-                        "thread(s) per CPU node, %.1f MiB per array, %.3f s per figure\n",
+                        "thread(s) per CPU node, %s per array, %.3f s per figure\n",
                         m.timestamp_utc, m.rows.size(), m.memory_nodes.size(), threads,
-                        m.buffer_bytes / 1048576.0, m.seconds_per_figure);
+                        FormatBytes(m.buffer_bytes), m.seconds_per_figure);
   for (const std::string& note : m.notes) absl::StrAppend(&out, "note: ", note, "\n");
 
   constexpr std::size_t kRowLabel = 10;
-  constexpr std::size_t kCell = 22;
+  constexpr std::size_t kCell = 24;  // "1234.56 (100.0%, 100.0%)" and a space
   auto header = [&](const std::string& title) {
     absl::StrAppend(&out, "\n", title, "\n", Pad("", kRowLabel));
     for (int node : m.memory_nodes) absl::StrAppend(&out, Pad(absl::StrCat("mem ", node), kCell));
@@ -92,8 +60,8 @@ std::string RenderBandwidthTable(const BandwidthMatrix& m) {
       absl::StrAppend(&out, Pad(absl::StrCat("cpu ", row.cpu_node), kRowLabel));
       for (const BandwidthCell& c : row.cells) {
         absl::StrAppend(&out, Pad(absl::StrCat(Gbps(c.bytes_per_second[k]), " (",
-                                               Percent(c.fraction_of_best_local[k]), ", ",
-                                               Percent(c.fraction_of_libc[k]), ")"),
+                                               FormatPercent(c.fraction_of_best_local[k]), ", ",
+                                               FormatPercent(c.fraction_of_libc[k]), ")"),
                                   kCell));
       }
       absl::StrAppend(&out,
@@ -136,59 +104,68 @@ std::string RenderBandwidthTable(const BandwidthMatrix& m) {
 }
 
 std::string RenderBandwidthJson(const BandwidthMatrix& m) {
-  std::string out = "{\n";
-  absl::StrAppend(&out, "  \"schema\": \"numarena.bandwidth/1\",\n");
-  absl::StrAppend(&out, "  \"timestamp_utc\": ", JsonString(m.timestamp_utc), ",\n");
-  absl::StrAppend(&out, "  \"buffer_bytes\": ", m.buffer_bytes, ",\n");
-  absl::StrAppend(&out, "  \"llc_bytes\": ", m.llc_bytes, ",\n");
-  absl::StrAppend(&out, "  \"seconds_per_figure\": ", JsonNumber(m.seconds_per_figure), ",\n");
-  absl::StrAppend(&out, "  \"setup_seconds\": ", JsonNumber(m.setup_seconds), ",\n");
-  absl::StrAppend(&out, "  \"measure_seconds\": ", JsonNumber(m.measure_seconds), ",\n");
-  absl::StrAppend(&out, "  \"latency_measured\": ", m.latency_measured ? "true" : "false", ",\n");
-  std::vector<std::string> kernels;
-  for (BandwidthKernel k : kBandwidthKernels) {
-    kernels.push_back(absl::StrCat("\"", BandwidthKernelName(k), "\""));
-  }
-  absl::StrAppend(&out, "  \"kernels\": [", absl::StrJoin(kernels, ", "), "],\n");
-  absl::StrAppend(&out, "  \"cpu_nodes\": [", absl::StrJoin(m.cpu_nodes, ", "), "],\n");
-  absl::StrAppend(&out, "  \"memory_nodes\": [", absl::StrJoin(m.memory_nodes, ", "), "],\n");
-  std::vector<std::string> notes;
-  for (const std::string& note : m.notes) notes.push_back(JsonString(note));
-  absl::StrAppend(&out, "  \"notes\": [", absl::StrJoin(notes, ", "), "],\n");
-  absl::StrAppend(
-      &out, "  \"limits\": {\"best_local_bytes_per_second\": ", JsonPerKernel(m.limits.best_local),
-      ", \"best_local_latency_ns\": ", JsonNumber(m.limits.best_local_latency_ns),
-      ", \"memset_bytes_per_second\": ", JsonNumber(m.limits.memset_bytes_per_second),
-      ", \"memcpy_bytes_per_second\": ", JsonNumber(m.limits.memcpy_bytes_per_second), "},\n");
-  absl::StrAppend(&out, "  \"rows\": [");
-  for (std::size_t r = 0; r < m.rows.size(); ++r) {
-    const BandwidthRow& row = m.rows[r];
-    absl::StrAppend(
-        &out, r == 0 ? "\n" : ",\n", "    {\"cpu_node\": ", row.cpu_node, ", \"cpus\": [",
-        absl::StrJoin(row.cpus, ", "), "], \"threads\": ", row.threads,
-        ", \"local_column\": ", row.local_column,
-        ",\n     \"local_over_worst_remote\": ", JsonPerKernel(row.local_over_worst_remote),
-        ",\n     \"worst_remote_latency_over_local\": ",
-        JsonNumber(row.worst_remote_latency_over_local),
-        ", \"memset_bytes_per_second\": ", JsonNumber(row.memset_bytes_per_second),
-        ", \"memcpy_bytes_per_second\": ", JsonNumber(row.memcpy_bytes_per_second),
-        ",\n     \"cells\": [");
-    for (std::size_t col = 0; col < row.cells.size(); ++col) {
-      const BandwidthCell& c = row.cells[col];
-      absl::StrAppend(
-          &out, col == 0 ? "\n" : ",\n", "      {\"memory_node\": ", c.memory_node,
-          ", \"distance\": ", c.distance,
-          ", \"pages_on_node_fraction\": ", JsonNumber(c.pages_on_node_fraction),
-          ",\n       \"bytes_per_second\": ", JsonPerKernel(c.bytes_per_second),
-          ",\n       \"relative_to_local\": ", JsonPerKernel(c.relative_to_local),
-          ",\n       \"fraction_of_best_local\": ", JsonPerKernel(c.fraction_of_best_local),
-          ",\n       \"fraction_of_libc\": ", JsonPerKernel(c.fraction_of_libc),
-          ",\n       \"latency_ns\": ", JsonNumber(c.latency_ns),
-          ", \"latency_relative_to_local\": ", JsonNumber(c.latency_relative_to_local), "}");
+  std::string out;
+  JsonWriter json(out);
+  json.BeginObject();
+  json.Key("schema").String("numarena.bandwidth/1");
+  json.Key("timestamp_utc").String(m.timestamp_utc);
+  json.Key("buffer_bytes").Uint(m.buffer_bytes);
+  json.Key("llc_bytes").Uint(m.llc_bytes);
+  json.Key("seconds_per_figure").Double(m.seconds_per_figure);
+  json.Key("setup_seconds").Double(m.setup_seconds);
+  json.Key("measure_seconds").Double(m.measure_seconds);
+  json.Key("latency_measured").Bool(m.latency_measured);
+  json.Key("kernels").BeginArray();
+  for (BandwidthKernel k : kBandwidthKernels) json.String(BandwidthKernelName(k));
+  json.EndArray();
+  json.Key("cpu_nodes").IntArray(m.cpu_nodes);
+  json.Key("memory_nodes").IntArray(m.memory_nodes);
+  json.Key("notes").BeginArray();
+  for (const std::string& note : m.notes) json.String(note);
+  json.EndArray();
+  json.Key("limits").BeginObject();
+  json.Key("best_local_bytes_per_second");
+  WritePerKernel(json, m.limits.best_local);
+  json.Key("best_local_latency_ns").Double(m.limits.best_local_latency_ns);
+  json.Key("memset_bytes_per_second").Double(m.limits.memset_bytes_per_second);
+  json.Key("memcpy_bytes_per_second").Double(m.limits.memcpy_bytes_per_second);
+  json.EndObject();
+  json.Key("rows").BeginArray();
+  for (const BandwidthRow& row : m.rows) {
+    json.BeginObject();
+    json.Key("cpu_node").Int(row.cpu_node);
+    json.Key("cpus").IntArray(row.cpus);
+    json.Key("threads").Int(row.threads);
+    json.Key("local_column").Int(row.local_column);
+    json.Key("local_over_worst_remote");
+    WritePerKernel(json, row.local_over_worst_remote);
+    json.Key("worst_remote_latency_over_local").Double(row.worst_remote_latency_over_local);
+    json.Key("memset_bytes_per_second").Double(row.memset_bytes_per_second);
+    json.Key("memcpy_bytes_per_second").Double(row.memcpy_bytes_per_second);
+    json.Key("cells").BeginArray();
+    for (const BandwidthCell& c : row.cells) {
+      json.BeginObject();
+      json.Key("memory_node").Int(c.memory_node);
+      json.Key("distance").Int(c.distance);
+      json.Key("pages_on_node_fraction").Double(c.pages_on_node_fraction);
+      json.Key("bytes_per_second");
+      WritePerKernel(json, c.bytes_per_second);
+      json.Key("relative_to_local");
+      WritePerKernel(json, c.relative_to_local);
+      json.Key("fraction_of_best_local");
+      WritePerKernel(json, c.fraction_of_best_local);
+      json.Key("fraction_of_libc");
+      WritePerKernel(json, c.fraction_of_libc);
+      json.Key("latency_ns").Double(c.latency_ns);
+      json.Key("latency_relative_to_local").Double(c.latency_relative_to_local);
+      json.EndObject();
     }
-    absl::StrAppend(&out, "]}");
+    json.EndArray();
+    json.EndObject();
   }
-  absl::StrAppend(&out, "\n  ]\n}\n");
+  json.EndArray();
+  json.EndObject();
+  out += '\n';
   return out;
 }
 

@@ -12,20 +12,26 @@
 #include <algorithm>
 #include <barrier>
 #include <chrono>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
-#include <ctime>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/checked_math.hpp"
 #include "numarena/arena.hpp"
+#include "numarena/format.hpp"
 #include "numarena/kv_pool.hpp"
+#include "numarena/ops/json.hpp"
 #include "numarena/page_nodes.hpp"
 #include "numarena/topology.hpp"
+#include "ops/ops_common.hpp"
 #include "os/os.hpp"
 
 namespace numarena::decode {
@@ -94,8 +100,9 @@ class Workers {
         start_(static_cast<std::ptrdiff_t>(pin_cpus_.size()) + 1),
         done_(static_cast<std::ptrdiff_t>(pin_cpus_.size()) + 1),
         statuses_(pin_cpus_.size()) {
+    const int count = static_cast<int>(pin_cpus_.size());
     for (std::size_t w = 0; w < pin_cpus_.size(); ++w) {
-      threads_.emplace_back([this, w] {
+      auto started = ops::StartThread("decode worker", static_cast<int>(w), count, [this, w] {
         if (pin_cpus_[w] >= 0) {
           const int cpu[] = {pin_cpus_[w]};
           statuses_[w] = os::SetThreadAffinity(cpu);
@@ -107,13 +114,23 @@ class Workers {
           done_.arrive_and_wait();
         }
       });
+      if (!started.ok()) {
+        start_status_ = started.status();
+        break;
+      }
+      threads_.push_back(*std::move(started));
     }
   }
   ~Workers() {
     stop_ = true;
-    start_.arrive_and_wait();
+    // This thread's arrival, and one for each worker that never started (only when the
+    // system refused a thread): the ones running wake, see stop_ and end.
+    (void)start_.arrive(static_cast<std::ptrdiff_t>(pin_cpus_.size() - threads_.size()) + 1);
     for (std::thread& t : threads_) t.join();
   }
+  // OK when every worker started; else ResourceExhausted naming the one the system refused.
+  // Run() only after an OK.
+  const Status& started() const { return start_status_; }
   void Run(const std::function<void(int)>& task) {
     task_ = task;
     start_.arrive_and_wait();
@@ -132,6 +149,7 @@ class Workers {
   std::barrier<> start_;
   std::barrier<> done_;
   std::vector<Status> statuses_;
+  Status start_status_;
   std::function<void(int)> task_;
   bool stop_ = false;
   std::vector<std::thread> threads_;
@@ -224,7 +242,63 @@ struct Plan {
   std::vector<int> worker_node;   // per worker
   std::vector<int> worker_cpu;    // per worker
   std::vector<int> group_worker;  // per head group
+  std::size_t kv_bytes_per_token = 0;
 };
+
+// The memory a run needs at once (one configuration's KV pool, the workers' scratch, the
+// prompts and outputs), computed without overflow, against the free memory of the CPU nodes
+// the KV pool spreads over. Returns the KV bytes per token; ResourceExhausted, with the
+// sizes, when the run cannot fit (or its size does not fit in 64 bits). A lower bound: the
+// pool rounds up to whole blocks and slabs, so a run close to the limit can still fail later
+// with the pool's own ResourceExhausted.
+StatusOr<std::size_t> CheckMemory(const Topology& topology, const std::vector<int>& cpu_nodes,
+                                  int threads, const DecodeOptions& o) {
+  bool overflow = false;
+  auto mul = [&overflow](std::uint64_t a, std::uint64_t b) {
+    std::uint64_t r = 0;
+    overflow |= __builtin_mul_overflow(a, b, &r);
+    return r;
+  };
+  auto add = [&overflow](std::uint64_t a, std::uint64_t b) {
+    std::uint64_t r = 0;
+    overflow |= __builtin_add_overflow(a, b, &r);
+    return r;
+  };
+  const std::uint64_t sequences = static_cast<std::uint64_t>(o.sequences);
+  const std::uint64_t dim = static_cast<std::uint64_t>(o.head_dim);
+  const std::uint64_t prompt = static_cast<std::uint64_t>(o.prompt_tokens);
+  const std::uint64_t per_token = mul(mul(mul(o.layers, o.kv_heads), dim), sizeof(float) * 2);
+  const std::uint64_t tokens = add(prompt, static_cast<std::uint64_t>(o.decode_steps));
+  const std::uint64_t blocks = tokens / kTokensPerBlock + (tokens % kTokensPerBlock != 0);
+  const std::uint64_t kv = mul(mul(sequences, mul(blocks, kTokensPerBlock)), per_token);
+  // Per worker: h, acc and queries of every prompt position, and q, k, v of one.
+  const std::uint64_t scratch = mul(static_cast<std::uint64_t>(threads),
+                                    mul(mul(add(mul(prompt, 3), 3), dim), sizeof(float)));
+  const std::uint64_t prompts = mul(mul(sequences, prompt), sizeof(std::int32_t));
+  const std::uint64_t outputs = mul(mul(mul(sequences, o.kv_heads), dim), sizeof(float));
+  const std::uint64_t total = add(add(kv, scratch), add(prompts, outputs));
+  std::uint64_t free_bytes = 0;
+  for (int node : cpu_nodes) {
+    if (const NodeInfo* info = topology.node(node)) free_bytes += info->mem_free_bytes;
+  }
+  const std::string advice =
+      "; lower sequences, prompt_tokens, decode_steps, layers, kv_heads or head_dim (or "
+      "threads)";
+  if (overflow) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the run would need more than 16 EiB (", o.sequences, " sequences of ",
+                     o.prompt_tokens, " + ", o.decode_steps, " tokens, ", o.layers, " layers x ",
+                     o.kv_heads, " KV heads x ", o.head_dim, ")", advice));
+  }
+  if (free_bytes > 0 && total > free_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the run needs ", FormatBytes(total), " at once (KV cache ", FormatBytes(kv),
+                     ", worker scratch ", FormatBytes(scratch), ", prompts and outputs ",
+                     FormatBytes(prompts + outputs), "), more than the ", FormatBytes(free_bytes),
+                     " free on CPU node(s) ", absl::StrJoin(cpu_nodes, ","), advice));
+  }
+  return static_cast<std::size_t>(per_token);
+}
 
 StatusOr<Plan> MakePlan(const Topology& topology, const DecodeOptions& options) {
   Plan plan;
@@ -254,6 +328,10 @@ StatusOr<Plan> MakePlan(const Topology& topology, const DecodeOptions& options) 
         absl::StrCat("threads is ", threads,
                      "; the experiment needs at least one worker per CPU node (", nodes, ")"));
   }
+  // Before anything is sized by the options (the per-group table below included).
+  auto kv_bytes_per_token = CheckMemory(topology, plan.cpu_nodes, threads, options);
+  if (!kv_bytes_per_token.ok()) return kv_bytes_per_token.status();
+  plan.kv_bytes_per_token = *kv_bytes_per_token;
   // Workers round-robin over the CPU nodes; the k-th worker of a node on its k-th CPU.
   std::vector<std::vector<int>> workers_of(nodes);
   for (int w = 0; w < threads; ++w) {
@@ -270,15 +348,6 @@ StatusOr<Plan> MakePlan(const Topology& topology, const DecodeOptions& options) 
     plan.group_worker.push_back(candidates[(g / nodes) % candidates.size()]);
   }
   return plan;
-}
-
-std::string UtcNow() {
-  std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char text[32];
-  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return text;
 }
 
 double Percentile(std::vector<double> values, double p) {
@@ -330,6 +399,7 @@ StatusOr<ConfigurationResult> RunConfiguration(const Configuration& config, cons
   std::vector<int> pins(plan.worker_cpu.size(), -1);
   if (config.pin) pins = plan.worker_cpu;
   Workers workers(pins);
+  if (!workers.started().ok()) return workers.started();
   workers.Run([](int) {});
   if (Status s = workers.status(); !s.ok()) return s;
 
@@ -380,7 +450,9 @@ StatusOr<ConfigurationResult> RunConfiguration(const Configuration& config, cons
   for (int s = 0; s < o.sequences; ++s) {
     prompts[s].resize(prompt);
     for (std::size_t t = 0; t < prompt; ++t) {
-      prompts[s][t] = static_cast<std::int32_t>(1000 + s * 100003 + static_cast<int>(t));
+      // In 64 bits, then kept within int32 (a large batch would overflow int).
+      prompts[s][t] = static_cast<std::int32_t>(
+          (1000 + std::int64_t{s} * 100003 + static_cast<std::int64_t>(t)) % INT32_MAX);
     }
     auto seq = pool.CreateSequence(prompts[s]);
     if (!seq.ok()) return seq.status();
@@ -550,23 +622,6 @@ StatusOr<ConfigurationResult> RunConfiguration(const Configuration& config, cons
   return result;
 }
 
-std::string JsonString(const std::string& text) {
-  std::string out = "\"";
-  for (char ch : text) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    if (static_cast<unsigned char>(ch) < 0x20) {
-      out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(ch));
-      continue;
-    }
-    out += ch;
-  }
-  return out + "\"";
-}
-
-std::string JsonNumber(double value) {
-  return std::isfinite(value) ? absl::StrFormat("%.6g", value) : std::string("null");
-}
-
 }  // namespace
 
 const std::vector<std::string>& ConfigurationNames() {
@@ -589,9 +644,25 @@ StatusOr<DecodeTable> RunDecodeExperiment(const DecodeOptions& options) {
           absl::StrCat(name, " is ", value, "; it must be a positive number"));
     }
   }
-  if (options.threads < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "threads is ", options.threads, "; use a positive count, or 0 for every allowed CPU"));
+  if (options.threads < 0 || options.threads > kMaxDecodeThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("threads is ", options.threads, "; use 1 to ",
+                                                   kMaxDecodeThreads,
+                                                   ", or 0 for one per allowed CPU"));
+  }
+  // The KV bytes of one token: layers x kv_heads x head_dim x (K and V) x fp32.
+  std::optional<std::size_t> kv_bytes_per_token = MulChecked(
+      static_cast<std::size_t>(options.layers), static_cast<std::size_t>(options.kv_heads));
+  if (kv_bytes_per_token) {
+    kv_bytes_per_token =
+        MulChecked(*kv_bytes_per_token, static_cast<std::size_t>(options.head_dim));
+  }
+  if (kv_bytes_per_token) kv_bytes_per_token = MulChecked(*kv_bytes_per_token, 2 * sizeof(float));
+  if (!kv_bytes_per_token) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layers ", options.layers, " x kv_heads ", options.kv_heads, " x head_dim ",
+                     options.head_dim,
+                     " x 8 bytes of KV per token does not fit in 64 bits; use a real "
+                     "model's shape"));
   }
   std::vector<const Configuration*> chosen;
   if (options.configurations.empty()) {
@@ -617,9 +688,8 @@ StatusOr<DecodeTable> RunDecodeExperiment(const DecodeOptions& options) {
   table.options = options;
   table.threads = static_cast<int>(plan->worker_node.size());
   table.cpu_nodes = plan->cpu_nodes;
-  table.kv_bytes_per_token = static_cast<std::size_t>(options.layers) * options.kv_heads *
-                             options.head_dim * sizeof(float) * 2;
-  table.timestamp_utc = UtcNow();
+  table.kv_bytes_per_token = plan->kv_bytes_per_token;
+  table.timestamp_utc = ops::UtcNow();
   if (plan->cpu_nodes.size() == 1) {
     table.notes.push_back(absl::StrCat(
         "one NUMA node (", plan->cpu_nodes[0],
@@ -642,52 +712,63 @@ std::string RenderDecodeTable(const DecodeTable& t) {
   const DecodeOptions& o = t.options;
   absl::StrAppendFormat(&out,
                         "numarena decode  %s  %d sequences x (%d prompt + %d decode) tokens, %d "
-                        "layers, %d KV heads x %d, fp32 KV %.1f KiB/token, %d worker thread(s) "
+                        "layers, %d KV heads x %d, fp32 KV %s/token, %d worker thread(s) "
                         "on CPU node(s) %s\n",
                         t.timestamp_utc, o.sequences, o.prompt_tokens, o.decode_steps, o.layers,
-                        o.kv_heads, o.head_dim, t.kv_bytes_per_token / 1024.0, t.threads,
+                        o.kv_heads, o.head_dim, FormatBytes(t.kv_bytes_per_token), t.threads,
                         absl::StrJoin(t.cpu_nodes, ","));
   for (const std::string& note : t.notes) absl::StrAppend(&out, "note: ", note, "\n");
   absl::StrAppendFormat(&out, "\n%-17s %14s %13s %10s %14s  %s\n", "configuration", "P50 TTFT (ms)",
                         "P99 TBT (ms)", "tokens/s", "KV node-local", "what it does");
   for (const ConfigurationResult& r : t.configurations) {
-    absl::StrAppendFormat(&out, "%-17s %14.1f %13.2f %10.1f %13.1f%%  %s\n", r.name, r.p50_ttft_ms,
-                          r.p99_tbt_ms, r.decode_tokens_per_second, 100 * r.kv_local_fraction,
-                          r.description);
+    absl::StrAppendFormat(&out, "%-17s %14.1f %13.2f %10.1f %14s  %s\n", r.name, r.p50_ttft_ms,
+                          r.p99_tbt_ms, r.decode_tokens_per_second,
+                          FormatPercent(r.kv_local_fraction), r.description);
   }
   return out;
 }
 
 std::string RenderDecodeJson(const DecodeTable& t) {
   const DecodeOptions& o = t.options;
-  std::string out = "{\n  \"schema\": \"numarena.decode/1\",\n";
-  absl::StrAppend(&out, "  \"timestamp_utc\": ", JsonString(t.timestamp_utc), ",\n");
-  absl::StrAppend(&out, "  \"options\": {\"sequences\": ", o.sequences,
-                  ", \"prompt_tokens\": ", o.prompt_tokens, ", \"decode_steps\": ", o.decode_steps,
-                  ", \"layers\": ", o.layers, ", \"kv_heads\": ", o.kv_heads,
-                  ", \"head_dim\": ", o.head_dim, ", \"threads\": ", t.threads, "},\n");
-  absl::StrAppend(&out, "  \"cpu_nodes\": [", absl::StrJoin(t.cpu_nodes, ", "), "],\n");
-  absl::StrAppend(&out, "  \"kv_bytes_per_token\": ", t.kv_bytes_per_token, ",\n");
-  std::vector<std::string> notes;
-  for (const std::string& n : t.notes) notes.push_back(JsonString(n));
-  absl::StrAppend(&out, "  \"notes\": [", absl::StrJoin(notes, ", "), "],\n");
-  absl::StrAppend(&out, "  \"configurations\": [");
-  for (std::size_t i = 0; i < t.configurations.size(); ++i) {
-    const ConfigurationResult& r = t.configurations[i];
-    absl::StrAppend(&out, i == 0 ? "\n" : ",\n", "    {\"name\": ", JsonString(r.name),
-                    ", \"description\": ", JsonString(r.description),
-                    ", \"pinned\": ", r.pinned ? "true" : "false",
-                    ",\n     \"p50_ttft_ms\": ", JsonNumber(r.p50_ttft_ms),
-                    ", \"p99_tbt_ms\": ", JsonNumber(r.p99_tbt_ms),
-                    ", \"decode_tokens_per_second\": ", JsonNumber(r.decode_tokens_per_second),
-                    ", \"prefill_tokens_per_second\": ", JsonNumber(r.prefill_tokens_per_second),
-                    ",\n     \"kv_local_fraction\": ", JsonNumber(r.kv_local_fraction),
-                    ", \"kv_pages\": ", r.kv_pages, ", \"kv_nodes\": [",
-                    absl::StrJoin(r.kv_nodes, ", "), "], \"worker_nodes\": [",
-                    absl::StrJoin(r.worker_nodes, ", "),
-                    "], \"checksum\": ", JsonNumber(r.checksum), "}");
+  std::string out;
+  JsonWriter json(out);
+  json.BeginObject();
+  json.Key("schema").String("numarena.decode/1");
+  json.Key("timestamp_utc").String(t.timestamp_utc);
+  json.Key("options").BeginObject();
+  json.Key("sequences").Int(o.sequences);
+  json.Key("prompt_tokens").Int(o.prompt_tokens);
+  json.Key("decode_steps").Int(o.decode_steps);
+  json.Key("layers").Int(o.layers);
+  json.Key("kv_heads").Int(o.kv_heads);
+  json.Key("head_dim").Int(o.head_dim);
+  json.Key("threads").Int(t.threads);
+  json.EndObject();
+  json.Key("cpu_nodes").IntArray(t.cpu_nodes);
+  json.Key("kv_bytes_per_token").Uint(t.kv_bytes_per_token);
+  json.Key("notes").BeginArray();
+  for (const std::string& n : t.notes) json.String(n);
+  json.EndArray();
+  json.Key("configurations").BeginArray();
+  for (const ConfigurationResult& r : t.configurations) {
+    json.BeginObject();
+    json.Key("name").String(r.name);
+    json.Key("description").String(r.description);
+    json.Key("pinned").Bool(r.pinned);
+    json.Key("p50_ttft_ms").Double(r.p50_ttft_ms);
+    json.Key("p99_tbt_ms").Double(r.p99_tbt_ms);
+    json.Key("decode_tokens_per_second").Double(r.decode_tokens_per_second);
+    json.Key("prefill_tokens_per_second").Double(r.prefill_tokens_per_second);
+    json.Key("kv_local_fraction").Double(r.kv_local_fraction);
+    json.Key("kv_pages").Uint(r.kv_pages);
+    json.Key("kv_nodes").IntArray(r.kv_nodes);
+    json.Key("worker_nodes").IntArray(r.worker_nodes);
+    json.Key("checksum").Double(r.checksum);
+    json.EndObject();
   }
-  absl::StrAppend(&out, "\n  ]\n}\n");
+  json.EndArray();
+  json.EndObject();
+  out += '\n';
   return out;
 }
 

@@ -2,6 +2,8 @@
 #include "ops/ops_common.hpp"
 
 #include <cctype>
+#include <chrono>
+#include <ctime>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -39,6 +41,22 @@ StatusOr<std::optional<std::string>> ReadOptional(const SystemReader& reader,
 Status FileError(const SystemReader& reader, const std::string& path, const Status& parse_error) {
   return absl::DataLossError(
       absl::StrCat(reader.DisplayPath(path), ": ", std::string(parse_error.message())));
+}
+
+Status ThreadStartError(const char* what, int index, int count, const std::system_error& error) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "could not start ", what, " ", index + 1, " of ", count, ": ", error.what(),
+      "; the system refused another thread (its thread or memory limit), so ask for fewer "
+      "threads"));
+}
+
+std::string UtcNow() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
 }
 
 bool IsPidArgument(std::string_view pid) {

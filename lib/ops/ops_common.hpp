@@ -1,12 +1,15 @@
-// Small helpers shared by the operations components (doctor, advise, stat, metrics, report):
-// finding a PCI device by a bus id as users type it, reading optional kernel files through
-// a SystemReader, and printing byte counts and ratios the way the tools show them.
+// Small helpers shared by the operations components (doctor, advise, stat, metrics, report,
+// bandwidth, decode): finding a PCI device by a bus id as users type it, reading optional
+// kernel files through a SystemReader, and the timestamp the measurement reports carry.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
 
 #include "numarena/format.hpp"
 #include "numarena/status.hpp"
@@ -26,6 +29,28 @@ namespace numarena::ops {
 // Wraps a parse error of `path` as DataLoss naming the file as the reader shows it.
 [[nodiscard]] Status FileError(const SystemReader& reader, const std::string& path,
                                const Status& parse_error);
+
+// The ResourceExhausted error StartThread returns.
+[[nodiscard]] Status ThreadStartError(const char* what, int index, int count,
+                                      const std::system_error& error);
+
+// Starts a thread running `body`, or ResourceExhausted when the system refuses it (at the
+// process's or the system's thread limit, or without memory for its stack), naming it as
+// `what` number index + 1 of `count` and saying to ask for fewer threads. std::thread
+// reports that refusal by throwing, which the commands must not let escape.
+template <typename Body>
+[[nodiscard]] StatusOr<std::thread> StartThread(const char* what, int index, int count,
+                                                Body&& body) {
+  try {
+    return std::thread(std::forward<Body>(body));
+  } catch (const std::system_error& e) {
+    return ThreadStartError(what, index, count, e);
+  }
+}
+
+// The current time in UTC as ISO 8601 to the second, "2025-01-31T12:00:00Z": the
+// timestamp_utc of the bandwidth matrix and the decode table.
+std::string UtcNow();
 
 // True when "/proc/<pid>" names a plausible process: "self" or a positive decimal number.
 bool IsPidArgument(std::string_view pid);

@@ -1,10 +1,10 @@
 // The OS layer: the only code in numarena that talks to the kernel.
 //
 // Every mmap, madvise, mbind, set_mempolicy, get_mempolicy, move_pages, sched_*affinity,
-// getcpu and getenv call, and every read of a file under /sys or /proc, goes through the
-// functions below. Everything above this layer is ordinary C++ that can be unit-tested on
-// a one-node machine with synthetic inputs (see topology's injected reader) and proven on
-// a real multi-node kernel in the NUMA lab.
+// getcpu and getenv call, and every read of a file under /sys or /proc (or of a recorded
+// tree standing in for them), goes through the functions below. Everything above this
+// layer is ordinary C++ that can be unit-tested on a one-node machine with synthetic inputs
+// (see topology's injected reader) and proven on a real multi-node kernel in the NUMA lab.
 //
 // Conventions: functions return absl::Status / StatusOr with errno kept in the message
 // (see ErrnoToStatus). Node masks are sized from the kernel's possible node count, never a
@@ -24,8 +24,20 @@ namespace numarena::os {
 
 // ---- files ---------------------------------------------------------------------------
 
-// Reads a whole (small) file. NotFound when it does not exist; the path is in the message.
-[[nodiscard]] StatusOr<std::string> ReadFile(const std::string& path);
+// The most ReadFile reads from one file unless told otherwise: far above any kernel file
+// numarena reads (the largest, /proc/<pid>/numa_maps of a process with very many mappings,
+// is a few MiB), and small enough that a wrong file cannot exhaust memory.
+inline constexpr std::size_t kMaxFileBytes = std::size_t{64} << 20;
+
+// Reads a whole regular file of at most `max_bytes` bytes. The path is in every message.
+//   NotFound            it does not exist (also a dangling symbolic link)
+//   FailedPrecondition  it is a directory (EISDIR), a FIFO, socket or device (opened without
+//                       blocking and refused before any read, so a FIFO with no writer or a
+//                       link to /dev/zero cannot hang or exhaust memory), it is larger than
+//                       max_bytes, or the path loops (ELOOP) or runs through a non-directory
+//   others              as ErrnoToStatus (PermissionDenied for EACCES, ...)
+[[nodiscard]] StatusOr<std::string> ReadFile(const std::string& path,
+                                             std::size_t max_bytes = kMaxFileBytes);
 // Names of the entries of a directory (no "." or ".."), unsorted. NotFound when missing.
 [[nodiscard]] StatusOr<std::vector<std::string>> ListDirectory(const std::string& path);
 // Target of a symbolic link. NotFound when missing.
@@ -36,7 +48,10 @@ std::string GetEnv(const char* name);
 // ---- virtual memory ------------------------------------------------------------------
 
 std::size_t PageSize();
-// Reserves address space that is neither readable nor committed (PROT_NONE|MAP_NORESERVE).
+// Reserves address space that is neither readable nor committed (PROT_NONE|MAP_NORESERVE),
+// aligned to `alignment` (a power of two; at least a page). InvalidArgument for bytes == 0
+// or an alignment that is not a power of two, ResourceExhausted (ENOMEM) when
+// bytes + alignment does not fit in the address space.
 [[nodiscard]] StatusOr<void*> ReserveAddressSpace(std::size_t bytes, std::size_t alignment);
 // Makes [addr, addr+bytes) of a reservation readable and writable (no page is touched).
 [[nodiscard]] Status CommitRange(void* addr, std::size_t bytes);
@@ -55,12 +70,18 @@ void Unmap(void* addr, std::size_t bytes);
 // spreads base pages even when THP is "always"; advisory, errors are returned.
 [[nodiscard]] Status AdviseNoHugePages(void* addr, std::size_t bytes);
 // True when every page of [addr, addr+bytes) is mapped, false when some page is not
-// (mincore(2) ENOMEM). `addr` is rounded down to a page. Linux 6.1's move_pages reports an
+// (mincore(2) ENOMEM, or a range that runs past the top of the address space). `addr` is
+// rounded down to a page; fixed memory whatever the size. Linux 6.1's move_pages reports an
 // untouched page of an anonymous mapping as -EFAULT, the same as an unmapped one (newer
 // kernels say -ENOENT); this tells the two apart without faulting anything in.
 [[nodiscard]] StatusOr<bool> RangeIsMapped(const void* addr, std::size_t bytes);
+// The lowest address at or above `addr` that is mapped in this process (`addr` itself when
+// it is mapped), from /proc/self/maps; UINTPTR_MAX when nothing is mapped above it. Lets
+// callers step over a hole in one go instead of page by page.
+[[nodiscard]] StatusOr<std::uintptr_t> NextMappingStart(std::uintptr_t addr);
 // Touches (populates) every page of the range for writing (MADV_POPULATE_WRITE when the
 // kernel has it, else a write of one byte per page).
+// InvalidArgument (EINVAL) for a range that is not writable, where the kernel can tell.
 [[nodiscard]] Status PopulateWrite(void* addr, std::size_t bytes);
 
 // ---- memory policy -------------------------------------------------------------------
@@ -121,6 +142,7 @@ int MakeKernelNodeMask(std::span<const int> nodes, KernelNodeMask* mask);
 // mbind(2) with a prebuilt mask (kDefault/kLocal ignore it).
 int BindRangeNoAlloc(void* addr, std::size_t bytes, PolicyMode mode, const KernelNodeMask& mask);
 // Reserves address space like ReserveAddressSpace; *out receives the aligned start.
+// EINVAL / ENOMEM for the cases ReserveAddressSpace names.
 int ReserveAddressSpaceNoAlloc(std::size_t bytes, std::size_t alignment, void** out);
 // mprotect(PROT_READ|PROT_WRITE) of part of a reservation.
 int CommitRangeNoAlloc(void* addr, std::size_t bytes);
@@ -131,8 +153,9 @@ int MapHugetlbFixedNoAlloc(void* addr, std::size_t bytes, std::size_t huge_page_
 int PurgeRangeNoAlloc(void* addr, std::size_t bytes);
 // MADV_HUGEPAGE (huge = true) or MADV_NOHUGEPAGE.
 int AdviseHugePagesNoAlloc(void* addr, std::size_t bytes, bool huge);
-// Reads at most capacity-1 bytes of a small file into `buffer` and NUL-terminates it.
-// Returns the length read, or -errno.
+// Reads at most capacity-1 bytes of a small regular file into `buffer` and NUL-terminates
+// it. Returns the length read, or -errno: -EISDIR for a directory, -EINVAL for a FIFO,
+// socket or device (refused without blocking, as ReadFile does).
 long ReadFileNoAlloc(const char* path, char* buffer, std::size_t capacity);
 // Reads a file of any length through a fixed buffer and calls on_line(context, line) for
 // each line, without its '\n'. A line longer than kMaxLineNoAlloc bytes is passed cut to

@@ -6,11 +6,13 @@
 #include <numaif.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 
@@ -89,9 +91,60 @@ Status BatchedMovePages(std::span<void* const> pages, const int* target, std::sp
 
 }  // namespace
 
-StatusOr<std::string> ReadFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+const char* FileTypeName(mode_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFDIR:
+      return "a directory";
+    case S_IFIFO:
+      return "a FIFO";
+    case S_IFSOCK:
+      return "a socket";
+    case S_IFCHR:
+      return "a character device";
+    case S_IFBLK:
+      return "a block device";
+    default:
+      return "not a regular file";
+  }
+}
+
+}  // namespace
+
+StatusOr<std::string> ReadFile(const std::string& path, std::size_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO without a writer (or a device) would otherwise wait forever;
+  // it is refused below before any read. O_NOCTTY: a terminal never becomes ours.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", path));
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    int err = errno;
+    ::close(fd);
+    return ErrnoToStatus(err, absl::StrCat("fstat ", path));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    ::close(fd);
+    // A directory keeps its errno name, as read(2) would report it.
+    if (S_ISDIR(info.st_mode)) return ErrnoToStatus(EISDIR, absl::StrCat("read ", path));
+    // /dev/zero or /dev/urandom (e.g. behind a symlink in a recorded tree) would never end,
+    // a FIFO or socket may never answer: kernel files under /sys and /proc are regular.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "read ", path, ": ", FileTypeName(info.st_mode),
+        ", not a regular file; numarena reads only regular files (as the kernel's files under "
+        "/sys and /proc are)"));
+  }
+  auto too_large = [&] {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "read ", path, ": larger than ", max_bytes,
+        " bytes, the most numarena reads from one file; no kernel file it reads is that large, "
+        "so this is not the file it expects"));
+  };
+  // sysfs reports 4096 and procfs 0 whatever the content: st_size only refuses early.
+  if (static_cast<std::uint64_t>(info.st_size) > max_bytes) {
+    ::close(fd);
+    return too_large();
+  }
   std::string out;
   char buffer[4096];
   for (;;) {
@@ -103,6 +156,10 @@ StatusOr<std::string> ReadFile(const std::string& path) {
       return ErrnoToStatus(err, absl::StrCat("read ", path));
     }
     if (n == 0) break;
+    if (static_cast<std::size_t>(n) > max_bytes - out.size()) {
+      ::close(fd);
+      return too_large();
+    }
     out.append(buffer, static_cast<std::size_t>(n));
   }
   ::close(fd);
@@ -140,20 +197,12 @@ std::size_t PageSize() {
 }
 
 StatusOr<void*> ReserveAddressSpace(std::size_t bytes, std::size_t alignment) {
-  if (alignment < PageSize()) alignment = PageSize();
-  std::size_t padded = bytes + alignment;
-  void* raw =
-      ::mmap(nullptr, padded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (raw == MAP_FAILED) {
-    return ErrnoToStatus(errno, absl::StrCat("mmap(reserve ", bytes, " bytes)"));
+  void* reserved = nullptr;
+  if (int err = ReserveAddressSpaceNoAlloc(bytes, alignment, &reserved); err != 0) {
+    return ErrnoToStatus(
+        err, absl::StrCat("mmap(reserve ", bytes, " bytes aligned to ", alignment, ")"));
   }
-  auto base = reinterpret_cast<std::uintptr_t>(raw);
-  std::uintptr_t aligned = (base + alignment - 1) & ~(alignment - 1);
-  if (aligned > base) ::munmap(raw, aligned - base);
-  std::uintptr_t end = aligned + bytes;
-  std::uintptr_t raw_end = base + padded;
-  if (raw_end > end) ::munmap(reinterpret_cast<void*>(end), raw_end - end);
-  return reinterpret_cast<void*>(aligned);
+  return reserved;
 }
 
 Status CommitRange(void* addr, std::size_t bytes) {
@@ -231,19 +280,61 @@ Status AdviseNoHugePages(void* addr, std::size_t bytes) {
 StatusOr<bool> RangeIsMapped(const void* addr, std::size_t bytes) {
   const std::size_t page = PageSize();
   auto begin = reinterpret_cast<std::uintptr_t>(addr) & ~(page - 1);
-  auto end = (reinterpret_cast<std::uintptr_t>(addr) + bytes + page - 1) & ~(page - 1);
-  if (end == begin) return true;
-  std::vector<unsigned char> residency((end - begin) / page);
-  if (::mincore(reinterpret_cast<void*>(begin), end - begin, residency.data()) == 0) return true;
-  if (errno == ENOMEM) return false;
-  return ErrnoToStatus(errno, absl::StrCat("mincore(", Hex(addr), ", ", bytes, ")"));
+  std::uintptr_t last;  // the last byte of the range
+  if (bytes == 0) return true;
+  if (__builtin_add_overflow(reinterpret_cast<std::uintptr_t>(addr), bytes - 1, &last)) {
+    return false;  // runs past the top of the address space, which is never mapped
+  }
+  const std::uintptr_t pages = (last - begin) / page + 1;
+  // In batches, so the residency vector has a fixed size whatever the range.
+  constexpr std::uintptr_t kBatch = 4096;
+  unsigned char residency[kBatch];
+  for (std::uintptr_t done = 0; done < pages;) {
+    const std::uintptr_t count = std::min(kBatch, pages - done);
+    if (::mincore(reinterpret_cast<void*>(begin + done * page), count * page, residency) != 0) {
+      if (errno == ENOMEM) return false;
+      return ErrnoToStatus(errno, absl::StrCat("mincore(", Hex(addr), ", ", bytes, ")"));
+    }
+    done += count;
+  }
+  return true;
+}
+
+StatusOr<std::uintptr_t> NextMappingStart(std::uintptr_t addr) {
+  StatusOr<std::string> maps = ReadFile("/proc/self/maps");
+  if (!maps.ok()) return maps.status();
+  std::uintptr_t next = UINTPTR_MAX;
+  std::string_view text = *maps;
+  while (!text.empty()) {
+    std::size_t eol = text.find('\n');
+    std::string_view line = text.substr(0, eol);
+    text = eol == std::string_view::npos ? std::string_view() : text.substr(eol + 1);
+    // "start-end perms offset dev inode path", addresses in hex.
+    std::size_t dash = line.find('-');
+    std::size_t space = line.find(' ');
+    if (dash == std::string_view::npos || space == std::string_view::npos || space < dash) continue;
+    std::uintptr_t start = 0, end = 0;
+    const char* text_end = line.data() + space;
+    if (std::from_chars(line.data(), line.data() + dash, start, 16).ptr != line.data() + dash ||
+        std::from_chars(line.data() + dash + 1, text_end, end, 16).ptr != text_end) {
+      continue;
+    }
+    if (addr >= start && addr < end) return addr;
+    if (start > addr) next = std::min<std::uintptr_t>(next, start);
+  }
+  return next;
 }
 
 Status PopulateWrite(void* addr, std::size_t bytes) {
+  // Kernels that know MADV_POPULATE_WRITE accept it for an empty range; older ones say EINVAL
+  // for any range. A kernel that knows it also says EINVAL for a range it cannot write
+  // (PROT_NONE, read-only), which the byte-touching fallback would turn into a SIGSEGV.
+  static const bool kernel_populates = ::madvise(nullptr, 0, MADV_POPULATE_WRITE) == 0;
   if (::madvise(addr, bytes, MADV_POPULATE_WRITE) == 0) return absl::OkStatus();
-  if (errno != EINVAL) {
-    return ErrnoToStatus(errno,
-                         absl::StrCat("madvise(", Hex(addr), ", ", bytes, ", POPULATE_WRITE)"));
+  const int err = errno;
+  if (err != EINVAL || kernel_populates) {
+    return ErrnoToStatus(err, absl::StrCat("madvise(", Hex(addr), ", ", bytes, ", POPULATE_WRITE)",
+                                           err == EINVAL ? ": the range is not writable" : ""));
   }
   // Kernels before 5.14: touch one byte per page, preserving the contents.
   auto* bytes_ptr = static_cast<volatile unsigned char*>(addr);
@@ -435,7 +526,9 @@ int BindRangeNoAlloc(void* addr, std::size_t bytes, PolicyMode mode, const Kerne
 
 int ReserveAddressSpaceNoAlloc(std::size_t bytes, std::size_t alignment, void** out) {
   if (alignment < PageSize()) alignment = PageSize();
-  std::size_t padded = bytes + alignment;
+  if (bytes == 0 || (alignment & (alignment - 1)) != 0) return EINVAL;
+  std::size_t padded;
+  if (__builtin_add_overflow(bytes, alignment, &padded)) return ENOMEM;  // no such range
   void* raw =
       ::mmap(nullptr, padded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) return errno;
@@ -471,8 +564,19 @@ int AdviseHugePagesNoAlloc(void* addr, std::size_t bytes, bool huge) {
 
 long ReadFileNoAlloc(const char* path, char* buffer, std::size_t capacity) {
   if (capacity == 0) return -EINVAL;
-  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  // As ReadFile: never wait on a FIFO or device, read regular files only.
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return -errno;
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return -err;
+  }
+  if (!S_ISREG(info.st_mode)) {
+    ::close(fd);
+    return S_ISDIR(info.st_mode) ? -EISDIR : -EINVAL;
+  }
   std::size_t length = 0;
   while (length + 1 < capacity) {
     ssize_t n = ::read(fd, buffer + length, capacity - 1 - length);

@@ -17,15 +17,18 @@
 #include <climits>
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/checked_math.hpp"
 #include "numarena/page_nodes.hpp"
 #include "numarena/topology.hpp"
 #include "os/os.hpp"
+#include "placement/page_walk.hpp"
 #include "topology/topology_parse.hpp"
 #include "topology/zoneinfo_parse.hpp"
 
@@ -53,11 +56,12 @@ struct PageRange {
   std::size_t pages = 0;
 };
 
-PageRange WidenToPages(void* ptr, std::size_t len) {
-  const std::size_t page = os::PageSize();
-  auto first = reinterpret_cast<std::uintptr_t>(ptr) & ~(page - 1);
-  auto last = (reinterpret_cast<std::uintptr_t>(ptr) + len + page - 1) & ~(page - 1);
-  return {reinterpret_cast<void*>(first), last - first, (last - first) / page};
+// The pages [ptr, ptr+len) touches; InvalidArgument when it runs past the address space.
+StatusOr<PageRange> WidenToPages(void* ptr, std::size_t len, const std::string& context) {
+  StatusOr<placement_internal::PageSpan> span = placement_internal::WidenToPages(ptr, len, context);
+  if (!span.ok()) return span.status();
+  // No overflow: the span lies inside the address space.
+  return PageRange{reinterpret_cast<void*>(span->begin), span->pages * os::PageSize(), span->pages};
 }
 
 // The node must be online and the process allowed to use its memory.
@@ -87,9 +91,10 @@ Status CheckRange(const void* ptr, std::size_t len, const CorrectOptions& option
     return absl::InvalidArgumentError(
         absl::StrCat(context, ": null pointer with a length of ", len, " bytes"));
   }
-  if (options.batch_pages == 0) {
+  if (options.batch_pages == 0 || options.batch_pages > CorrectOptions::kMaxBatchPages) {
     return absl::InvalidArgumentError(
-        absl::StrCat(context, ": CorrectOptions::batch_pages is 0; use at least 1 (default 1024)"));
+        absl::StrCat(context, ": CorrectOptions::batch_pages is ", options.batch_pages,
+                     "; use 1 to ", CorrectOptions::kMaxBatchPages, " (default 1024)"));
   }
   return absl::OkStatus();
 }
@@ -150,10 +155,11 @@ Status MoveBatch(std::vector<void*> pages, int node, PlacementReport& report) {
 // migrates as a whole) never straddles two windows and is counted once, as moved.
 std::size_t WindowEnd(const char* base, std::size_t first, std::size_t batch, std::size_t total) {
   const std::size_t page = os::PageSize();
-  std::size_t end = std::min(total, first + batch);
-  auto address = reinterpret_cast<std::uintptr_t>(base) + end * page;
-  auto aligned = (address + kHugePage - 1) & ~(kHugePage - 1);
-  return std::min(total, end + (aligned - address) / page);
+  std::size_t end = first + std::min(batch, total - first);
+  auto address = reinterpret_cast<std::uintptr_t>(base) + end * page;  // inside the range
+  std::optional<std::uintptr_t> aligned = RoundUpChecked(address, kHugePage);
+  if (!aligned) return end;  // the last huge page of the address space: nothing to extend
+  return end + std::min(total - end, (*aligned - address) / page);
 }
 
 StatusOr<PlacementReport> CorrectRange(const PageRange& range, int node,
@@ -170,6 +176,18 @@ StatusOr<PlacementReport> CorrectRange(const PageRange& range, int node,
     auto nodes = page_node_list(window, count * page);
     // page_node_list says -ENOENT for untouched pages on every kernel (6.1 says -EFAULT).
     if (!nodes.ok()) return nodes.status();
+    if (std::all_of(nodes->begin(), nodes->end(), [](int where) { return where == -EFAULT; })) {
+      // Perhaps a hole: step over all of it at once rather than window by window.
+      auto hole = placement_internal::UnmappedPagesAt(reinterpret_cast<std::uintptr_t>(window),
+                                                      range.pages - first);
+      if (!hole.ok()) return hole.status();
+      if (*hole >= count) {
+        report.failed += *hole;
+        report.failures_by_reason[-EFAULT] += *hole;
+        end = first + *hole;
+        continue;
+      }
+    }
     std::vector<void*> misplaced;
     for (std::size_t i = 0; i < count; ++i) {
       int where = (*nodes)[i];
@@ -295,9 +313,9 @@ StatusOr<int> PopulateFrom(const std::vector<int>& cpus, const PageRange& range,
   return os::CurrentCpuAndNode().node;
 }
 
-std::size_t MappedBytes(std::size_t bytes) {
-  const std::size_t page = os::PageSize();
-  return (bytes + page - 1) / page * page;
+// `bytes` rounded up to whole pages; std::nullopt when that does not fit in a size_t.
+std::optional<std::size_t> MappedBytes(std::size_t bytes) {
+  return RoundUpChecked(bytes, os::PageSize());
 }
 
 // Maps, binds, prefaults and verifies. On success the caller owns [*data, MappedBytes).
@@ -308,7 +326,12 @@ StatusOr<void*> MapOnNode(std::size_t bytes, int node, PlacementReport* report_o
         absl::StrCat(context, ": size is 0; ask for at least 1 byte"));
   }
   if (Status s = CheckTargetNode(node, context, nullptr); !s.ok()) return s;
-  const std::size_t mapped = MappedBytes(bytes);
+  const std::optional<std::size_t> rounded = MappedBytes(bytes);
+  if (!rounded) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, ": the size rounded up to whole pages does not fit in the address space"));
+  }
+  const std::size_t mapped = *rounded;
   // Refuse before mapping anything when the node cannot take it now; prefault checks again
   // step by step, in case others take the node's memory meanwhile.
   if (Status s = CheckRoom(node, mapped, context); !s.ok()) return s;
@@ -324,18 +347,17 @@ StatusOr<void*> MapOnNode(std::size_t bytes, int node, PlacementReport* report_o
     return Annotate(report.status(), context);
   }
   // Verify independently of the report: the kernel's answer for every page, now.
-  auto nodes = page_node_list(*data, mapped);
-  if (!nodes.ok()) {
+  auto counts = page_nodes(*data, mapped);
+  if (!counts.ok()) {
     os::Unmap(*data, mapped);
-    return Annotate(nodes.status(), context);
+    return Annotate(counts.status(), context);
   }
-  std::size_t elsewhere = 0;
-  for (int where : *nodes) elsewhere += where != node ? 1 : 0;
+  const std::size_t elsewhere = counts->total_pages - counts->on(node);
   if (elsewhere > 0) {
     os::Unmap(*data, mapped);
-    std::string detail =
-        absl::StrCat(context, ": ", elsewhere, " of ", nodes->size(), " pages are not on node ",
-                     node, " after prefault and correction; ", report->ToString());
+    std::string detail = absl::StrCat(context, ": ", elsewhere, " of ", counts->total_pages,
+                                      " pages are not on node ", node,
+                                      " after prefault and correction; ", report->ToString());
     if (report->failures_by_reason.count(-ENOMEM) > 0) {
       return absl::ResourceExhaustedError(absl::StrCat(detail, "; the node is out of free memory"));
     }
@@ -396,7 +418,9 @@ StatusOr<PlacementReport> correct(void* ptr, std::size_t len, int node,
   PlacementReport report;
   report.node = node;
   if (len == 0) return report;
-  PageRange range = WidenToPages(ptr, len);
+  StatusOr<PageRange> widened = WidenToPages(ptr, len, context);
+  if (!widened.ok()) return widened.status();
+  const PageRange& range = *widened;
   if (options.bind_range) {
     const int nodes[] = {node};
     if (Status s = os::BindRange(range.begin, range.bytes, os::PolicyMode::kBind, nodes);
@@ -419,7 +443,9 @@ StatusOr<PlacementReport> prefault(void* ptr, std::size_t len, int node,
   empty.node = node;
   if (len == 0) return empty;
 
-  PageRange range = WidenToPages(ptr, len);
+  StatusOr<PageRange> widened = WidenToPages(ptr, len, context);
+  if (!widened.ok()) return widened.status();
+  const PageRange& range = *widened;
   const int nodes[] = {node};
   if (Status s = os::BindRange(range.begin, range.bytes, os::PolicyMode::kBind, nodes);
       !s.ok()) {
@@ -462,7 +488,7 @@ NodeBuffer& NodeBuffer::operator=(NodeBuffer&& other) noexcept {
 NodeBuffer::~NodeBuffer() { Release(); }
 
 void NodeBuffer::Release() {
-  if (data_ != nullptr) os::Unmap(data_, MappedBytes(size_));
+  if (data_ != nullptr) os::Unmap(data_, *MappedBytes(size_));  // fitted when allocated
   data_ = nullptr;
   size_ = 0;
 }
@@ -484,7 +510,9 @@ StatusOr<void*> FirstTouchAllocator::allocate(std::size_t bytes) {
 }
 
 void FirstTouchAllocator::deallocate(void* ptr, std::size_t bytes) {
-  if (ptr != nullptr && bytes > 0) os::Unmap(ptr, MappedBytes(bytes));
+  // A size allocate() could not have accepted unmaps nothing rather than a wrapped length.
+  std::optional<std::size_t> mapped = MappedBytes(bytes);
+  if (ptr != nullptr && bytes > 0 && mapped) os::Unmap(ptr, *mapped);
 }
 
 }  // namespace numarena

@@ -15,10 +15,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/checked_math.hpp"
 #include "numarena/topology.hpp"
 #include "os/os.hpp"
 
@@ -41,26 +43,40 @@ struct PlannedRange {
   int fallback_node = -1;
 };
 
-std::vector<PlannedRange> PlanRanges(char* base, std::size_t mapped, const Policy& policy) {
-  std::vector<PlannedRange> plan;
+// Calls place(range) for each range of the buffer in order, and returns how many there were
+// (or the first error place returns). Weighted interleave gives one range per run of chunks
+// of one node: a run is weight x chunk bytes (Policy::Validate bounds both, so no product
+// overflows), and runs are made one at a time, in memory that does not grow with the buffer.
+template <typename Place>
+StatusOr<std::size_t> ForEachRange(char* base, std::size_t mapped, const Policy& policy,
+                                   Place&& place) {
   if (policy.kind() == PolicyKind::kInterleave) {
-    plan.push_back(
-        {base, mapped, os::PolicyMode::kInterleave, policy.nodes(), policy.nodes().front()});
-    return plan;
-  }
-  const std::size_t chunk = policy.chunk_bytes();
-  const std::size_t chunks = (mapped + chunk - 1) / chunk;
-  for (std::size_t i = 0; i < chunks; ++i) {
-    int node = WeightedChunkNode(policy.weights(), i);
-    std::size_t begin = i * chunk;
-    std::size_t bytes = std::min(chunk, mapped - begin);
-    if (!plan.empty() && plan.back().nodes.front() == node) {
-      plan.back().bytes += bytes;
-    } else {
-      plan.push_back({base + begin, bytes, os::PolicyMode::kBind, {node}, node});
+    if (Status s = place(PlannedRange{base, mapped, os::PolicyMode::kInterleave, policy.nodes(),
+                                      policy.nodes().front()});
+        !s.ok()) {
+      return s;
     }
+    return std::size_t{1};
   }
-  return plan;
+  const std::vector<NodeWeight>& weights = policy.weights();
+  std::size_t ranges = 0;
+  PlannedRange pending;  // the run being extended; bytes == 0 before the first
+  for (std::size_t at = 0, next = 0; at < mapped; next = (next + 1) % weights.size()) {
+    const int node = weights[next].node;
+    const std::size_t bytes = std::min(weights[next].weight * policy.chunk_bytes(), mapped - at);
+    if (pending.bytes > 0 && pending.nodes.front() == node) {
+      pending.bytes += bytes;  // one node only: a single range
+    } else {
+      if (pending.bytes > 0) {
+        if (Status s = place(pending); !s.ok()) return s;
+        ++ranges;
+      }
+      pending = PlannedRange{base + at, bytes, os::PolicyMode::kBind, {node}, node};
+    }
+    at += bytes;
+  }
+  if (Status s = place(pending); !s.ok()) return s;
+  return ranges + 1;
 }
 
 }  // namespace
@@ -142,8 +158,12 @@ StatusOr<InterleavedBuffer> AllocateInterleaved(std::size_t bytes, const Policy&
   if (!topology.ok()) return Annotate(topology.status(), context);
   if (Status s = policy.Validate(**topology); !s.ok()) return Annotate(s, context);
 
-  const std::size_t page = os::PageSize();
-  const std::size_t mapped = (bytes + page - 1) / page * page;
+  const std::optional<std::size_t> rounded = RoundUpChecked(bytes, os::PageSize());
+  if (!rounded) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, ": the size rounded up to whole pages does not fit in the address space"));
+  }
+  const std::size_t mapped = *rounded;
   const bool large = bytes >= kHugePage;
   auto data = os::MapAnonymous(mapped, large ? kHugePage : 0);
   if (!data.ok()) return Annotate(data.status(), context);
@@ -158,34 +178,40 @@ StatusOr<InterleavedBuffer> AllocateInterleaved(std::size_t bytes, const Policy&
     buffer.predictable_pages_ = !large || os::AdviseNoHugePages(*data, mapped).ok();
   }
 
-  std::vector<PlannedRange> plan = PlanRanges(static_cast<char*>(*data), mapped, policy);
   InterleaveStats& stats = buffer.stats_;
-  for (const PlannedRange& range : plan) {
-    ++stats.ranges;
-    Status bound = os::BindRange(range.begin, range.bytes, range.mode, range.nodes);
-    if (bound.ok()) continue;
-    if (policy.mode() == BindMode::kStrict) {
-      if (bound.code() == absl::StatusCode::kResourceExhausted) {
-        return Annotate(bound, absl::StrCat(context, ": the buffer needs ", plan.size(),
-                                            " separately bound ranges (kernel mappings); if "
-                                            "vm.max_map_count is the limit, use a larger chunk"));
-      }
-      return Annotate(bound, context);
-    }
-    if (stats.first_fallback_error.empty()) {
-      stats.first_fallback_error = std::string(bound.message());
-    }
-    const int preferred[] = {range.fallback_node};
-    if (os::BindRange(range.begin, range.bytes, os::PolicyMode::kPreferred, preferred).ok()) {
-      ++stats.fallbacks_to_preferred;
-      if (stats.applied == AppliedPlacement::kAsRequested) {
-        stats.applied = AppliedPlacement::kPreferred;
-      }
-    } else {
-      ++stats.fallbacks_to_none;
-      stats.applied = AppliedPlacement::kNone;
-    }
-  }
+  StatusOr<std::size_t> placed = ForEachRange(
+      static_cast<char*>(*data), mapped, policy, [&](const PlannedRange& range) -> Status {
+        ++stats.ranges;
+        Status bound = os::BindRange(range.begin, range.bytes, range.mode, range.nodes);
+        if (bound.ok()) return absl::OkStatus();
+        if (policy.mode() == BindMode::kStrict) {
+          if (bound.code() == absl::StatusCode::kResourceExhausted) {
+            StatusOr<std::size_t> needed =
+                ForEachRange(static_cast<char*>(*data), mapped, policy,
+                             [](const PlannedRange&) { return absl::OkStatus(); });
+            return Annotate(bound,
+                            absl::StrCat(context, ": the buffer needs ", needed.value_or(0),
+                                         " separately bound ranges (kernel mappings); if "
+                                         "vm.max_map_count is the limit, use a larger chunk"));
+          }
+          return Annotate(bound, context);
+        }
+        if (stats.first_fallback_error.empty()) {
+          stats.first_fallback_error = std::string(bound.message());
+        }
+        const int preferred[] = {range.fallback_node};
+        if (os::BindRange(range.begin, range.bytes, os::PolicyMode::kPreferred, preferred).ok()) {
+          ++stats.fallbacks_to_preferred;
+          if (stats.applied == AppliedPlacement::kAsRequested) {
+            stats.applied = AppliedPlacement::kPreferred;
+          }
+        } else {
+          ++stats.fallbacks_to_none;
+          stats.applied = AppliedPlacement::kNone;
+        }
+        return absl::OkStatus();
+      });
+  if (!placed.ok()) return placed.status();
 
   if (options.populate) {
     if (Status s = os::PopulateWrite(*data, mapped); !s.ok()) return Annotate(s, context);

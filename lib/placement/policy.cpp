@@ -101,7 +101,9 @@ Status Policy::Validate(const Topology& topology) const {
   }
   if (kind_ == PolicyKind::kWeightedInterleave) {
     std::vector<int> seen;
+    std::uint64_t total = 0;  // at most 2^32 x nodes: cannot overflow
     for (const NodeWeight& w : weights_) {
+      total += w.weight;
       if (w.weight == 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("policy ", ToString(), ": node ", w.node,
@@ -113,10 +115,20 @@ Status Policy::Validate(const Topology& topology) const {
       }
       seen.push_back(w.node);
     }
+    if (total > kMaxWeightTotal) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "policy ", ToString(), ": the weights add up to ", total, ", more than ", kMaxWeightTotal,
+          " (Policy::kMaxWeightTotal); divide them by a common factor"));
+    }
     if (chunk_bytes_ == 0 || chunk_bytes_ % os::PageSize() != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("policy ", ToString(), ": chunk of ", chunk_bytes_,
                        " bytes is not a multiple of the page size ", os::PageSize()));
+    }
+    if (chunk_bytes_ > kMaxWeightedChunk) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "policy ", ToString(), ": chunk of ", chunk_bytes_, " bytes is larger than ",
+          kMaxWeightedChunk, " (1 TiB, Policy::kMaxWeightedChunk); use a smaller chunk"));
     }
   }
   return absl::OkStatus();
@@ -138,6 +150,9 @@ std::string Policy::ToString() const {
                           ? mode_ == BindMode::kAdvisory
                           : mode_ == BindMode::kStrict;
   if (!default_mode) out += mode_ == BindMode::kStrict ? "/strict" : "/advisory";
+  if (kind_ == PolicyKind::kWeightedInterleave && chunk_bytes_ != kDefaultWeightedChunk) {
+    absl::StrAppend(&out, "/chunk=", chunk_bytes_);
+  }
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "alloc/jemalloc_heap.hpp"
 #include "numarena/budget.hpp"
 #include "numarena/page_nodes.hpp"
 
@@ -264,7 +265,7 @@ TEST_CASE("thread caches are destroyed when threads exit") {
     std::thread thread([&] {
       void* p = a->allocate(32);
       void* q = b->allocate(32);
-      int flags = numarena::arena_internal::thread_flags[heap_a];
+      int flags = numarena::ThreadFlags(heap_a);  // in checked mode too
       if (numarena::arena_internal::TcacheIdOf(flags) < 0) ++uncached;
       numarena::deallocate(p);
       numarena::deallocate(q);
@@ -353,8 +354,7 @@ TEST_CASE("live threads get their own jemalloc arena shard while there are CPUs 
   int jemalloc_arena[2] = {-1, -1};
   auto worker = [&](int i) {
     void* p = arena->allocate(std::size_t{1} << 20);  // large: served by the shard itself
-    jemalloc_arena[i] =
-        numarena::arena_internal::ArenaIndexOf(numarena::arena_internal::thread_flags[heap]);
+    jemalloc_arena[i] = numarena::arena_internal::ArenaIndexOf(numarena::ThreadFlags(heap));
     assigned.fetch_add(1);
     while (assigned.load() < 2) std::this_thread::yield();
     numarena::deallocate(p);
@@ -445,7 +445,7 @@ TEST_CASE("memory freed into one shard makes room for another thread before a re
       REQUIRE(p != nullptr);
       blocks.push_back(p);
     }
-    shard_a = numarena::arena_internal::ArenaIndexOf(numarena::arena_internal::thread_flags[heap]);
+    shard_a = numarena::arena_internal::ArenaIndexOf(numarena::ThreadFlags(heap));
     for (void* p : blocks) numarena::deallocate(p);
     phase.store(1);
     while (phase.load() < 2) std::this_thread::yield();  // alive: B gets another shard
@@ -463,7 +463,7 @@ TEST_CASE("memory freed into one shard makes room for another thread before a re
       }
       blocks.push_back(p);
     }
-    shard_b = numarena::arena_internal::ArenaIndexOf(numarena::arena_internal::thread_flags[heap]);
+    shard_b = numarena::arena_internal::ArenaIndexOf(numarena::ThreadFlags(heap));
     got = blocks.size() * kBlock;
     for (void* p : blocks) numarena::deallocate(p);
   });

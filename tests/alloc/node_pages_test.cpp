@@ -285,3 +285,59 @@ TEST_CASE("bad provider requests are InvalidArgument / FailedPrecondition with t
     CHECK(result.ok());
   }
 }
+
+TEST_CASE("after a refused commit the provider carves no fresh span until the failure is read") {
+  // jemalloc asks for a fresh span after the commit of one it holds was refused, and keeps
+  // both: the provider must refuse it and keep the first reason.
+  RecordingGate gate(kMiB);
+  GateScope scope(&gate);
+  NodePages* pages = Make(Policy::Bind(0));
+  void* p = Span(pages, 4 * kMiB, 4096, /*commit=*/false);
+  numarena::ThreadSpanFailure().Clear();
+  REQUIRE_FALSE(pages->Commit(p, 4 * kMiB));
+  REQUIRE(numarena::ThreadSpanFailure().kind == numarena::SpanFailure::Kind::kGateRefused);
+  const std::size_t mapped = pages->mapped_bytes();
+  bool zero = false, commit = false;
+  CHECK(pages->AllocateSpan(nullptr, 4 * kMiB, 4096, &zero, &commit) == nullptr);
+  commit = true;
+  CHECK(pages->AllocateSpan(nullptr, 4 * kMiB, 4096, &zero, &commit) == nullptr);
+  CHECK(pages->mapped_bytes() == mapped);
+  CHECK(numarena::ThreadSpanFailure().kind == numarena::SpanFailure::Kind::kGateRefused);
+  numarena::ThreadSpanFailure().Clear();
+  CHECK(Span(pages, 4 * kMiB, 4096, /*commit=*/false) != nullptr);
+  numarena::ThreadSpanFailure().Clear();
+}
+
+TEST_CASE("spans of sizes near SIZE_MAX are refused, never wrapped to a small span") {
+  NodePages* pages = Make(Policy::Bind(0));
+  for (std::size_t size : {SIZE_MAX, SIZE_MAX - 4094, SIZE_MAX - 4095 - 4096}) {
+    for (std::size_t alignment : {std::size_t{4096}, std::size_t{1} << 30}) {
+      INFO("size " << size << " alignment " << alignment);
+      numarena::ThreadSpanFailure().Clear();
+      bool zero = false, commit = false;
+      CHECK(pages->AllocateSpan(nullptr, size, alignment, &zero, &commit) == nullptr);
+      CHECK(numarena::ThreadSpanFailure().failed());
+    }
+  }
+  numarena::ThreadSpanFailure().Clear();
+  void* p = Span(pages, 4096, 4096, /*commit=*/false);
+  CHECK_FALSE(pages->Commit(p, SIZE_MAX));  // the range end would wrap
+  CHECK(numarena::ThreadSpanFailure().kind == numarena::SpanFailure::Kind::kMap);
+  numarena::ThreadSpanFailure().Clear();
+  CHECK_FALSE(pages->Decommit(p, SIZE_MAX));
+}
+
+TEST_CASE("a provider knows when a request can never fit its nodes") {
+  NodePages* pages = Make(Policy::Bind(0));
+  numarena::SpanFailure failure;
+  CHECK(pages->CouldEverFit(4096, &failure));
+  const std::int64_t total = numarena::NodeMemoryGuard::Total(0);
+  if (total <= 0) return;  // meminfo unreadable: nothing to check against
+  CHECK(pages->CouldEverFit(static_cast<std::size_t>(total), &failure));
+  CHECK_FALSE(failure.failed());
+  CHECK_FALSE(pages->CouldEverFit(static_cast<std::size_t>(total) + 1, &failure));
+  REQUIRE(failure.kind == numarena::SpanFailure::Kind::kNeverFits);
+  auto status = failure.ToStatus("allocate");
+  CHECK(status.code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(status.message()), Catch::Contains("node 0 has only"));
+}

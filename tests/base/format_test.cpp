@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 using numarena::FormatBytes;
@@ -39,4 +40,26 @@ TEST_CASE("FormatIdList: sorted, unique, runs as ranges") {
   CHECK(FormatIdList(std::vector<int>{std::numeric_limits<int>::max(),
                                       std::numeric_limits<int>::max() - 1}) ==
         "2147483646-2147483647");
+}
+
+TEST_CASE("ParseByteSize: digits with a binary suffix, overflow and junk refused") {
+  using numarena::ParseByteSize;
+  CHECK(ParseByteSize("0").value() == 0);
+  CHECK(ParseByteSize("4096").value() == 4096);
+  CHECK(ParseByteSize("64K").value() == 65536);
+  CHECK(ParseByteSize("64k").value() == 65536);
+  CHECK(ParseByteSize("2MiB").value() == (std::uint64_t{2} << 20));
+  CHECK(ParseByteSize("1g").value() == (std::uint64_t{1} << 30));
+  CHECK(ParseByteSize("3TB").value() == (std::uint64_t{3} << 40));
+  CHECK(ParseByteSize("7B").value() == 7);
+  CHECK(ParseByteSize("18446744073709551615").value() == std::numeric_limits<std::uint64_t>::max());
+  CHECK(ParseByteSize("16383P").value() == (std::uint64_t{16383} << 50));
+  for (const char* bad : {"", "K", "-1", "+1", "1.5G", "0x10", " 1", "1 ", "1X", "1KK",
+                          "18446744073709551616", "16384P", "99999999999999999999K"}) {
+    INFO(bad);
+    auto parsed = ParseByteSize(bad);
+    REQUIRE(!parsed.ok());
+    CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(std::string(parsed.status().message()).find("byte size") != std::string::npos);
+  }
 }

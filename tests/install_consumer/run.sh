@@ -1,17 +1,41 @@
 #!/usr/bin/env bash
 # Installs the numarena build in $1 into a temporary prefix, then builds and runs the
-# consumer program beside this script twice: with find_package(numarena) and with
-# pkg-config. Exit status 0 only when both build and run.
+# consumer programs beside this script twice: with find_package(numarena) and with
+# pkg-config (numarena, numarena-ops). With a second argument "shared" (the build has
+# libnumarena.so), also a C program against numarena::shared and pkg-config numarena-shared,
+# and python3 ctypes loading the installed library. Exit status 0 only when all build and run.
 set -euo pipefail
 build="$1"
+shared="${2:-}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
-cmake -S "$here" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+consumer_shared=OFF
+if [[ "$shared" == shared ]]; then consumer_shared=ON; fi
+cmake -S "$here" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" \
+  -DCONSUMER_SHARED="$consumer_shared" >/dev/null
 cmake --build "$work/consumer" >/dev/null
 "$work/consumer/consumer"
+"$work/consumer/ops_consumer"
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
 # shellcheck disable=SC2046
-g++ -std=c++20 "$here/main.cpp" -o "$work/consumer-pc" $(pkg-config --cflags --libs numarena)
+g++ "$here/main.cpp" -o "$work/consumer-pc" $(pkg-config --cflags --libs numarena)
 "$work/consumer-pc"
+# shellcheck disable=SC2046
+g++ "$here/ops_main.cpp" -o "$work/ops-consumer-pc" $(pkg-config --cflags --libs numarena-ops)
+"$work/ops-consumer-pc"
+if [[ "$shared" == shared ]]; then
+  lib="$work/prefix/lib/libnumarena.so"
+  [[ -e "$lib" ]] || { echo "run.sh: $lib was not installed" >&2; exit 1; }
+  # find_package: CMake's build-tree RUNPATH finds the installed library.
+  "$work/consumer/c_consumer"
+  loaded="$(ldd "$work/consumer/c_consumer")"
+  grep -q "$work/prefix/lib/libnumarena.so" <<<"$loaded" ||
+    { echo "run.sh: c_consumer does not load the installed libnumarena.so" >&2; exit 1; }
+  # shellcheck disable=SC2046
+  gcc -std=c11 "$here/c_main.c" -o "$work/c-consumer-pc" $(pkg-config --cflags --libs numarena-shared)
+  LD_LIBRARY_PATH="$work/prefix/lib" "$work/c-consumer-pc"
+  python3 -c "import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); \
+lib.numarena_version.restype = ctypes.c_char_p; print('python3 ctypes:', lib.numarena_version().decode())" "$lib"
+fi

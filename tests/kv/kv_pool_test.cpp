@@ -5,11 +5,14 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <numeric>
 #include <random>
+#include <string>
 
-#include "kv/kv_layout.hpp"
-#include "kv/kv_placement.hpp"
 #include "kv_test_support.hpp"
 #include "kv/kv_testing.hpp"
 #include "numarena/arena.hpp"
@@ -56,30 +59,6 @@ std::vector<std::int32_t> Tokens(std::size_t n, std::int32_t first = 100) {
 
 }  // namespace
 
-TEST_CASE("layout: block size, alignment and offsets") {
-  numarena::KvGeometry g{.layers = 32,
-                         .kv_heads = 8,
-                         .head_dim = 128,
-                         .dtype = numarena::KvDType::kBf16,
-                         .tokens_per_block = 16};
-  auto layout = numarena::kv::MakeLayout(g, 4);
-  REQUIRE(layout.ok());
-  CHECK(layout->head_groups == 4);  // 8 heads over 4 home nodes
-  CHECK(layout->geometry.heads_per_group == 2);
-  CHECK(layout->blocks_per_span == 32 * 4);
-  CHECK(layout->row_bytes == 256);
-  CHECK(layout->block_bytes == 2 * 2 * 16 * 256);  // heads x (K+V) x tokens x row
-  CHECK(layout->ValueOffset(0, 1, 0) == layout->KeyOffset(0, 1, 0) + 16 * 256);
-
-  g.head_dim = 3;  // 16 x 3 x 1 = 48 bytes: areas pad to 64
-  g.dtype = numarena::KvDType::kFp8;
-  layout = numarena::kv::MakeLayout(g, 3);  // 8 heads do not split over 3 nodes: 1 per group
-  REQUIRE(layout.ok());
-  CHECK(layout->head_groups == 8);
-  CHECK(layout->area_bytes == 64);
-  CHECK(layout->block_bytes % 64 == 0);
-}
-
 TEST_CASE("configuration errors are clear") {
   auto storage = std::make_shared<kvtest::HeapStorage>();
   SECTION("zero heads") {
@@ -103,19 +82,6 @@ TEST_CASE("configuration errors are clear") {
     REQUIRE(pool.status().code() == absl::StatusCode::kInvalidArgument);
     CHECK_THAT(std::string(pool.status().message()), Catch::Contains("both a home node"));
   }
-  SECTION("cold node the process may not use") {
-    numarena::kv::TopologyView view;
-    view.nodes = {{0, true, true, 0}, {1, true, true, 0}, {2, false, false, 0}};
-    view.distance = [](int a, int b) { return a == b ? 10 : 20; };
-    auto o = SmallOptions(storage);
-    auto placement = numarena::kv::ResolvePlacement(o, &view);
-    REQUIRE(placement.status().code() == absl::StatusCode::kInvalidArgument);
-    CHECK_THAT(std::string(placement.status().message()),
-               Catch::Contains("cold tier node 2 is not in the process's allowed memory nodes"));
-    o.cold_tier = KvColdTier::Node(7);
-    CHECK_THAT(std::string(numarena::kv::ResolvePlacement(o, &view).status().message()),
-               Catch::Contains("node 7 is not an online NUMA node"));
-  }
   SECTION("block larger than the budget") {
     numarena::BudgetOptions bo;
     bo.mode = numarena::BudgetMode::kQuota;
@@ -130,47 +96,6 @@ TEST_CASE("configuration errors are clear") {
     CHECK_THAT(std::string(pool.status().message()),
                Catch::Contains("one block is 2048 bytes but node 0 may hold only 921"));
   }
-}
-
-TEST_CASE("placement: defaults from the topology") {
-  numarena::kv::TopologyView view;
-  // snc-like: 0,1 one socket (12), 2,3 the other (32); 4 a memory-only CXL node.
-  view.nodes = {{0, true, true, 0},
-                {1, true, true, 0},
-                {2, true, true, 0},
-                {3, true, true, 0},
-                {4, false, true, 5000}};
-  view.distance = [](int a, int b) {
-    if (a == b) return 10;
-    if (a == 4 || b == 4) return 40;
-    return (a / 2 == b / 2) ? 12 : 32;
-  };
-  view.node_of_cpu = [](int cpu) -> numarena::StatusOr<int> { return cpu / 8; };
-  view.node_of_device = [](const std::string&) -> numarena::StatusOr<int> { return 2; };
-  KvPoolOptions o;
-  o.cold_tier = KvColdTier::Farthest();
-  auto p = numarena::kv::ResolvePlacement(o, &view);
-  REQUIRE(p.ok());
-  CHECK(p->home_nodes == std::vector<int>{0, 1, 2, 3});
-  CHECK(p->cold_nodes == std::vector<int>{4});
-
-  o.near_device = "0000:41:00.0";  // on node 2: its socket is {2, 3}
-  p = numarena::kv::ResolvePlacement(o, &view);
-  REQUIRE(p.ok());
-  CHECK(p->home_nodes == std::vector<int>{2, 3});
-
-  o.near_device.clear();
-  o.near_cpus = {1, 2};  // node 0
-  o.cold_tier = KvColdTier::Farthest();
-  p = numarena::kv::ResolvePlacement(o, &view);
-  REQUIRE(p.ok());
-  CHECK(p->home_nodes == std::vector<int>{0});
-  CHECK(p->cold_nodes == std::vector<int>{4});  // distance 40 beats 32
-
-  o.near_cpus.clear();
-  o.home_nodes = {0, 1, 2, 3, 4};
-  CHECK(numarena::kv::ResolvePlacement(o, &view).status().code() ==
-        absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_CASE("block accounting: spans, blocks per node, release into cache and free lists") {
@@ -760,6 +685,56 @@ struct OrderFixture {
 };
 
 }  // namespace
+
+TEST_CASE("a pin that outlives its pool is reported and aborts instead of a use-after-free") {
+  SECTION("pins let go first: the pool is destroyed quietly") {
+    auto storage = std::make_shared<kvtest::HeapStorage>();
+    auto pool = MustCreate(SmallOptions(storage));
+    auto seq = pool->CreateSequence(Tokens(4));
+    REQUIRE(seq.ok());
+    auto pin = pool->PinToken(*seq, 0, 0, 0);
+    REQUIRE(pin.ok());
+    pin->Reset();
+    pool.reset();
+    CHECK(storage->slabs(0) == 0);
+  }
+  SECTION("a pin still held") {
+    // In a child: the destructor must stop the process (before the change it freed the
+    // slabs, and the pin's own destructor then unpinned through the freed pool: ASan's
+    // heap-use-after-free, or silence).
+    int err[2];
+    REQUIRE(pipe(err) == 0);
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      dup2(err[1], STDERR_FILENO);
+      close(err[0]);
+      {
+        auto storage = std::make_shared<kvtest::HeapStorage>();
+        auto pool = KvPool::Create(SmallOptions(storage));
+        if (!pool.ok()) _exit(3);
+        auto seq = (*pool)->CreateSequence(Tokens(8));
+        auto first = (*pool)->PinToken(*seq, 0, 0, 0);
+        auto second = (*pool)->PinToken(*seq, 1, 1, 5);
+        if (!first.ok() || !second.ok()) _exit(4);
+        pool->reset();  // both pins are alive
+      }
+      _exit(0);
+    }
+    close(err[1]);
+    std::string out;
+    char buf[512];
+    for (ssize_t n; (n = read(err[0], buf, sizeof buf)) > 0;) out.append(buf, n);
+    close(err[0]);
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    INFO("child stderr: " << out);
+    CHECK(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGABRT);
+    CHECK_THAT(out, Catch::Contains("KvPool destroyed while 2 of its blocks are pinned") &&
+                        Catch::Contains("must be destroyed or Reset() before its pool"));
+  }
+}
 
 TEST_CASE("eviction order: LRU demotes the least recently pinned first") {
   OrderFixture f(KvHotnessPolicy::kLru);

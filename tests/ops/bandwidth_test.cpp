@@ -6,15 +6,16 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "ops/bandwidth_kernels.hpp"
 #include "json_check.hpp"
 #include "numarena/topology.hpp"
+#include "ops/bandwidth_kernels.hpp"
 
 namespace {
 
@@ -75,11 +76,25 @@ TEST_CASE("node buffer is bound, populated and on its node", "[bandwidth]") {
   auto topology = numarena::Topology::system();
   REQUIRE(topology.ok());
   int node = (*topology)->nodes().front().id;
-  auto buffer = bi::NodeBuffer::Create(std::size_t{3} << 20, node);
+  auto buffer = numarena::AllocateOnNode(std::size_t{3} << 20, node);
   REQUIRE(buffer.ok());
-  REQUIRE(buffer->bytes() == (std::size_t{3} << 20));
-  REQUIRE(buffer->FractionOnNode() == 1.0);
-  std::memset(buffer->data(), 1, buffer->bytes());
+  REQUIRE(buffer->size() == (std::size_t{3} << 20));
+  REQUIRE(bi::FractionOnNode(*buffer) == 1.0);
+  std::memset(buffer->data(), 1, buffer->size());
+}
+
+TEST_CASE("node buffer sizes that do not round up to whole pages are refused", "[bandwidth]") {
+  auto topology = numarena::Topology::system();
+  REQUIRE(topology.ok());
+  int node = (*topology)->nodes().front().id;
+  for (std::size_t bytes : {std::size_t{0}, SIZE_MAX, SIZE_MAX - 4094}) {
+    INFO("bytes " << bytes);
+    auto buffer = numarena::AllocateOnNode(bytes, node);
+    REQUIRE(buffer.status().code() == absl::StatusCode::kInvalidArgument);
+  }
+  // Fits the address space once rounded, but no node has it: refused before mapping.
+  auto huge = numarena::AllocateOnNode(SIZE_MAX - (std::size_t{2} << 20) + 2, node);
+  REQUIRE(huge.status().code() == absl::StatusCode::kResourceExhausted);
 }
 
 TEST_CASE("a small matrix on this machine is complete and consistent", "[bandwidth]") {
@@ -182,6 +197,49 @@ TEST_CASE("a small matrix on this machine is complete and consistent", "[bandwid
   }
 }
 
+TEST_CASE("the JSON carries any note text and non-finite figures as valid JSON", "[bandwidth]") {
+  // Notes quote names from the machine (sysfs), so they may hold any bytes.
+  numarena::BandwidthMatrix m;
+  m.timestamp_utc = "2025-01-31T12:00:00Z";
+  m.cpu_nodes = {0};
+  m.memory_nodes = {0};
+  m.notes = {"tab\there, quote \" and \\, bell \x07, bad UTF-8 \xff\xc3, ok \xc3\xa9"};
+  numarena::BandwidthRow row;
+  row.cpu_node = 0;
+  row.cpus = {0, 1};
+  row.threads = 2;
+  row.local_column = 0;
+  row.cells.resize(1);
+  row.cells[0].memory_node = 0;
+  row.cells[0].latency_ns = std::nan("");
+  row.cells[0].bytes_per_second[0] = INFINITY;
+  m.rows.push_back(row);
+  const std::string json = numarena::RenderBandwidthJson(m);
+  INFO(json);
+  auto doc = numarena::testing::ParseJson(json);
+  REQUIRE(doc.has_value());
+  REQUIRE(doc->at("notes").array.at(0).string ==
+          "tab\there, quote \" and \\, bell \x07, bad UTF-8 \xEF\xBF\xBD\xEF\xBF\xBD, ok \xc3\xa9");
+  const auto& cell = doc->at("rows").array.at(0).at("cells").array.at(0);
+  REQUIRE(cell.at("latency_ns").kind == numarena::testing::JsonValue::Kind::kNull);
+  REQUIRE(cell.at("bytes_per_second").at("read").kind == numarena::testing::JsonValue::Kind::kNull);
+  REQUIRE(json.back() == '\n');
+}
+
+TEST_CASE("arrays larger than a node's free memory are refused before any is made", "[bandwidth]") {
+  for (std::size_t bytes : {std::size_t{1} << 50, SIZE_MAX / 2, SIZE_MAX - 63}) {
+    auto options = SmallOptions();
+    options.buffer_bytes = bytes;
+    auto matrix = numarena::MeasureBandwidthMatrix(options);
+    REQUIRE_FALSE(matrix.ok());
+    INFO(matrix.status().message());
+    CHECK(matrix.status().code() == absl::StatusCode::kResourceExhausted);
+    CHECK(std::string(matrix.status().message()).find("three arrays of ") == 0);
+    CHECK(std::string(matrix.status().message()).find(" free; ask for smaller arrays") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("latency can be skipped", "[bandwidth]") {
   auto options = SmallOptions();
   options.measure_latency = false;
@@ -209,8 +267,17 @@ TEST_CASE("bad options are refused with a message naming the problem", "[bandwid
   options.buffer_bytes = 4096;
   expect_invalid(options, "buffer_bytes is 4096");
   options = SmallOptions();
+  options.threads_per_node = numarena::kMaxBandwidthThreadsPerNode + 1;
+  expect_invalid(options, "threads_per_node is 1025; use 1 to 1024");
+  options = SmallOptions();
   options.seconds = 0;
   expect_invalid(options, "seconds is 0");
+  options = SmallOptions();
+  options.seconds = 1e300;  // would overflow the conversion to clock ticks
+  expect_invalid(options, "seconds is 1e+300");
+  options = SmallOptions();
+  options.seconds = INFINITY;
+  expect_invalid(options, "seconds is inf");
   options = SmallOptions();
   options.cpu_nodes = {4242};
   expect_invalid(options, "CPU node 4242 is not an online node");

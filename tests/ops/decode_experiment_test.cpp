@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <climits>
 #include <cmath>
 #include <string>
 
@@ -73,10 +74,74 @@ TEST_CASE("decode experiment: bad options are refused naming the option", "[deco
   REQUIRE(refused.status().code() == absl::StatusCode::kInvalidArgument);
   REQUIRE(std::string(refused.status().message()).find("prompt_tokens is 0") != std::string::npos);
   options = Tiny();
+  options.threads = numarena::decode::kMaxDecodeThreads + 1;
+  refused = numarena::decode::RunDecodeExperiment(options);
+  REQUIRE(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(std::string(refused.status().message()).find("threads is 1025; use 1 to 1024") !=
+          std::string::npos);
+  options = Tiny();
   options.configurations = {"turbo"};
   refused = numarena::decode::RunDecodeExperiment(options);
   REQUIRE(refused.status().code() == absl::StatusCode::kInvalidArgument);
   REQUIRE(std::string(refused.status().message()).find("unknown configuration 'turbo'") !=
+          std::string::npos);
+}
+
+TEST_CASE("decode experiment: sizes beyond free memory are refused before the run", "[decode]") {
+  auto options = Tiny();
+  options.sequences = 100000;
+  options.prompt_tokens = 100000;  // 100000 x 100016 tokens x 2 x 2 x 8 x 8 bytes: 2.3 TiB
+  auto refused = numarena::decode::RunDecodeExperiment(options);
+  REQUIRE(refused.status().code() == absl::StatusCode::kResourceExhausted);
+  const std::string message(refused.status().message());
+  INFO(message);
+  CHECK(message.find("the run needs ") == 0);
+  CHECK(message.find("(KV cache 2.3 TiB, worker scratch ") != std::string::npos);
+  CHECK(message.find(" free on CPU node(s) ") != std::string::npos);
+
+  // Every count at INT_MAX with a real model shape: the product does not fit in 64 bits, and
+  // is not wrapped.
+  options.sequences = options.prompt_tokens = options.decode_steps = INT_MAX;
+  refused = numarena::decode::RunDecodeExperiment(options);
+  REQUIRE(refused.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(std::string(refused.status().message()).find("the run would need more than 16 EiB") == 0);
+}
+
+TEST_CASE("decode experiment: the JSON carries any text and non-finite figures validly",
+          "[decode]") {
+  numarena::decode::DecodeTable t;
+  t.timestamp_utc = "2025-01-31T12:00:00Z";
+  t.cpu_nodes = {0};
+  t.notes = {"newline\nand \"quotes\", control \x01, bad UTF-8 \x80\xe2\x82"};
+  numarena::decode::ConfigurationResult r;
+  r.name = "full";
+  r.description = "back\\slash";
+  r.p50_ttft_ms = std::nan("");
+  r.checksum = -INFINITY;
+  r.kv_nodes = {0, -1};
+  t.configurations.push_back(r);
+  const std::string json = numarena::decode::RenderDecodeJson(t);
+  INFO(json);
+  auto doc = numarena::testing::ParseJson(json);
+  REQUIRE(doc.has_value());
+  REQUIRE(doc->at("notes").array.at(0).string ==
+          "newline\nand \"quotes\", control \x01, bad UTF-8 \xEF\xBF\xBD\xEF\xBF\xBD");
+  const auto& c = doc->at("configurations").array.at(0);
+  REQUIRE(c.at("description").string == "back\\slash");
+  REQUIRE(c.at("p50_ttft_ms").kind == numarena::testing::JsonValue::Kind::kNull);
+  REQUIRE(c.at("checksum").kind == numarena::testing::JsonValue::Kind::kNull);
+  REQUIRE(c.at("kv_nodes").array.at(1).number == -1);
+}
+
+TEST_CASE("decode experiment: a model shape whose KV bytes per token overflow is refused",
+          "[decode]") {
+  auto options = Tiny();
+  options.layers = 1 << 30;
+  options.kv_heads = 1 << 30;
+  options.head_dim = 1 << 30;
+  auto refused = numarena::decode::RunDecodeExperiment(options);
+  REQUIRE(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(std::string(refused.status().message()).find("does not fit in 64 bits") !=
           std::string::npos);
 }
 

@@ -1,18 +1,24 @@
 // The OS layer (lib/os/os.hpp) on the host: every call's contract that a one-node machine
 // can show. Errors keep errno (name and number) and name what was asked, node masks are sized
 // for ids past the first 64-bit word, bad node and CPU ids are InvalidArgument naming the id,
-// and the memory calls reserve, commit, purge and populate exactly the pages they say.
+// the memory calls reserve, commit, purge and populate exactly the pages they say, and file
+// reads refuse at once what is not a regular file (a link to /dev/zero, a FIFO, a socket, a
+// directory, a bad link) and stop at a size limit.
 // Placement across nodes is proven in the NUMA lab (tests/lab/placement_lab.cpp).
 #include "os/os.hpp"
 
+#include <fcntl.h>
 #include <numaif.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -20,6 +26,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "hostile_files.hpp"
 #include "numarena/page_nodes.hpp"
 
 namespace numarena {
@@ -105,6 +113,130 @@ TEST_CASE("file errors are NotFound naming the path and keeping errno") {
   REQUIRE_FALSE(not_file.ok());
   CHECK(Contains(not_file.status(), "/proc"));
   CHECK(Contains(not_file.status(), "errno " + std::to_string(EISDIR)));
+}
+
+// Opens `fifo` for writing after `seconds` unless stopped first: an open(2) of a FIFO that
+// blocks for want of a writer then returns, so a regression fails the test instead of
+// hanging it.
+class FifoRescuer {
+ public:
+  FifoRescuer(std::string fifo, bool armed, int seconds = 5) {
+    if (!armed) return;
+    thread_ = std::thread([this, fifo = std::move(fifo), seconds] {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, std::chrono::seconds(seconds), [this] { return stopped_; })) return;
+      int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0) ::close(fd);
+    });
+  }
+  ~FifoRescuer() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopped_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopped_ = false;
+  std::thread thread_;
+};
+
+// What ReadFile must say about each hostile entry: the code and a phrase of the message.
+struct HostileExpectation {
+  absl::StatusCode code;
+  std::string words;
+  int no_alloc_errno;  // ReadFileNoAlloc's answer, negated
+};
+
+HostileExpectation Expected(testing::Hostile kind) {
+  using testing::Hostile;
+  switch (kind) {
+    case Hostile::kLinkToZero:
+    case Hostile::kLinkToUrandom:
+      return {absl::StatusCode::kFailedPrecondition, "a character device, not a regular file",
+              EINVAL};
+    case Hostile::kFifo:
+      return {absl::StatusCode::kFailedPrecondition, "a FIFO, not a regular file", EINVAL};
+    case Hostile::kSocket:
+      return {absl::StatusCode::kFailedPrecondition, "(errno 6 ENXIO)", ENXIO};
+    case Hostile::kDirectory:
+      return {absl::StatusCode::kFailedPrecondition, "(errno 21 EISDIR)", EISDIR};
+    case Hostile::kDanglingLink:
+      return {absl::StatusCode::kNotFound, "(errno 2 ENOENT)", ENOENT};
+    case Hostile::kLoopingLink:
+      return {absl::StatusCode::kFailedPrecondition, "(errno 40 ELOOP)", ELOOP};
+  }
+  return {};
+}
+
+TEST_CASE("ReadFile refuses devices, FIFOs, sockets, directories and bad links at once") {
+  testing::TempDir dir;
+  for (testing::Hostile kind : testing::AllHostile()) {
+    INFO(testing::HostileName(kind));
+    const std::string path = (dir.path() / "meminfo").string();
+    testing::MakeHostile(path, kind);
+    const HostileExpectation expected = Expected(kind);
+
+    const auto begin = std::chrono::steady_clock::now();
+    StatusOr<std::string> text = absl::UnknownError("not read");
+    {
+      FifoRescuer rescue(path, kind == testing::Hostile::kFifo);
+      text = os::ReadFile(path);
+    }
+    const auto elapsed = std::chrono::steady_clock::now() - begin;
+    CHECK(elapsed < std::chrono::seconds(2));
+    REQUIRE_FALSE(text.ok());
+    INFO(text.status().message());
+    CHECK(text.status().code() == expected.code);
+    CHECK(Contains(text.status(), path));
+    CHECK(Contains(text.status(), expected.words));
+
+    char buffer[64];
+    long read = 0;
+    {
+      FifoRescuer rescue(path, kind == testing::Hostile::kFifo);
+      read = os::ReadFileNoAlloc(path.c_str(), buffer, sizeof buffer);
+    }
+    CHECK(read == -expected.no_alloc_errno);
+  }
+}
+
+TEST_CASE("ReadFile stops at its size limit with a clear error") {
+  testing::TempDir dir;
+  const std::string path = (dir.path() / "distance").string();
+  {
+    std::string text(10000, '1');
+    FILE* f = std::fopen(path.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    REQUIRE(std::fwrite(text.data(), 1, text.size(), f) == text.size());
+    std::fclose(f);
+  }
+  auto exact = os::ReadFile(path, 10000);
+  REQUIRE(exact.ok());
+  CHECK(exact->size() == 10000);
+
+  auto over = os::ReadFile(path, 9999);
+  REQUIRE_FALSE(over.ok());
+  CHECK(over.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(Contains(over.status(), path));
+  CHECK(Contains(over.status(), "larger than 9999 bytes"));
+
+  // procfs reports a size of 0 whatever a file holds: the limit holds while reading too.
+  auto maps = os::ReadFile("/proc/self/maps", 16);
+  REQUIRE_FALSE(maps.ok());
+  CHECK(maps.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(Contains(maps.status(), "larger than 16 bytes"));
+
+  // The default limit, on a sparse file one byte over it (refused before any read).
+  REQUIRE(::truncate(path.c_str(), static_cast<off_t>(os::kMaxFileBytes + 1)) == 0);
+  auto huge = os::ReadFile(path);
+  REQUIRE_FALSE(huge.ok());
+  CHECK(huge.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(Contains(huge.status(), absl::StrCat("larger than ", os::kMaxFileBytes, " bytes")));
 }
 
 TEST_CASE("files, directories and links of the live system are read whole") {

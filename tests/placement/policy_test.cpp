@@ -166,3 +166,56 @@ TEST_CASE("policy kind names") {
   CHECK(std::string(numarena::PolicyKindName(PolicyKind::kBind)) == "bind");
   CHECK(std::string(numarena::PolicyKindName(PolicyKind::kWeightedInterleave)) == "weighted");
 }
+
+TEST_CASE("Policy::Parse reads every kind, mode and chunk") {
+  CHECK(Policy::Parse("bind(1)").value() == Policy::Bind(1));
+  CHECK(Policy::Parse("membind(0-1)").value() == Policy::Bind({0, 1}));
+  CHECK(Policy::Parse("bind(0,2-3)/advisory").value() ==
+        Policy::Bind({0, 2, 3}, BindMode::kAdvisory));
+  CHECK(Policy::Parse("preferred(2)").value() == Policy::Preferred(2));
+  CHECK(Policy::Parse("preferred(2)/strict").value() == Policy::Preferred(2, BindMode::kStrict));
+  CHECK(Policy::Parse("interleave(0-3)").value() == Policy::Interleave({0, 1, 2, 3}));
+  CHECK(Policy::Parse("weighted(0:3,1:1)").value() ==
+        Policy::WeightedInterleave({{0, 3}, {1, 1}}));
+  CHECK(Policy::Parse("weighted(1:1,0:2)/chunk=64K/advisory").value() ==
+        Policy::WeightedInterleave({{1, 1}, {0, 2}}, BindMode::kAdvisory, 65536));
+  CHECK(Policy::Parse("local").value() == Policy::Local());
+  CHECK(Policy::Parse("local/strict").value() == Policy::Local(BindMode::kStrict));
+}
+
+TEST_CASE("Policy::Parse reads back what ToString writes") {
+  const Policy policies[] = {
+      Policy::Bind(0),
+      Policy::Bind({0, 1}, BindMode::kAdvisory),
+      Policy::Preferred(3, BindMode::kStrict),
+      Policy::Interleave({0, 1, 2, 3}),
+      Policy::WeightedInterleave({{0, 3}, {1, 1}}),
+      Policy::WeightedInterleave({{2, 1}, {0, 7}}, BindMode::kAdvisory, 4096),
+      Policy::Local(),
+      Policy::Local(BindMode::kStrict),
+  };
+  for (const Policy& policy : policies) {
+    INFO(policy.ToString());
+    auto parsed = Policy::Parse(policy.ToString());
+    REQUIRE(parsed.ok());
+    CHECK(*parsed == policy);
+  }
+}
+
+TEST_CASE("Policy::Parse refuses malformed text with the syntax in the message") {
+  for (const char* bad :
+       {"", "bind", "bind()", "bind(", "bind(1", "bind(x)", "bind(-1)", "bind(1)/", "bind(1)/fast",
+        "bind(1)/strict/advisory", "bind(1)/chunk=4K", "preferred(0,1)", "preferred()",
+        "interleave()", "weighted()", "weighted(0)", "weighted(0:)", "weighted(0:1:2)",
+        "weighted(0:-1)", "weighted(0:4294967296)", "weighted(0:1)/chunk=0",
+        "weighted(0:1)/chunk=1Q", "weighted(0:1)/chunk=4K/chunk=8K", "local(0)", "Bind(1)",
+        "bind (1)", "bind((1))", "bind(99999999999)", "random(0)"}) {
+    INFO(bad);
+    auto parsed = Policy::Parse(bad);
+    REQUIRE(!parsed.ok());
+    CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(std::string(parsed.status().message()).find("policy '") == 0);
+    CHECK(std::string(parsed.status().message()).find("expected bind(NODES)") !=
+          std::string::npos);
+  }
+}

@@ -9,12 +9,12 @@ status=0
 for source in "$ops_dir"/*.cpp; do
   object="$(basename "$source" .cpp).cpp.o"
   if grep -qx "$object" <<<"$members"; then
-    echo "libnumarena.a contains $object, built from lib/ops" >&2; status=1
+    echo "$(basename "$archive") contains $object, built from lib/ops" >&2; status=1
   fi
 done
 defined="$(nm -C --defined-only "$archive" 2>/dev/null | awk '$2 ~ /^[TtWwDdBbRr]$/ {$1=""; $2=""; print}')"
 if bad="$(grep -E 'numarena::(ops::|decode::|RunDoctor\(|StatProcess\(|Advise\(|MeasureBandwidthMatrix\(|Render(Bandwidth|Decode)|ExpositionWriter::|Append[A-Za-z]*Metrics\()' <<<"$defined")"; then
-  echo "libnumarena.a defines operations symbols:" >&2; head -20 <<<"$bad" >&2; status=1
+  echo "$(basename "$archive") defines operations symbols:" >&2; head -20 <<<"$bad" >&2; status=1
 fi
 if ((status == 0)); then echo "libnumarena.a: $(wc -l <<<"$members") objects, none from lib/ops"; fi
 exit $status

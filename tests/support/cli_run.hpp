@@ -27,8 +27,12 @@ struct CliRun {
   }
 };
 
-// `numarena <args>`; args are passed through /bin/sh, so quote what needs quoting.
-inline CliRun RunCli(const std::string& args) {
+// `numarena <args>`; args are passed through /bin/sh, so quote what needs quoting. With
+// `timeout_seconds` > 0 the run is killed after that long and exit_code is 124 (timeout(1)),
+// so a test of something that could hang fails instead of hanging. `shell_setup` runs in
+// the same shell first, e.g. "ulimit -s 1048576" to set a limit for the tool alone.
+inline CliRun RunCli(const std::string& args, int timeout_seconds = 0,
+                     const std::string& shell_setup = "") {
   static int counter = 0;
   std::string base =
       (std::filesystem::temp_directory_path() /
@@ -36,7 +40,9 @@ inline CliRun RunCli(const std::string& args) {
           .string();
   std::string out_file = base + ".out", err_file = base + ".err";
   std::string command =
-      std::string("'") + NUMARENA_CLI + "' " + args + " >'" + out_file + "' 2>'" + err_file + "'";
+      (shell_setup.empty() ? "" : shell_setup + "; ") +
+      (timeout_seconds > 0 ? "timeout -k 5 " + std::to_string(timeout_seconds) + " " : "") + "'" +
+      NUMARENA_CLI + "' " + args + " >'" + out_file + "' 2>'" + err_file + "'";
   int status = std::system(command.c_str());
   auto slurp = [](const std::string& path) {
     std::string text;

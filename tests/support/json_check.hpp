@@ -1,6 +1,7 @@
 // A small strict JSON parser for tests that check a program's JSON output is well-formed
 // and complete (RFC 8259: objects, arrays, strings with escapes, numbers, true/false/null;
-// no trailing commas, no comments, nothing after the value).
+// no trailing commas, no comments, nothing after the value, UTF-8 only). \uXXXX escapes,
+// surrogate pairs included, are decoded to UTF-8, so strings read back exactly as written.
 //
 //   auto doc = numarena::testing::ParseJson(text);
 //   REQUIRE(doc.has_value());
@@ -8,6 +9,7 @@
 #pragma once
 
 #include <cctype>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -126,6 +128,14 @@ class Parser {
       char c = text_[pos_++];
       if (c == '"') return out;
       if (static_cast<unsigned char>(c) < 0x20) return std::nullopt;
+      if (static_cast<unsigned char>(c) >= 0x80) {
+        // RFC 8259 section 8.1: JSON text is UTF-8; an ill-formed sequence is not JSON.
+        std::size_t length = Utf8Length(text_.substr(pos_ - 1));
+        if (length == 0) return std::nullopt;
+        out.append(text_.substr(pos_ - 1, length));
+        pos_ += length - 1;
+        continue;
+      }
       if (c != '\\') {
         out += c;
         continue;
@@ -153,20 +163,81 @@ class Parser {
         case 't':
           out += '\t';
           break;
-        case 'u':
-          for (int i = 0; i < 4; ++i) {
-            if (pos_ >= text_.size() || !std::isxdigit(static_cast<unsigned char>(text_[pos_]))) {
-              return std::nullopt;
-            }
-            ++pos_;
+        case 'u': {
+          auto unit = Hex4();
+          if (!unit) return std::nullopt;
+          std::uint32_t code = *unit;
+          if (code >= 0xDC00 && code <= 0xDFFF) return std::nullopt;  // lone low surrogate
+          if (code >= 0xD800 && code <= 0xDBFF) {                     // needs its low half
+            if (!Consume("\\u")) return std::nullopt;
+            auto low = Hex4();
+            if (!low || *low < 0xDC00 || *low > 0xDFFF) return std::nullopt;
+            code = 0x10000 + ((code - 0xD800) << 10) + (*low - 0xDC00);
           }
-          out += '?';
+          AppendUtf8(out, code);
           break;
+        }
         default:
           return std::nullopt;
       }
     }
     return std::nullopt;
+  }
+
+  std::optional<std::uint32_t> Hex4() {
+    std::uint32_t value = 0;
+    for (int i = 0; i < 4; ++i) {
+      if (pos_ >= text_.size() || !std::isxdigit(static_cast<unsigned char>(text_[pos_]))) {
+        return std::nullopt;
+      }
+      const char h = text_[pos_++];
+      value = value * 16 + static_cast<std::uint32_t>(h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
+    }
+    return value;
+  }
+
+  static void AppendUtf8(std::string& out, std::uint32_t code) {
+    if (code < 0x80) {
+      out += static_cast<char>(code);
+    } else if (code < 0x800) {
+      out += static_cast<char>(0xC0 | (code >> 6));
+      out += static_cast<char>(0x80 | (code & 0x3F));
+    } else if (code < 0x10000) {
+      out += static_cast<char>(0xE0 | (code >> 12));
+      out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (code & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (code >> 18));
+      out += static_cast<char>(0x80 | ((code >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (code & 0x3F));
+    }
+  }
+
+  // Length of the well-formed UTF-8 sequence `s` starts with, 0 when ill-formed (Unicode
+  // table 3-7: no overlongs, no surrogates, nothing above U+10FFFF).
+  static std::size_t Utf8Length(std::string_view s) {
+    const auto b = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+    std::size_t length;
+    unsigned char low = 0x80, high = 0xBF;
+    if (b(0) >= 0xC2 && b(0) <= 0xDF) {
+      length = 2;
+    } else if (b(0) >= 0xE0 && b(0) <= 0xEF) {
+      length = 3;
+      if (b(0) == 0xE0) low = 0xA0;
+      if (b(0) == 0xED) high = 0x9F;
+    } else if (b(0) >= 0xF0 && b(0) <= 0xF4) {
+      length = 4;
+      if (b(0) == 0xF0) low = 0x90;
+      if (b(0) == 0xF4) high = 0x8F;
+    } else {
+      return 0;
+    }
+    if (s.size() < length) return 0;
+    for (std::size_t i = 1; i < length; ++i) {
+      if (b(i) < (i == 1 ? low : 0x80) || b(i) > (i == 1 ? high : 0xBF)) return 0;
+    }
+    return length;
   }
 
   std::optional<JsonValue> Array(int depth) {

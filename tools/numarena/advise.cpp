@@ -12,9 +12,9 @@
 #include <iostream>
 
 #include "command.hpp"
-#include "json.hpp"
 #include "numarena/format.hpp"
 #include "numarena/ops/advise.hpp"
+#include "numarena/ops/json.hpp"
 #include "ops_args.hpp"
 #include "ops_format.hpp"
 

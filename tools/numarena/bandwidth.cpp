@@ -26,7 +26,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: numarena bandwidth [--threads N] [--bytes B] [--seconds S] [--no-latency]\n"
     "                          [--cpu-nodes LIST] [--memory-nodes LIST] [--json]\n"
-    "  --threads N          worker threads per CPU node (default: its allowed CPUs)\n"
+    "  --threads N          worker threads per CPU node, at most 1024 (default: its allowed\n"
+    "                       CPUs)\n"
     "  --bytes B            bytes per array, suffix K/M/G allowed (default: 2x the last-level\n"
     "                       cache, 64 MiB..1 GiB); triad uses three arrays\n"
     "  --seconds S          timed budget of the whole run (default 4; setup is extra)\n"
@@ -34,6 +35,8 @@ constexpr const char* kUsage =
     "  --cpu-nodes LIST     rows, e.g. 0,1 (default: every node with an allowed CPU)\n"
     "  --memory-nodes LIST  columns, e.g. 0,2 (default: every allowed node with memory)\n"
     "  --json               the numarena.bandwidth/1 JSON object instead of the table\n";
+
+static_assert(kMaxBandwidthThreadsPerNode == 1024, "the usage text names the limit");
 
 bool ParseBytes(const std::string& text, std::size_t* out) {
   std::string digits = text;
@@ -59,8 +62,7 @@ bool ParseBytes(const std::string& text, std::size_t* out) {
   }
   std::uint64_t value = 0;
   if (!absl::SimpleAtoi(digits, &value)) return false;
-  *out = value * multiplier;
-  return true;
+  return !__builtin_mul_overflow(value, multiplier, out);
 }
 
 bool ParseNodeList(const std::string& text, std::vector<int>* out) {
@@ -90,8 +92,10 @@ int RunBandwidth(std::span<const std::string> args) {
     } else if (arg == "--threads") {
       const std::string* v = value();
       if (v == nullptr || !absl::SimpleAtoi(*v, &options.threads_per_node) ||
-          options.threads_per_node <= 0) {
-        return Fail("bandwidth", "--threads needs a positive number of threads per CPU node");
+          options.threads_per_node <= 0 || options.threads_per_node > kMaxBandwidthThreadsPerNode) {
+        return Fail("bandwidth", absl::StrCat("--threads needs a number of threads per CPU node "
+                                              "from 1 to ",
+                                              kMaxBandwidthThreadsPerNode));
       }
     } else if (arg == "--bytes") {
       const std::string* v = value();
@@ -100,8 +104,11 @@ int RunBandwidth(std::span<const std::string> args) {
       }
     } else if (arg == "--seconds") {
       const std::string* v = value();
-      if (v == nullptr || !absl::SimpleAtod(*v, &options.seconds) || !(options.seconds > 0)) {
-        return Fail("bandwidth", "--seconds needs a positive number of seconds, e.g. 4 or 0.5");
+      if (v == nullptr || !absl::SimpleAtod(*v, &options.seconds) || !(options.seconds > 0) ||
+          !(options.seconds <= kMaxBandwidthSeconds)) {
+        return Fail("bandwidth", absl::StrCat("--seconds needs a positive number of seconds, "
+                                              "e.g. 4 or 0.5, at most ",
+                                              kMaxBandwidthSeconds, " (one day)"));
       }
     } else if (arg == "--cpu-nodes") {
       const std::string* v = value();

@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "budget_view.hpp"
 #include "command.hpp"
-#include "json.hpp"
+#include "numarena/ops/json.hpp"
 
 namespace numarena::cli {
 namespace {

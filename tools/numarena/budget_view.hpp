@@ -13,8 +13,8 @@
 
 #include <ostream>
 
-#include "json.hpp"
 #include "numarena/budget.hpp"
+#include "numarena/ops/json.hpp"
 #include "numarena/topology.hpp"
 
 namespace numarena::cli {

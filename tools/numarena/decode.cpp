@@ -31,10 +31,12 @@ constexpr const char* kUsage =
     "  --layers N      layers (default 4)\n"
     "  --heads N       KV heads, one head group each (default 8)\n"
     "  --head-dim N    elements per head (default 128)\n"
-    "  --threads N     worker threads (default: every allowed CPU)\n"
+    "  --threads N     worker threads, at most 1024 (default: every allowed CPU)\n"
     "  --config NAMES  comma-separated subset of no_binding,wrong_node,membind,\n"
     "                  membind_cpubind,full (default: all, in that order)\n"
     "  --json          the numarena.decode/1 JSON object instead of the table\n";
+
+static_assert(decode::kMaxDecodeThreads == 1024, "the usage text names the limit");
 
 int RunDecode(std::span<const std::string> args) {
   decode::DecodeOptions options;
@@ -70,6 +72,10 @@ int RunDecode(std::span<const std::string> args) {
       if (i + 1 >= args.size() || !absl::SimpleAtoi(args[i + 1], option.target) ||
           *option.target <= 0) {
         return Fail("decode", absl::StrCat(option.flag, " needs a positive whole number"));
+      }
+      if (option.target == &options.threads && options.threads > decode::kMaxDecodeThreads) {
+        return Fail("decode", absl::StrCat("--threads needs a number of worker threads from 1 to ",
+                                           decode::kMaxDecodeThreads));
       }
       ++i;
     }

@@ -19,8 +19,8 @@
 
 #include "absl/strings/str_join.h"
 #include "command.hpp"
-#include "json.hpp"
 #include "numarena/ops/doctor.hpp"
+#include "numarena/ops/json.hpp"
 #include "ops_args.hpp"
 #include "ops_format.hpp"
 

@@ -5,9 +5,9 @@
 #include <map>
 #include <string>
 
-#include "json.hpp"
 #include "numarena/ops/advise.hpp"
 #include "numarena/ops/doctor.hpp"
+#include "numarena/ops/json.hpp"
 #include "numarena/ops/stat.hpp"
 
 namespace numarena::cli {

@@ -29,11 +29,11 @@
 #include "absl/strings/str_join.h"
 #include "budget_view.hpp"
 #include "command.hpp"
-#include "json.hpp"
 #include "numarena/format.hpp"
 #include "numarena/ops/advise.hpp"
 #include "numarena/ops/bandwidth.hpp"
 #include "numarena/ops/doctor.hpp"
+#include "numarena/ops/json.hpp"
 #include "ops_args.hpp"
 #include "ops_format.hpp"
 

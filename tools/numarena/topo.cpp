@@ -51,8 +51,8 @@
 #include "absl/strings/str_cat.h"
 #include "budget_view.hpp"
 #include "command.hpp"
-#include "json.hpp"
 #include "numarena/format.hpp"
+#include "numarena/ops/json.hpp"
 #include "numarena/topology.hpp"
 
 namespace numarena::cli {

@@ -31,6 +31,16 @@ inline int TcacheIdOf(int flags) { return ((flags >> 8) & 0xfff) - 2; }
 // The jemalloc arena index in thread_flags (MALLOCX_ARENA): -1 when unset.
 inline int ArenaIndexOf(int flags) { return ((flags >> 20) & 0xfff) - 1; }
 
+// The size numarena asks jemalloc for when `alignment` is at most alignof(max_align_t)
+// (the alignments it serves without MALLOCX_LG_ALIGN): `size` raised to `alignment`.
+// jemalloc's smallest class, 8 bytes, is only 8-aligned, while every larger class is a
+// multiple of 16; so a request of 0 to 8 bytes with alignment 16 must take the 16-byte class.
+// Allocation and sized free both go through this, so a sized free names the class the
+// object came from.
+inline std::size_t RequestSize(std::size_t size, std::size_t alignment) {
+  return size < alignment ? alignment : size;
+}
+
 inline int HeapOf(const void* p) {
   std::uintptr_t granule = reinterpret_cast<std::uintptr_t>(p) >> kGranuleShift;
   if (granule >= kGranuleCount) return -1;

@@ -71,6 +71,11 @@ struct MatrixOptions {
 
 // The smallest array `MeasureBandwidthMatrix` accepts.
 inline constexpr std::size_t kMinBandwidthBufferBytes = std::size_t{64} << 10;
+// The most worker threads per CPU node it accepts: far above any node's CPU count (threads
+// beyond the CPUs only share them), and few enough to start on an ordinary system.
+inline constexpr int kMaxBandwidthThreadsPerNode = 1024;
+// The longest timed budget it accepts, in seconds (one day).
+inline constexpr double kMaxBandwidthSeconds = 86400;
 
 struct BandwidthCell {
   int memory_node = -1;
@@ -130,10 +135,13 @@ struct BandwidthMatrix {
 
 // Measures the matrix on the live machine (Topology::system()).
 //
-// InvalidArgument: threads_per_node < 0, buffer_bytes below kMinBandwidthBufferBytes,
-// seconds not positive, a requested node that is unknown, not allowed, without allowed CPUs
-// (rows) or without memory (columns). Errors of mmap/mbind/sched_setaffinity keep their
-// codes (PermissionDenied, FailedPrecondition, ...), with the call named in the message.
+// InvalidArgument: threads_per_node < 0 or above kMaxBandwidthThreadsPerNode, buffer_bytes
+// below kMinBandwidthBufferBytes, seconds not positive or above kMaxBandwidthSeconds, a
+// requested node that is unknown, not allowed, without allowed CPUs (rows) or without memory
+// (columns). ResourceExhausted: the three arrays (3 x buffer_bytes) do not fit in a column's
+// free memory, or the system would not start the worker threads. Errors of
+// mmap/mbind/sched_setaffinity keep their codes (PermissionDenied, FailedPrecondition, ...),
+// with the call named in the message.
 [[nodiscard]] StatusOr<BandwidthMatrix> MeasureBandwidthMatrix(const MatrixOptions& options = {});
 // The same on a given topology, which must describe the live machine (its nodes are bound
 // to and its CPUs pinned to).

@@ -30,6 +30,10 @@
 
 namespace numarena::decode {
 
+// The most worker threads DecodeOptions::threads may ask for: above any ordinary machine's
+// CPU count, and few enough to start on an ordinary system.
+inline constexpr int kMaxDecodeThreads = 1024;
+
 struct DecodeOptions {
   int sequences = 4;        // batch size
   int prompt_tokens = 128;  // prefill length of every sequence
@@ -37,7 +41,8 @@ struct DecodeOptions {
   int layers = 4;
   int kv_heads = 8;
   int head_dim = 128;
-  int threads = 0;  // workers; 0: one per allowed CPU (of the CPU nodes used)
+  int threads = 0;  // workers, at most kMaxDecodeThreads; 0: one per allowed CPU (of the
+                    // CPU nodes used)
   // Configurations to run, by name; empty: all five in the order above.
   std::vector<std::string> configurations;
 };
@@ -70,8 +75,11 @@ struct DecodeTable {
 // The configuration names, in table order.
 const std::vector<std::string>& ConfigurationNames();
 
-// Runs the experiment on the live machine. InvalidArgument for non-positive sizes, an
-// unknown configuration name, or kv_heads/layers the KV pool rejects (message says which).
+// Runs the experiment on the live machine. InvalidArgument for non-positive sizes, threads
+// outside 0..kMaxDecodeThreads, an unknown configuration name, or kv_heads/layers the KV pool
+// rejects (message says which). ResourceExhausted, before anything is allocated, when the
+// sizes need more memory at once (KV cache, worker scratch) than the CPU nodes have free,
+// with the sizes in the message; also when the system refuses to start a worker thread.
 [[nodiscard]] StatusOr<DecodeTable> RunDecodeExperiment(const DecodeOptions& options);
 
 // Seed-000-style text table, and the "numarena.decode/1" JSON object.

@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# Builds the jemalloc that libnumarena.so carries inside it, from Debian's own source package
+# (the jemalloc of Debian 12 that libnumarena.a links, same version, Debian's patches and
+# configure options), with three changes that let a process dlopen() the shared library:
+#
+#   --disable-initial-exec-tls   Debian's libjemalloc.so.2 keeps its thread state in
+#                                initial-exec TLS (STATIC_TLS, ~2.6 KiB), which glibc can give
+#                                a dlopen()ed library only from a few hundred spare bytes:
+#                                "cannot allocate memory in static TLS block". General-dynamic
+#                                TLS is allocated per thread on demand instead.
+#   --with-jemalloc-prefix=nje_  the API is nje_mallocx, nje_mallctl, nje_malloc_conf, ...
+#   --with-private-namespace=nje_  and the internals nje_je_*; no malloc/free/__libc_* at all,
+#                                so it never becomes the process's malloc (Python keeps glibc's)
+#                                and never meets a jemalloc the process already has.
+#   --without-export             every symbol hidden; libnumarena.so exports only numarena_*.
+#
+# The output is a PIC static archive and the generated header, which maps mallocx & co. to
+# the nje_ names when JEMALLOC_MANGLE is defined (lib/CMakeLists.txt compiles the shared
+# library's objects that way):
+#
+#   cmake/jemalloc/build.sh DEST    -> DEST/lib/libnumarena_jemalloc_pic.a
+#                                      DEST/include/jemalloc/jemalloc.h
+#
+# The build happens once per version and flags, in ${NUMARENA_JEMALLOC_CACHE:-~/.cache/
+# numarena-jemalloc}; later calls copy from there. The three source files are downloaded from
+# ${NUMARENA_DEBIAN_MIRROR:-http://deb.debian.org/debian} (or taken from CACHE/downloads if
+# already there) and must match the SHA-256 sums pinned below: the .dsc's own, and those the
+# .dsc lists for the tarballs (plain HTTP is fine: the sums are the trust anchor, the same
+# ones apt checks through the signed Release/Sources files). CC (default cc) builds it.
+set -euo pipefail
+
+die() { printf 'numarena jemalloc build: %s\n' "$*" >&2; exit 1; }
+
+[[ $# -eq 1 ]] || die "usage: $0 DEST"
+DEST="$1"
+
+JE_VERSION=5.3.0
+DEB_REVISION=1
+DSC=jemalloc_${JE_VERSION}-${DEB_REVISION}.dsc
+ORIG=jemalloc_${JE_VERSION}.orig.tar.bz2
+DEBIAN=jemalloc_${JE_VERSION}-${DEB_REVISION}.debian.tar.xz
+declare -A SHA256=(
+  [$DSC]=439f07beae27fc3643932de2ef6d095c15f852cdf1a39c2949b8f6fbc51d6f0d
+  [$ORIG]=2db82d1e7119df3e71b7640219b6dfe84789bc0537983c3b7ac4f7189aecfeaa
+  [$DEBIAN]=4e87f3aa3709ce9ae9de501a56202de3b81f565aba441c579c57c29bda00006e
+)
+MIRROR="${NUMARENA_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+POOL="$MIRROR/pool/main/j/jemalloc"
+
+# Debian's configure options for amd64/i386 (debian/rules: a fixed 4 KiB page, 2 MiB huge
+# pages, profiling), then ours. Other architectures get Debian's 64 KiB page and no prof.
+case "$(uname -m)" in
+  x86_64 | i?86) DEBIAN_OPTIONS=(--with-lg-page=12 --enable-prof) ;;
+  *) DEBIAN_OPTIONS=(--with-lg-page=16) ;;
+esac
+DEBIAN_OPTIONS+=(--with-version=VERSION --with-lg-hugepage=21)
+NUMARENA_OPTIONS=(--disable-initial-exec-tls --with-jemalloc-prefix=nje_
+                  --with-private-namespace=nje_ --without-export
+                  --disable-cxx --disable-shared --disable-doc)
+# Debian 12's dpkg-buildflags, without -ffile-prefix-map (it names the build folder).
+BUILD_CFLAGS="-g -O2 -fstack-protector-strong -Wformat -Werror=format-security"
+BUILD_CPPFLAGS="-Wdate-time -D_FORTIFY_SOURCE=2"
+CC="${CC:-cc}"
+command -v "$CC" >/dev/null || die "no C compiler '$CC' (install build-essential)"
+
+# The cache key: everything that changes the archive.
+KEY_TEXT="jemalloc $JE_VERSION-$DEB_REVISION ${SHA256[$ORIG]} ${SHA256[$DEBIAN]}
+configure ${DEBIAN_OPTIONS[*]} ${NUMARENA_OPTIONS[*]}
+CFLAGS $BUILD_CFLAGS CPPFLAGS $BUILD_CPPFLAGS
+CC $("$CC" --version | head -n 1) $("$CC" -dumpmachine)"
+KEY="$(printf '%s' "$KEY_TEXT" | sha256sum | cut -c1-16)"
+
+CACHE="${NUMARENA_JEMALLOC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/numarena-jemalloc}"
+BUILT="$CACHE/jemalloc-$JE_VERSION-$DEB_REVISION-$KEY"
+
+copy_out() {
+  mkdir -p "$DEST/lib" "$DEST/include/jemalloc"
+  cp "$BUILT/lib/libnumarena_jemalloc_pic.a" "$DEST/lib/libnumarena_jemalloc_pic.a.tmp"
+  cp "$BUILT/include/jemalloc/jemalloc.h" "$DEST/include/jemalloc/jemalloc.h.tmp"
+  mv -f "$DEST/lib/libnumarena_jemalloc_pic.a.tmp" "$DEST/lib/libnumarena_jemalloc_pic.a"
+  mv -f "$DEST/include/jemalloc/jemalloc.h.tmp" "$DEST/include/jemalloc/jemalloc.h"
+}
+
+if [[ -f "$BUILT/done" ]]; then copy_out; exit 0; fi
+
+mkdir -p "$CACHE/downloads" || die "cannot create $CACHE (set NUMARENA_JEMALLOC_CACHE)"
+# Build folders that configure at once (build, build-asan) wait for one another here.
+exec 9>"$CACHE/.lock"
+flock 9
+if [[ -f "$BUILT/done" ]]; then copy_out; exit 0; fi
+
+sha_of() { sha256sum "$1" | cut -d' ' -f1; }
+
+# fetch FILE: into CACHE/downloads, checked against its pinned sum.
+fetch() {
+  local file="$1" path="$CACHE/downloads/$1"
+  if [[ -f "$path" && "$(sha_of "$path")" == "${SHA256[$file]}" ]]; then return 0; fi
+  rm -f "$path" "$path.part"
+  printf 'numarena jemalloc build: downloading %s\n' "$POOL/$file" >&2
+  if ! curl -fsSL --retry 3 --connect-timeout 20 -o "$path.part" "$POOL/$file"; then
+    rm -f "$path.part"
+    die "could not download $POOL/$file.
+  libnumarena.so contains a jemalloc built from Debian's source package, which is fetched
+  once and cached in $CACHE. Either give this machine network access to $MIRROR,
+  set NUMARENA_DEBIAN_MIRROR to a reachable Debian mirror, put $DSC, $ORIG and $DEBIAN
+  into $CACHE/downloads/, or configure with -DNUMARENA_BUILD_SHARED=OFF (no libnumarena.so)."
+  fi
+  local got; got="$(sha_of "$path.part")"
+  if [[ "$got" != "${SHA256[$file]}" ]]; then
+    rm -f "$path.part"
+    die "$POOL/$file has SHA-256 $got, expected ${SHA256[$file]}: refusing to build it"
+  fi
+  mv "$path.part" "$path"
+}
+
+fetch "$DSC"
+fetch "$ORIG"
+fetch "$DEBIAN"
+# The pinned tarball sums are the ones the (pinned) .dsc lists: a mistake in either shows.
+for file in "$ORIG" "$DEBIAN"; do
+  grep -Eq "^ ${SHA256[$file]} [0-9]+ $file\$" "$CACHE/downloads/$DSC" ||
+    die "$DSC does not list SHA-256 ${SHA256[$file]} for $file"
+done
+
+WORK="$(mktemp -d "$CACHE/.build.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+tar -xjf "$CACHE/downloads/$ORIG" -C "$WORK"
+SRC="$WORK/jemalloc-$JE_VERSION"
+[[ -d "$SRC" ]] || die "$ORIG did not unpack into jemalloc-$JE_VERSION/"
+tar -xJf "$CACHE/downloads/$DEBIAN" -C "$SRC"
+# Debian's patches, in series order (dpkg-source would apply them the same way). They touch
+# configure.ac only for GNU Hurd, so the tarball's generated configure (no autoconf needed)
+# builds the same code on Linux.
+if [[ -f "$SRC/debian/patches/series" ]]; then
+  while read -r patch _; do
+    [[ -z "$patch" || "$patch" == \#* ]] && continue
+    patch -d "$SRC" -p1 --quiet --forward < "$SRC/debian/patches/$patch" ||
+      die "Debian patch $patch does not apply"
+  done < "$SRC/debian/patches/series"
+fi
+
+printf 'numarena jemalloc build: configuring and building jemalloc %s-%s (once; cached in %s)\n' \
+  "$JE_VERSION" "$DEB_REVISION" "$BUILT" >&2
+(
+  cd "$SRC"
+  CC="$CC" CFLAGS="$BUILD_CFLAGS" CPPFLAGS="$BUILD_CPPFLAGS" \
+    ./configure "${DEBIAN_OPTIONS[@]}" "${NUMARENA_OPTIONS[@]}" >"$WORK/configure.log" 2>&1 ||
+    { tail -n 30 "$WORK/configure.log" >&2; die "configure failed (log above)"; }
+  # Only the PIC archive: no shared library, no non-PIC archive, no documentation.
+  make -j "${JOBS:-$(nproc)}" lib/libjemalloc_pic.a >"$WORK/make.log" 2>&1 ||
+    { tail -n 30 "$WORK/make.log" >&2; die "make failed (log above)"; }
+)
+
+# What the archive must be, checked once here rather than trusted: no initial-exec TLS
+# relocation (GOTTPOFF/TPOFF), and no defined global symbol without the nje_ prefix.
+if readelf -rW "$SRC/lib/libjemalloc_pic.a" | grep -Eq 'R_X86_64_(GOTTPOFF|TPOFF32|TPOFF64)'; then
+  die "the archive still uses initial-exec TLS"
+fi
+stray="$(nm -g --defined-only "$SRC/lib/libjemalloc_pic.a" 2>/dev/null |
+         awk 'NF == 3 && $3 !~ /^nje_/ {print $3}' | head -n 5)"
+[[ -z "$stray" ]] || die "the archive defines symbols outside the nje_ prefix: $stray"
+
+STAGE="$WORK/out"
+mkdir -p "$STAGE/lib" "$STAGE/include/jemalloc"
+cp "$SRC/lib/libjemalloc_pic.a" "$STAGE/lib/libnumarena_jemalloc_pic.a"
+cp "$SRC/include/jemalloc/jemalloc.h" "$STAGE/include/jemalloc/jemalloc.h"
+printf '%s\n' "$KEY_TEXT" >"$STAGE/build-info.txt"
+touch "$STAGE/done"
+rm -rf "$BUILT"
+mv "$STAGE" "$BUILT"
+copy_out

@@ -1,0 +1,276 @@
+/* numarena's C API: NUMA-placed memory for programs that are not built as C++20.
+ *
+ * Everything here is plain C11 (and valid C++): no Abseil, jemalloc or standard-library
+ * types, so a C program, a Rust or Go FFI binding, or Python's ctypes can use numarena
+ * without sharing its build. It wraps the C++ API one to one: arenas for a node or for a
+ * policy string, malloc-shaped allocation, where pages are (`numarena_page_nodes`), moving
+ * them (`numarena_prefault`, `numarena_correct`), a per-node budget, and the machine's
+ * topology.
+ *
+ * Errors. Functions that can fail return a `numarena_code` (0 = NUMARENA_OK) or, for the
+ * allocation functions, NULL; either way the calling thread's last error is set, and
+ * `numarena_last_error()` / `numarena_last_error_message()` say what happened and what the
+ * caller can do (the message names the node, the sizes, the kernel's errno). A call that
+ * succeeds leaves the last error as it was. Codes are the numbers of absl::StatusCode, which
+ * the C++ API returns.
+ *
+ * Threads. Every function may be called from any thread; memory may be freed on another
+ * thread than the one that allocated it. Arenas live for the whole process and are never
+ * freed.
+ *
+ *   numarena_arena* arena = numarena_arena_for_policy("bind(1)");
+ *   if (arena == NULL) { fprintf(stderr, "%s\n", numarena_last_error_message()); return 1; }
+ *   float* weights = numarena_malloc(arena, bytes);
+ *   if (weights == NULL) { fprintf(stderr, "%s\n", numarena_last_error_message()); ... }
+ *   ...
+ *   numarena_free(weights);
+ */
+#ifndef NUMARENA_NUMARENA_H_
+#define NUMARENA_NUMARENA_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors ---------------------------------------------------------------------------- */
+
+typedef enum numarena_code {
+  NUMARENA_OK = 0,
+  NUMARENA_UNKNOWN = 2,
+  NUMARENA_INVALID_ARGUMENT = 3,      /* a bad node, size, alignment or policy string */
+  NUMARENA_NOT_FOUND = 5,             /* a kernel file is missing (no NUMA support?) */
+  NUMARENA_PERMISSION_DENIED = 7,     /* the kernel refused mbind/move_pages (seccomp) */
+  NUMARENA_RESOURCE_EXHAUSTED = 8,    /* the node or the budget is full */
+  NUMARENA_FAILED_PRECONDITION = 9,   /* e.g. no hugetlb pages, pages not movable */
+  NUMARENA_OUT_OF_RANGE = 11,         /* a caller's buffer is too small (see *count) */
+  NUMARENA_UNIMPLEMENTED = 12,
+  NUMARENA_INTERNAL = 13,
+  NUMARENA_DATA_LOSS = 15             /* a kernel file says something unexpected */
+} numarena_code;
+
+/* The code of the calling thread's most recent failure (NUMARENA_OK when none yet). */
+numarena_code numarena_last_error(void);
+
+/* The message of that failure ("" when none). The string belongs to the thread and stays
+ * valid until the thread's next failing numarena call or numarena_clear_error(). */
+const char* numarena_last_error_message(void);
+
+/* Forgets the calling thread's last error. */
+void numarena_clear_error(void);
+
+/* "0.1.0". */
+const char* numarena_version(void);
+
+/* ---- arenas ---------------------------------------------------------------------------- */
+
+/* An arena: a heap whose pages are placed by one policy and bound before first touch.
+ * Opaque; never freed (arenas live for the process). */
+typedef struct numarena_arena numarena_arena;
+
+/* The arena that binds to `node` (strict), created on first use; the same node always
+ * gives the same arena. NULL with NUMARENA_INVALID_ARGUMENT for a node that is not online
+ * or not allowed to this process. */
+numarena_arena* numarena_arena_for_node(int node);
+
+/* The arena for a policy string (the syntax of numarena::Policy::Parse, shared with the
+ * CLI and `numarena run`):
+ *   "bind(1)"  "bind(0-1)/advisory"  "preferred(2)"  "interleave(0-3)"
+ *   "weighted(0:3,1:1)"  "weighted(0:1,1:1)/chunk=64K"  "local"
+ * NULL with NUMARENA_INVALID_ARGUMENT for a malformed string or a node the machine does
+ * not have (the message shows the syntax), NUMARENA_PERMISSION_DENIED or
+ * NUMARENA_FAILED_PRECONDITION when the kernel refuses a strict policy,
+ * NUMARENA_RESOURCE_EXHAUSTED when numarena's arena table is full. */
+numarena_arena* numarena_arena_for_policy(const char* policy);
+
+/* Writes the arena's policy in canonical form (as numarena_arena_for_policy reads it) into
+ * `buffer` (NUL-terminated, truncated to `size`), and returns the length of the whole
+ * string, like snprintf. */
+size_t numarena_arena_policy(const numarena_arena* arena, char* buffer, size_t size);
+
+/* Returns the arena's unused dirty pages to the kernel now, and their budget charge. */
+void numarena_arena_purge(numarena_arena* arena);
+
+/* ---- allocation ------------------------------------------------------------------------ */
+/* Like their C library namesakes, on `arena`. On failure: NULL (errno is left alone) and the
+ * thread's last error says why (NUMARENA_RESOURCE_EXHAUSTED: the node or the budget is full;
+ * NUMARENA_INVALID_ARGUMENT: size overflow, bad alignment, NULL arena). Memory is aligned to
+ * at least 16 bytes (alignof(max_align_t)); size 0 gives a unique minimal allocation. */
+
+void* numarena_malloc(numarena_arena* arena, size_t size);
+
+/* `count` x `size` bytes, zeroed. NULL with NUMARENA_INVALID_ARGUMENT when the product
+ * overflows. */
+void* numarena_calloc(numarena_arena* arena, size_t count, size_t size);
+
+/* Resizes `ptr` (NULL: like numarena_malloc) keeping its contents up to the smaller size.
+ * The new block comes from `arena`, which may differ from the one `ptr` came from (a way to
+ * move a buffer to another node). size 0 frees `ptr` and returns NULL. On failure `ptr` is
+ * untouched and still owned by the caller. `ptr` must be a numarena pointer. */
+void* numarena_realloc(numarena_arena* arena, void* ptr, size_t size);
+
+/* `size` bytes aligned to `alignment`, a power of two (any size, unlike C11's rule that it
+ * be a multiple). NULL with NUMARENA_INVALID_ARGUMENT for another alignment. */
+void* numarena_aligned_alloc(numarena_arena* arena, size_t alignment, size_t size);
+
+/* posix_memalign's contract: returns 0 and sets *out, or EINVAL (alignment not a power of
+ * two multiple of sizeof(void*), NULL out or arena) or ENOMEM, leaving *out alone; the
+ * thread's last error is set too. */
+int numarena_posix_memalign(numarena_arena* arena, void** out, size_t alignment, size_t size);
+
+/* Frees memory from any numarena arena, on any thread. NULL is ignored. A pointer numarena
+ * did not allocate is a bug (see numarena/arena.hpp for what is detected). */
+void numarena_free(void* ptr);
+
+/* Usable bytes at `ptr` (at least the size asked for); 0 when numarena does not own it. */
+size_t numarena_usable_size(const void* ptr);
+
+/* 1 when `ptr` points into memory numarena's arenas manage, else 0. No system call. */
+int numarena_owns(const void* ptr);
+
+/* The node the arena of `ptr` places its pages on; NUMARENA_NODE_MIXED for interleaved or
+ * multi-node arenas, NUMARENA_NODE_NONE when numarena does not own `ptr`. No system call:
+ * it reports the placement asked for; numarena_page_nodes tells where pages really are. */
+#define NUMARENA_NODE_NONE (-1)
+#define NUMARENA_NODE_MIXED (-2)
+int numarena_node_of(const void* ptr);
+
+/* ---- where pages are, and moving them --------------------------------------------------- */
+
+typedef struct numarena_page_counts {
+  size_t total_pages;     /* pages in the (page-widened) range */
+  size_t not_resident;    /* never touched, or purged */
+  size_t unmapped;        /* not mapped, or another per-page error */
+  size_t on_other_nodes;  /* resident on a node >= the caller's node_slots */
+} numarena_page_counts;
+
+/* Asks the kernel where each resident page of [ptr, ptr+len) is (move_pages with no target,
+ * never faulting a page in). pages_on_node[n] gets the pages on node n for n < node_slots
+ * (pages_on_node may be NULL when node_slots is 0); `counts` gets the rest. Returns
+ * NUMARENA_OK, or NUMARENA_INVALID_ARGUMENT (NULL counts, a range past the address space),
+ * or NUMARENA_PERMISSION_DENIED. */
+numarena_code numarena_page_nodes(const void* ptr, size_t len, size_t* pages_on_node,
+                                  size_t node_slots, numarena_page_counts* counts);
+
+/* What numarena_prefault / numarena_correct found and did, in pages:
+ * pages_checked == already_local + moved + not_resident + failed. */
+typedef struct numarena_placement_report {
+  int node;
+  size_t pages_checked;
+  size_t already_local;
+  size_t moved;
+  size_t not_resident;
+  size_t failed;
+} numarena_placement_report;
+
+/* Binds [ptr, ptr+len) to `node`, faults every page in there and migrates pages already
+ * resident elsewhere (numarena::prefault). `report` may be NULL. Works on any mapping the
+ * caller owns (a numpy array's data, a tensor's storage). NUMARENA_INVALID_ARGUMENT for a
+ * bad node or an unmapped range, NUMARENA_PERMISSION_DENIED when the kernel refuses,
+ * NUMARENA_RESOURCE_EXHAUSTED when the node cannot take the pages. */
+numarena_code numarena_prefault(void* ptr, size_t len, int node,
+                                numarena_placement_report* report);
+
+/* Migrates the resident pages of [ptr, ptr+len) that are not on `node` to it, never
+ * faulting a page in (numarena::correct). Pages the kernel will not move are counted in
+ * report->failed, which is not an error of the call. Errors as numarena_prefault. */
+numarena_code numarena_correct(void* ptr, size_t len, int node, numarena_placement_report* report);
+
+/* ---- the per-node budget ---------------------------------------------------------------- */
+
+/* A per-node memory budget: warn at 80 %, admission closes at 85 %, trip at 90 %. */
+typedef struct numarena_budget numarena_budget;
+
+/* Creates a budget over the machine's online nodes. `spec` is "system" (capacity = the
+ * node's memory, usage = what the kernel says is used) or "quota:SIZE" (each node may hold
+ * SIZE bytes of numarena memory, e.g. "quota:8G"). NULL with NUMARENA_INVALID_ARGUMENT for
+ * another spec; kernel-file errors as NUMARENA_NOT_FOUND / NUMARENA_DATA_LOSS. */
+numarena_budget* numarena_budget_create(const char* spec);
+
+/* Destroys a budget. NUMARENA_FAILED_PRECONDITION (and nothing is destroyed) while it is
+ * installed: uninstall it first with numarena_budget_install(NULL). NULL is ignored. */
+numarena_code numarena_budget_destroy(numarena_budget* budget);
+
+/* Makes `budget` the process-wide gate every arena charges before it commits memory (NULL
+ * uninstalls). Install before the allocations you want counted. NUMARENA_FAILED_PRECONDITION
+ * when another budget is installed. */
+numarena_code numarena_budget_install(numarena_budget* budget);
+
+typedef enum numarena_node_state {
+  NUMARENA_NODE_NORMAL = 0,
+  NUMARENA_NODE_WARN = 1,
+  NUMARENA_NODE_ADMISSION_CLOSED = 2,
+  NUMARENA_NODE_TRIPPED = 3
+} numarena_node_state;
+
+typedef struct numarena_budget_node {
+  int node;
+  numarena_node_state state;
+  uint64_t capacity;
+  uint64_t usage;
+  uint64_t peak;
+  uint64_t warn_bytes;
+  uint64_t admission_bytes;
+  uint64_t trip_bytes;
+  uint64_t numarena_bytes; /* charged by numarena's allocations */
+  uint64_t refusals;       /* charges refused */
+} numarena_budget_node;
+
+/* Copies one entry per node (ascending ids) into nodes[0 .. capacity) and sets *count to the
+ * number of nodes. NUMARENA_OUT_OF_RANGE when `capacity` is too small (*count says how many
+ * are needed; the first `capacity` entries are written). */
+numarena_code numarena_budget_snapshot(const numarena_budget* budget, numarena_budget_node* nodes,
+                                       size_t capacity, size_t* count);
+
+typedef enum numarena_priority {
+  NUMARENA_PRIORITY_HIGH = 0,
+  NUMARENA_PRIORITY_NORMAL = 1,
+  NUMARENA_PRIORITY_LOW = 2
+} numarena_priority;
+
+typedef enum numarena_admission {
+  NUMARENA_ADMIT_OK = 0,    /* start the work now */
+  NUMARENA_ADMIT_LATER = 1, /* the node is too full now; retry when memory was freed */
+  NUMARENA_ADMIT_NEVER = 2  /* more than the node could ever give this priority */
+} numarena_admission;
+
+/* Should work needing about `bytes` on `node` start now? Charges nothing. Sets *answer and
+ * returns NUMARENA_OK, or NUMARENA_INVALID_ARGUMENT for a NULL budget or answer, a priority
+ * outside the enum, or a node the budget does not know. */
+numarena_code numarena_budget_admit(const numarena_budget* budget, int node, size_t bytes,
+                                    numarena_priority priority, numarena_admission* answer);
+
+/* ---- topology --------------------------------------------------------------------------- */
+
+typedef struct numarena_node_info {
+  int id;
+  int cpu_count;            /* 0 for a memory-only node (CXL, HBM) */
+  int allowed;              /* 1 when the process may allocate there (cpuset, mems_allowed) */
+  uint64_t mem_total_bytes;
+  uint64_t mem_free_bytes;  /* when the topology was read */
+} numarena_node_info;
+
+/* The machine's online nodes, ascending, as numarena_budget_snapshot fills its array
+ * (NUMARENA_OUT_OF_RANGE with *count when `capacity` is too small). Errors reading the
+ * kernel's files as NUMARENA_NOT_FOUND / NUMARENA_DATA_LOSS. */
+numarena_code numarena_topology_nodes(numarena_node_info* nodes, size_t capacity, size_t* count);
+
+/* The SLIT distance from node `from` to node `to` (10 = local), or -1 with
+ * NUMARENA_INVALID_ARGUMENT for a node that is not online. */
+int numarena_distance(int from, int to);
+
+/* The node of the CPU the calling thread runs on now, or -1 (last error set). */
+int numarena_current_node(void);
+
+/* A human-readable summary of the topology (nodes, CPUs, memory, distances, devices and what
+ * the process may use), written like snprintf: NUL-terminated, truncated to `size`, the
+ * length of the whole text returned. 0 with the last error set when discovery fails. */
+size_t numarena_topology_summary(char* buffer, size_t size);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* NUMARENA_NUMARENA_H_ */

@@ -1,0 +1,439 @@
+// The C API (include/numarena/numarena.h): a thin layer over the C++ API that turns
+// absl::Status into a numarena_code plus a per-thread message, and C++ values into C structs.
+// It adds no behaviour of its own beyond what C callers need and C++ callers get from the
+// type system: NULL checks, checked products (calloc), realloc, posix_memalign's contract.
+#include "numarena/numarena.h"
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "numarena/arena.hpp"
+#include "numarena/budget.hpp"
+#include "numarena/first_touch.hpp"
+#include "numarena/format.hpp"
+#include "numarena/page_nodes.hpp"
+#include "numarena/policy.hpp"
+#include "numarena/topology.hpp"
+
+struct numarena_budget {
+  std::unique_ptr<numarena::Budget> budget;
+};
+
+namespace numarena {
+namespace {
+
+struct LastError {
+  numarena_code code = NUMARENA_OK;
+  std::string message;
+};
+thread_local LastError last_error;
+
+numarena_code CodeOf(const Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return NUMARENA_OK;
+    case absl::StatusCode::kInvalidArgument:
+      return NUMARENA_INVALID_ARGUMENT;
+    case absl::StatusCode::kNotFound:
+      return NUMARENA_NOT_FOUND;
+    case absl::StatusCode::kPermissionDenied:
+      return NUMARENA_PERMISSION_DENIED;
+    case absl::StatusCode::kResourceExhausted:
+      return NUMARENA_RESOURCE_EXHAUSTED;
+    case absl::StatusCode::kFailedPrecondition:
+      return NUMARENA_FAILED_PRECONDITION;
+    case absl::StatusCode::kOutOfRange:
+      return NUMARENA_OUT_OF_RANGE;
+    case absl::StatusCode::kUnimplemented:
+      return NUMARENA_UNIMPLEMENTED;
+    case absl::StatusCode::kInternal:
+      return NUMARENA_INTERNAL;
+    case absl::StatusCode::kDataLoss:
+      return NUMARENA_DATA_LOSS;
+    default:
+      return NUMARENA_UNKNOWN;
+  }
+}
+
+// Records `status` as the thread's last error (unless OK) and returns its code.
+numarena_code Fail(const Status& status) {
+  if (status.ok()) return NUMARENA_OK;
+  last_error.code = CodeOf(status);
+  last_error.message = std::string(status.message());
+  return last_error.code;
+}
+
+numarena_code Invalid(std::string message) {
+  return Fail(absl::InvalidArgumentError(std::move(message)));
+}
+
+Arena* ArenaOf(numarena_arena* arena) { return reinterpret_cast<Arena*>(arena); }
+const Arena* ArenaOf(const numarena_arena* arena) {
+  return reinterpret_cast<const Arena*>(arena);
+}
+numarena_arena* Handle(Arena* arena) { return reinterpret_cast<numarena_arena*>(arena); }
+
+// snprintf's contract for a C++ string.
+std::size_t CopyOut(const std::string& text, char* buffer, std::size_t size) {
+  if (buffer != nullptr && size > 0) {
+    std::size_t n = text.size() < size - 1 ? text.size() : size - 1;
+    std::memcpy(buffer, text.data(), n);
+    buffer[n] = '\0';
+  }
+  return text.size();
+}
+
+void* Allocate(numarena_arena* arena, std::size_t size, std::size_t alignment) {
+  if (arena == nullptr) {
+    Invalid("numarena allocation: the arena is NULL (numarena_arena_for_node or "
+            "numarena_arena_for_policy returned NULL; see the error it left)");
+    return nullptr;
+  }
+  void* p = ArenaOf(arena)->allocate(size, alignment);
+  if (p == nullptr) Fail(last_allocation_error());
+  return p;
+}
+
+void ToReport(const PlacementReport& in, numarena_placement_report* out) {
+  if (out == nullptr) return;
+  out->node = in.node;
+  out->pages_checked = in.pages_checked;
+  out->already_local = in.already_local;
+  out->moved = in.moved;
+  out->not_resident = in.not_resident;
+  out->failed = in.failed;
+}
+
+StatusOr<const Topology*> SystemTopology() { return Topology::system(); }
+
+}  // namespace
+}  // namespace numarena
+
+using namespace numarena;  // NOLINT: the C entry points below implement numarena's API
+
+extern "C" {
+
+numarena_code numarena_last_error(void) { return last_error.code; }
+
+const char* numarena_last_error_message(void) { return last_error.message.c_str(); }
+
+void numarena_clear_error(void) {
+  last_error.code = NUMARENA_OK;
+  last_error.message.clear();
+}
+
+const char* numarena_version(void) { return "0.1.0"; }
+
+numarena_arena* numarena_arena_for_node(int node) {
+  auto arena = Arena::ForNode(node);
+  if (!arena.ok()) {
+    Fail(arena.status());
+    return nullptr;
+  }
+  return Handle(*arena);
+}
+
+numarena_arena* numarena_arena_for_policy(const char* policy) {
+  if (policy == nullptr) {
+    Invalid("numarena_arena_for_policy: the policy string is NULL");
+    return nullptr;
+  }
+  auto parsed = Policy::Parse(policy);
+  if (!parsed.ok()) {
+    Fail(parsed.status());
+    return nullptr;
+  }
+  auto arena = Arena::ForPolicy(*parsed);
+  if (!arena.ok()) {
+    Fail(arena.status());
+    return nullptr;
+  }
+  return Handle(*arena);
+}
+
+size_t numarena_arena_policy(const numarena_arena* arena, char* buffer, size_t size) {
+  if (arena == nullptr) return CopyOut("", buffer, size);
+  return CopyOut(ArenaOf(arena)->policy().ToString(), buffer, size);
+}
+
+void numarena_arena_purge(numarena_arena* arena) {
+  if (arena != nullptr) ArenaOf(arena)->purge();
+}
+
+void* numarena_malloc(numarena_arena* arena, size_t size) {
+  return Allocate(arena, size, alignof(std::max_align_t));
+}
+
+void* numarena_calloc(numarena_arena* arena, size_t count, size_t size) {
+  std::size_t bytes = 0;
+  if (__builtin_mul_overflow(count, size, &bytes)) {
+    Invalid(absl::StrCat("numarena_calloc: ", count, " x ", size,
+                         " bytes overflows the address space"));
+    return nullptr;
+  }
+  void* p = Allocate(arena, bytes, alignof(std::max_align_t));
+  if (p != nullptr) std::memset(p, 0, bytes);
+  return p;
+}
+
+void* numarena_realloc(numarena_arena* arena, void* ptr, size_t size) {
+  if (ptr == nullptr) return numarena_malloc(arena, size);
+  if (!owns(ptr)) {
+    Invalid("numarena_realloc: the pointer was not allocated by numarena; realloc it with "
+            "the allocator that made it");
+    return nullptr;
+  }
+  if (size == 0) {
+    numarena::deallocate(ptr);
+    return nullptr;
+  }
+  const std::size_t usable = usable_size(ptr);
+  // Kept in place when it fits without wasting more than half of it and the target arena
+  // places pages where `ptr`'s do (a realloc into another arena is a move to its node).
+  if (arena != nullptr && size <= usable && size >= usable / 2) {
+    const int node = ArenaOf(arena)->policy().single_node();
+    if (node >= 0 && node_of(ptr) == node) return ptr;
+  }
+  void* fresh = Allocate(arena, size, alignof(std::max_align_t));
+  if (fresh == nullptr) return nullptr;
+  std::memcpy(fresh, ptr, size < usable ? size : usable);
+  numarena::deallocate(ptr);
+  return fresh;
+}
+
+void* numarena_aligned_alloc(numarena_arena* arena, size_t alignment, size_t size) {
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
+    Invalid(absl::StrCat("numarena_aligned_alloc: alignment ", alignment,
+                         " is not a power of two"));
+    return nullptr;
+  }
+  return Allocate(arena, size, alignment);
+}
+
+int numarena_posix_memalign(numarena_arena* arena, void** out, size_t alignment, size_t size) {
+  if (out == nullptr || arena == nullptr) {
+    Invalid("numarena_posix_memalign: NULL out pointer or arena");
+    return EINVAL;
+  }
+  if (alignment < sizeof(void*) || (alignment & (alignment - 1)) != 0) {
+    Invalid(absl::StrCat("numarena_posix_memalign: alignment ", alignment,
+                         " is not a power of two multiple of sizeof(void*)"));
+    return EINVAL;
+  }
+  void* p = Allocate(arena, size, alignment);
+  if (p == nullptr) return last_error.code == NUMARENA_INVALID_ARGUMENT ? EINVAL : ENOMEM;
+  *out = p;
+  return 0;
+}
+
+void numarena_free(void* ptr) { numarena::deallocate(ptr); }
+
+size_t numarena_usable_size(const void* ptr) { return owns(ptr) ? usable_size(ptr) : 0; }
+
+int numarena_owns(const void* ptr) { return owns(ptr) ? 1 : 0; }
+
+int numarena_node_of(const void* ptr) { return node_of(ptr); }
+
+numarena_code numarena_page_nodes(const void* ptr, size_t len, size_t* pages_on_node,
+                                  size_t node_slots, numarena_page_counts* counts) {
+  if (counts == nullptr || (pages_on_node == nullptr && node_slots > 0)) {
+    return Invalid("numarena_page_nodes: NULL counts, or NULL pages_on_node with slots");
+  }
+  auto found = page_nodes(ptr, len);
+  if (!found.ok()) return Fail(found.status());
+  *counts = {found->total_pages, found->not_resident, found->unmapped, 0};
+  for (std::size_t i = 0; i < node_slots; ++i) pages_on_node[i] = 0;
+  for (const auto& [node, pages] : found->pages_on_node) {
+    if (node >= 0 && static_cast<std::size_t>(node) < node_slots) {
+      pages_on_node[node] = pages;
+    } else {
+      counts->on_other_nodes += pages;
+    }
+  }
+  return NUMARENA_OK;
+}
+
+numarena_code numarena_prefault(void* ptr, size_t len, int node,
+                                numarena_placement_report* report) {
+  auto done = prefault(ptr, len, node);
+  if (!done.ok()) return Fail(done.status());
+  ToReport(*done, report);
+  return NUMARENA_OK;
+}
+
+numarena_code numarena_correct(void* ptr, size_t len, int node,
+                               numarena_placement_report* report) {
+  auto done = correct(ptr, len, node);
+  if (!done.ok()) return Fail(done.status());
+  ToReport(*done, report);
+  return NUMARENA_OK;
+}
+
+numarena_budget* numarena_budget_create(const char* spec) {
+  const std::string text = spec == nullptr ? "" : spec;
+  BudgetOptions options;
+  if (text == "system") {
+    options.mode = BudgetMode::kSystem;
+  } else if (text.rfind("quota:", 0) == 0) {
+    auto bytes = ParseByteSize(std::string_view(text).substr(6));
+    if (!bytes.ok() || *bytes == 0) {
+      Invalid(absl::StrCat("numarena_budget_create: '", text,
+                           "': the quota must be a positive size, e.g. quota:8G",
+                           bytes.ok() ? "" : absl::StrCat(" (", bytes.status().message(), ")")));
+      return nullptr;
+    }
+    options.mode = BudgetMode::kQuota;
+    options.default_quota_bytes = *bytes;
+  } else {
+    Invalid(absl::StrCat("numarena_budget_create: '", text,
+                         "' is not a budget; use \"system\" or \"quota:SIZE\" (e.g. quota:8G)"));
+    return nullptr;
+  }
+  auto topology = SystemTopology();
+  if (!topology.ok()) {
+    Fail(topology.status());
+    return nullptr;
+  }
+  auto budget = Budget::Create(std::move(options), **topology);
+  if (!budget.ok()) {
+    Fail(budget.status());
+    return nullptr;
+  }
+  return new numarena_budget{*std::move(budget)};
+}
+
+numarena_code numarena_budget_destroy(numarena_budget* budget) {
+  if (budget == nullptr) return NUMARENA_OK;
+  if (GetCapacityGate() == budget->budget.get()) {
+    return Fail(absl::FailedPreconditionError(
+        "numarena_budget_destroy: the budget is installed; call numarena_budget_install(NULL) "
+        "first"));
+  }
+  delete budget;
+  return NUMARENA_OK;
+}
+
+numarena_code numarena_budget_install(numarena_budget* budget) {
+  return Fail(InstallProcessBudget(budget == nullptr ? nullptr : budget->budget.get()));
+}
+
+numarena_code numarena_budget_snapshot(const numarena_budget* budget, numarena_budget_node* nodes,
+                                       size_t capacity, size_t* count) {
+  if (budget == nullptr || count == nullptr || (nodes == nullptr && capacity > 0)) {
+    return Invalid("numarena_budget_snapshot: NULL budget or count, or NULL nodes with capacity");
+  }
+  const BudgetSnapshot snapshot = budget->budget->Snapshot();
+  *count = snapshot.nodes.size();
+  for (std::size_t i = 0; i < snapshot.nodes.size() && i < capacity; ++i) {
+    const NodeBudgetSnapshot& n = snapshot.nodes[i];
+    nodes[i] = {n.node,
+                static_cast<numarena_node_state>(n.state),
+                n.capacity,
+                n.usage,
+                n.peak,
+                n.warn_bytes,
+                n.admission_bytes,
+                n.trip_bytes,
+                n.numarena_bytes(),
+                n.refusals};
+  }
+  if (capacity < snapshot.nodes.size()) {
+    return Fail(absl::OutOfRangeError(absl::StrCat("numarena_budget_snapshot: ",
+                                                   snapshot.nodes.size(), " nodes, room for ",
+                                                   capacity)));
+  }
+  return NUMARENA_OK;
+}
+
+numarena_code numarena_budget_admit(const numarena_budget* budget, int node, size_t bytes,
+                                    numarena_priority priority, numarena_admission* answer) {
+  if (budget == nullptr || answer == nullptr) {
+    return Invalid("numarena_budget_admit: NULL budget or answer");
+  }
+  const int level = static_cast<int>(priority);
+  if (level < 0 || level >= kPriorityCount) {
+    return Invalid(absl::StrCat("numarena_budget_admit: priority ", level,
+                                " is not NUMARENA_PRIORITY_HIGH, _NORMAL or _LOW"));
+  }
+  if (budget->budget->Snapshot().node(node) == nullptr) {
+    return Invalid(absl::StrCat("numarena_budget_admit: node ", node,
+                                " is not one of the budget's nodes"));
+  }
+  *answer = static_cast<numarena_admission>(
+      budget->budget->Admit(node, bytes, static_cast<Priority>(level)));
+  return NUMARENA_OK;
+}
+
+numarena_code numarena_topology_nodes(numarena_node_info* nodes, size_t capacity, size_t* count) {
+  if (count == nullptr || (nodes == nullptr && capacity > 0)) {
+    return Invalid("numarena_topology_nodes: NULL count, or NULL nodes with capacity");
+  }
+  auto topology = SystemTopology();
+  if (!topology.ok()) return Fail(topology.status());
+  const auto& all = (*topology)->nodes();
+  *count = all.size();
+  for (std::size_t i = 0; i < all.size() && i < capacity; ++i) {
+    nodes[i] = {all[i].id, static_cast<int>(all[i].cpus.size()),
+                (*topology)->memory_allowed(all[i].id) ? 1 : 0, all[i].mem_total_bytes,
+                all[i].mem_free_bytes};
+  }
+  if (capacity < all.size()) {
+    return Fail(absl::OutOfRangeError(
+        absl::StrCat("numarena_topology_nodes: ", all.size(), " nodes, room for ", capacity)));
+  }
+  return NUMARENA_OK;
+}
+
+int numarena_distance(int from, int to) {
+  auto topology = SystemTopology();
+  if (!topology.ok()) {
+    Fail(topology.status());
+    return -1;
+  }
+  const int distance = (*topology)->distance(from, to);
+  if (distance < 0) {
+    Invalid(absl::StrCat("numarena_distance: node ", (*topology)->has_node(from) ? to : from,
+                         " is not online (online: ", FormatIdList((*topology)->node_ids()), ")"));
+  }
+  return distance;
+}
+
+int numarena_current_node(void) {
+  const int node = Topology::current_node();
+  if (node < 0) Fail(absl::UnavailableError("numarena_current_node: the kernel did not say"));
+  return node;
+}
+
+size_t numarena_topology_summary(char* buffer, size_t size) {
+  auto topology = SystemTopology();
+  if (!topology.ok()) {
+    Fail(topology.status());
+    return CopyOut("", buffer, size);
+  }
+  const Topology& t = **topology;
+  std::string text;
+  for (const NodeInfo& node : t.nodes()) {
+    std::vector<int> distances;
+    for (const NodeInfo& other : t.nodes()) distances.push_back(t.distance(node.id, other.id));
+    absl::StrAppend(&text, "node ", node.id, ": ",
+                    node.cpus.empty() ? std::string("no CPUs (memory-only)")
+                                      : absl::StrCat("CPUs ", FormatIdList(node.cpus)),
+                    ", ", FormatBytes(node.mem_total_bytes), " (",
+                    FormatBytes(node.mem_free_bytes), " free), distances ",
+                    absl::StrJoin(distances, " "),
+                    t.memory_allowed(node.id) ? "" : ", not allowed to this process", "\n");
+  }
+  for (const PciDevice& device : t.devices()) {
+    absl::StrAppend(&text, DeviceKindName(device.kind), " ", device.bus_id, ": node ",
+                    device.node ? absl::StrCat(*device.node) : std::string("unknown"), "\n");
+  }
+  absl::StrAppend(&text, "process: CPUs ", FormatIdList(t.process().allowed_cpus),
+                  ", memory nodes ", FormatIdList(t.process().allowed_mem_nodes), "\n");
+  return CopyOut(text, buffer, size);
+}
+
+}  // extern "C"
