@@ -34,7 +34,8 @@ constexpr int kStateNodeShift = 3;
 // Per page of a range's page states (and for the header pages), one word:
 //   bits 0-15  pages of the range committed in the part this table page describes
 //   bits 16-17 priority + 1 the table page was charged with; bit 18: charged to the gate
-//   bit 30     busy: being charged or given back (others wait; see AcquireTablePage)
+//   bit 30     busy: being purged, its last committed page gone (commits wait; see
+//              ReleaseTablePage)
 //   bit 31     charged
 constexpr std::uint32_t kTableCount = 0xffff;
 constexpr int kTablePriorityShift = 16;
@@ -43,10 +44,6 @@ constexpr std::uint32_t kTableBits = (std::uint32_t{3} << kTablePriorityShift) |
 constexpr std::uint32_t kTableBusy = std::uint32_t{1} << 30;
 constexpr std::uint32_t kTableCharged = std::uint32_t{1} << 31;
 
-// The table word this thread holds busy, if any: charging may run the gate's reclaim hooks
-// (and releasing its listeners) on this thread, and a hook that commits into the same table
-// page must fail instead of waiting for itself.
-thread_local const std::atomic<std::uint32_t>* t_busy_table_word = nullptr;
 
 std::uintptr_t AlignUp(std::uintptr_t value, std::uintptr_t alignment) {
   return (value + alignment - 1) & ~(alignment - 1);
@@ -385,11 +382,9 @@ void NodePages::ReleaseRanges() noexcept {
     std::uint32_t header = range.header.load(std::memory_order_relaxed);
     if ((header & kTableCharged) != 0) ReleaseMetadata(range.header_bytes, header);
     const std::size_t table_pages = (range.tables_bytes - range.header_bytes) / page_;
-    if ((header & kTableCharged) != 0) {
-      for (std::size_t k = 0; k < table_pages; ++k) {
-        std::uint32_t word = range.table_pages[k].load(std::memory_order_relaxed);
-        if ((word & kTableCharged) != 0) ReleaseMetadata(page_, word);
-      }
+    for (std::size_t k = 0; k < table_pages; ++k) {
+      std::uint32_t word = range.table_pages[k].load(std::memory_order_relaxed);
+      if ((word & kTableCharged) != 0) ReleaseMetadata(page_, word);
     }
     os::Unmap(range.tables, range.tables_bytes);
     range.base = range.end = range.bump = range.mapped_end = 0;
@@ -700,7 +695,6 @@ bool NodePages::Commit(void* addr, std::size_t size) noexcept {
   }
   const std::uintptr_t end = begin + size;
   if (!EnsureMapped(range, end, failure)) return false;
-  if (!ChargeTablesHeader(*range, failure)) return false;
 
   std::size_t first = (begin - range->base) / page_;
   std::size_t last = (AlignUp(end, page_) - range->base) / page_;
@@ -774,8 +768,14 @@ bool NodePages::Commit(void* addr, std::size_t size) noexcept {
     }
   }
 
-  // The pages of states these commits write into, charged before they are touched.
-  if (!AcquireTablePages(*range, first, last, failure)) {
+  // The pages of states these commits write into, charged before they are touched, and
+  // the range's header the first time (last: a refused commit charges nothing).
+  bool tables = AcquireTablePages(*range, first, last, failure);
+  if (tables && !ChargeTablesHeader(*range, failure)) {
+    ReleaseTablePages(*range, first, last);
+    tables = false;
+  }
+  if (!tables) {
     if (multi_bind) {
       uncharge(charged_index, new_pages * page_);
     } else {
@@ -903,28 +903,18 @@ void NodePages::ReleaseMetadata(std::size_t bytes, std::uint32_t bits) noexcept 
 }
 
 bool NodePages::ChargeTablesHeader(Range& range, SpanFailure* failure) noexcept {
-  // Charged once, when the range is first used, and kept while the range exists.
-  for (;;) {
-    std::uint32_t word = range.header.load(std::memory_order_acquire);
-    if ((word & kTableCharged) != 0) return true;
-    if ((word & kTableBusy) != 0) {
-      if (t_busy_table_word == &range.header) {
-        failure->kind = SpanFailure::Kind::kMap;
-        failure->err = EDEADLK;
-        failure->bytes = range.header_bytes;
-        return false;
-      }
-      std::this_thread::yield();
-      continue;
-    }
-    if (!range.header.compare_exchange_weak(word, kTableBusy, std::memory_order_acq_rel)) continue;
-    t_busy_table_word = &range.header;
-    std::uint32_t bits = 0;
-    const bool charged = ChargeMetadata(range.header_bytes, failure, &bits);
-    t_busy_table_word = nullptr;
-    range.header.store(charged ? kTableCharged | bits : 0, std::memory_order_release);
-    return charged;
+  // Charged once, when the range is first used, and kept while the range exists. Charged
+  // before it is claimed (the gate may run reclaim hooks that commit here): of two threads
+  // that charge it at once, the second gives its charge back.
+  if ((range.header.load(std::memory_order_acquire) & kTableCharged) != 0) return true;
+  std::uint32_t bits = 0;
+  if (!ChargeMetadata(range.header_bytes, failure, &bits)) return false;
+  std::uint32_t expected = 0;
+  if (!range.header.compare_exchange_strong(expected, kTableCharged | bits,
+                                            std::memory_order_acq_rel)) {
+    ReleaseMetadata(range.header_bytes, bits);
   }
+  return true;
 }
 
 bool NodePages::AcquireTablePages(Range& range, std::size_t first, std::size_t last,
@@ -938,17 +928,7 @@ bool NodePages::AcquireTablePages(Range& range, std::size_t first, std::size_t l
       pages += range.pages[i].load(std::memory_order_relaxed) == 0 ? 1 : 0;
     }
     if (pages != 0 && !AcquireTablePage(range, table_page, pages, failure)) {
-      // Undo the table pages acquired before this one.
-      for (std::size_t back = first; back < start;) {
-        const std::size_t k = back / per_table_page;
-        const std::size_t k_stop = std::min(last, (k + 1) * per_table_page);
-        std::uint32_t undo = 0;
-        for (std::size_t i = back; i < k_stop; ++i) {
-          undo += range.pages[i].load(std::memory_order_relaxed) == 0 ? 1 : 0;
-        }
-        ReleaseTablePage(range, k, undo);
-        back = k_stop;
-      }
+      ReleaseTablePages(range, first, start);  // the table pages acquired before this one
       return false;
     }
     start = stop;
@@ -956,32 +936,49 @@ bool NodePages::AcquireTablePages(Range& range, std::size_t first, std::size_t l
   return true;
 }
 
+void NodePages::ReleaseTablePages(Range& range, std::size_t first, std::size_t last) noexcept {
+  // Counts what AcquireTablePages counted: the pages in [first, last) not committed yet.
+  const std::size_t per_table_page = PagesPerTablePage();
+  for (std::size_t start = first; start < last;) {
+    const std::size_t table_page = start / per_table_page;
+    const std::size_t stop = std::min(last, (table_page + 1) * per_table_page);
+    std::uint32_t pages = 0;
+    for (std::size_t i = start; i < stop; ++i) {
+      pages += range.pages[i].load(std::memory_order_relaxed) == 0 ? 1 : 0;
+    }
+    ReleaseTablePage(range, table_page, pages);
+    start = stop;
+  }
+}
+
 bool NodePages::AcquireTablePage(Range& range, std::size_t table_page, std::uint32_t pages,
                                  SpanFailure* failure) noexcept {
   std::atomic<std::uint32_t>& word = range.table_pages[table_page];
+  std::uint32_t charged_bits = 0;
+  bool holding_charge = false;  // charged by this call, not yet in the word
   for (;;) {
     std::uint32_t value = word.load(std::memory_order_acquire);
-    if ((value & kTableBusy) != 0) {
-      if (t_busy_table_word == &word) {  // a hook of this thread's own charge or release
-        failure->kind = SpanFailure::Kind::kMap;
-        failure->err = EDEADLK;
-        failure->bytes = page_;
-        return false;
-      }
+    if ((value & kTableBusy) != 0) {  // being purged (one madvise, no callbacks): wait
       std::this_thread::yield();
       continue;
     }
     if ((value & kTableCharged) != 0) {
-      if (word.compare_exchange_weak(value, value + pages, std::memory_order_acq_rel)) return true;
-      continue;
+      if (!word.compare_exchange_weak(value, value + pages, std::memory_order_acq_rel)) continue;
+      // Another commit charged the table page first: this call's charge goes back.
+      if (holding_charge) ReleaseMetadata(page_, charged_bits);
+      return true;
     }
-    if (!word.compare_exchange_weak(value, kTableBusy, std::memory_order_acq_rel)) continue;
-    t_busy_table_word = &word;
-    std::uint32_t bits = 0;
-    const bool charged = ChargeMetadata(page_, failure, &bits);
-    t_busy_table_word = nullptr;
-    word.store(charged ? kTableCharged | bits | pages : 0, std::memory_order_release);
-    return charged;
+    if (!holding_charge) {
+      // Charged before the word is claimed: the gate may run reclaim hooks on this thread
+      // that commit into the same table page.
+      if (!ChargeMetadata(page_, failure, &charged_bits)) return false;
+      holding_charge = true;
+      continue;  // look again: the word may have changed meanwhile
+    }
+    if (word.compare_exchange_weak(value, kTableCharged | charged_bits | pages,
+                                   std::memory_order_acq_rel)) {
+      return true;
+    }
   }
 }
 
@@ -990,27 +987,45 @@ void NodePages::ReleaseTablePage(Range& range, std::size_t table_page,
   if (pages == 0) return;
   std::atomic<std::uint32_t>& word = range.table_pages[table_page];
   std::uint32_t now = word.fetch_sub(pages, std::memory_order_acq_rel) - pages;
-  if ((now & kTableCount) != 0 || (now & kTableBusy) != 0 || (now & kTableCharged) == 0) return;
+  if ((now & kTableCount) != 0 || (now & kTableCharged) == 0) return;
   // The last committed page this table page describes is gone: so is the table page, unless
-  // a commit took it again meanwhile (then the exchange fails and it stays).
-  if (!word.compare_exchange_strong(now, kTableBusy, std::memory_order_acq_rel)) return;
-  t_busy_table_word = &word;
+  // a commit took it again meanwhile (then the exchange fails and it stays). Busy only for
+  // the purge, so that no commit writes a state the purge would wipe; the charge goes back
+  // after.
+  const std::uint32_t bits = now & kTableBits;
+  if (!word.compare_exchange_strong(now, kTableBusy | bits, std::memory_order_acq_rel)) return;
   (void)os::PurgeRangeNoAlloc(static_cast<char*>(range.tables) + range.header_bytes +
                                   table_page * page_,
                               page_);
-  ReleaseMetadata(page_, now & kTableBits);
-  t_busy_table_word = nullptr;
   word.store(0, std::memory_order_release);
+  ReleaseMetadata(page_, bits);
 }
 
 bool NodePages::PurgeKeepCommitted(void* addr, std::size_t size) noexcept {
   return os::PurgeRangeNoAlloc(addr, size) == 0;
 }
 
+void NodePages::ClearBusyTablePagesInForkChild() noexcept {
+  // A thread of the parent was purging a table page, between its claim and its release: the
+  // page stays charged here, with no committed page, as if the purge had not started.
+  const int count = range_count_.load(std::memory_order_relaxed);
+  for (int r = 0; r < count; ++r) {
+    Range& range = ranges_[r];
+    const std::size_t table_pages = (range.tables_bytes - range.header_bytes) / page_;
+    for (std::size_t k = 0; k < table_pages; ++k) {
+      const std::uint32_t word = range.table_pages[k].load(std::memory_order_relaxed);
+      if ((word & kTableBusy) != 0) {
+        range.table_pages[k].store(kTableCharged | (word & kTableBits), std::memory_order_relaxed);
+      }
+    }
+  }
+}
+
 void NodePages::RecreateLocksInForkChild() noexcept {
   for (std::atomic<NodePages*>& slot : g_providers) {
     if (NodePages* pages = slot.load(std::memory_order_acquire)) {
       new (&pages->mutex_) std::mutex();
+      pages->ClearBusyTablePagesInForkChild();
     }
   }
 }

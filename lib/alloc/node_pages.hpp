@@ -214,6 +214,10 @@ class NodePages {
   bool AcquireTablePage(Range& range, std::size_t table_page, std::uint32_t pages,
                         SpanFailure* failure) noexcept;
   void ReleaseTablePage(Range& range, std::size_t table_page, std::uint32_t pages) noexcept;
+  // Undoes AcquireTablePages(range, first, last) before the pages' states are written.
+  void ReleaseTablePages(Range& range, std::size_t first, std::size_t last) noexcept;
+  // Fork child: table pages a parent's thread was purging are charged pages again.
+  void ClearBusyTablePagesInForkChild() noexcept;
   bool ChargeMetadata(std::size_t bytes, SpanFailure* failure, std::uint32_t* bits) noexcept;
   void ReleaseMetadata(std::size_t bytes, std::uint32_t bits) noexcept;
   std::size_t PagesPerTablePage() const noexcept { return page_ / sizeof(std::uint16_t); }

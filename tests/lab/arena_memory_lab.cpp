@@ -36,8 +36,13 @@ namespace {
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
-// Pages per node of each anonymous mapping of the process, keyed by the mapping's line.
-using AnonPages = std::map<std::string, std::map<int, long>>;
+// Pages per node of each anonymous mapping of the process, keyed by the mapping's start;
+// and the mapping's numa_maps line, for the messages.
+struct AnonMapping {
+  std::map<int, long> nodes;
+  std::string line;
+};
+using AnonPages = std::map<std::string, AnonMapping>;
 
 AnonPages ReadAnonPages() {
   AnonPages out;
@@ -54,7 +59,7 @@ AnonPages ReadAnonPages() {
         nodes[std::stoi(word.substr(1, eq - 1))] = std::stol(word.substr(eq + 1));
       }
     }
-    out[start] = nodes;
+    out[start] = AnonMapping{nodes, line};
   }
   return out;
 }
@@ -65,17 +70,18 @@ AnonPages ReadAnonPages() {
 long AddedOn(const AnonPages& before, const AnonPages& after, int node, std::string* detail,
              const std::string& skip = std::string()) {
   long added = 0;
-  for (const auto& [start, nodes] : after) {
+  for (const auto& [start, mapping] : after) {
     if (start == skip) continue;
-    auto it = nodes.find(node);
-    const long now = it == nodes.end() ? 0 : it->second;
+    auto it = mapping.nodes.find(node);
+    const long now = it == mapping.nodes.end() ? 0 : it->second;
     long was = 0;
     if (auto b = before.find(start); b != before.end()) {
-      if (auto n = b->second.find(node); n != b->second.end()) was = n->second;
+      if (auto n = b->second.nodes.find(node); n != b->second.nodes.end()) was = n->second;
     }
     if (now > was) {  // pages the thread freed elsewhere do not make up for new ones
       added += now - was;
-      *detail += start + ": " + std::to_string(was) + " -> " + std::to_string(now) + " pages; ";
+      *detail += std::to_string(was) + " -> " + std::to_string(now) + " pages: " + mapping.line +
+                 "\n";
     }
   }
   return added;
