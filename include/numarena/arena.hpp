@@ -30,19 +30,21 @@
 // then move on to the next node by distance, also when the preferred node is already full
 // when the arena is made.
 //
-// Where an arena's own bookkeeping goes: everything numarena makes for an arena lives on the
+// Where an arena's own bookkeeping goes: what numarena makes for an arena lives on the
 // arena's node (its first node for multi-node placements) and is charged there like the
 // memory it describes: the provider's page tables (2 bytes per page, charged a page at a
-// time and given back with the last page they describe: ArenaStats::tables) and each
-// thread's front cache (allocated from the heap). jemalloc also allocates for a heap outside
-// its extent hooks: a 56 KiB explicit thread cache per (thread, heap) in its default arena,
-// a new jemalloc arena's statistics and the radix-tree leaves of its extent map (2 MiB, a
-// transparent huge page, per GiB of address space an arena uses). numarena makes jemalloc do
-// that with the calling thread's memory policy preferring the heap's node, so those pages
-// land there too, whichever thread causes them; jemalloc offers no way to charge them, so
-// they are placed but not charged. A thread running on another node adds no memory on its
-// own node by making or using an arena (tests/lab/arena_memory_lab.cpp), beyond what the
-// process's first reading of the topology and the thread's own stack take.
+// time and given back with the last page they describe, plus a header of 4 bytes per 8 MiB
+// of reserved range, charged when the range is first used and kept with it:
+// ArenaStats::tables) and each thread's front cache (allocated from the arena's heap).
+// jemalloc also allocates for a heap outside its extent hooks: an explicit thread cache per
+// (thread, heap) in its default arena, a new jemalloc arena's statistics and the leaves of
+// its extent map when the heap's address space grows. numarena has jemalloc do that with the
+// calling thread's memory policy preferring the heap's node (restored exactly afterwards),
+// so those pages land there too; jemalloc offers no way to charge them, so they are placed
+// but not charged. Not placed: the few pages of its own metadata jemalloc touches after
+// numarena's hooks have returned (1-2 pages per thread's first use of an arena in the lab)
+// and the process's one-time setup in its first ForPolicy call; those go on the calling
+// thread's node (tests/lab/arena_memory_lab.cpp).
 //
 //   auto arena = numarena::Arena::ForNode(1);
 //   if (!arena.ok()) { std::cerr << arena.status() << "\n"; return; }

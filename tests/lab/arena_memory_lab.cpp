@@ -2,10 +2,12 @@
 // objects it hands out, an arena makes bookkeeping: numarena's page tables, front caches and
 // arena objects, and jemalloc's thread caches, arena statistics and extent-map leaves, some
 // of it in jemalloc's default arena and metadata, whose pages the calling thread touches
-// first. A thread on node W that makes and uses an arena for node T must add no anonymous
-// page on W (it did: 2.3 MiB, a radix-tree leaf backed by a transparent huge page, page
-// tables and thread caches), and what lands on T must be charged to the capacity gate except
-// for jemalloc's own metadata, which numarena places but cannot charge (documented bound).
+// first. A thread on node W that makes or uses an arena for node T must add (almost) no
+// anonymous page on W: without numarena's placement it added 4 pages making the arena and
+// 514-520 on its first use (a 2 MiB block of jemalloc's metadata, first touched on W); with
+// it, none and at most 2 (pages jemalloc touches after numarena's hooks have returned).
+// What lands on T must be charged to the capacity gate except for jemalloc's own metadata,
+// which numarena places but cannot charge (documented bound).
 // The kernel's answer is /proc/self/numa_maps (anonymous mappings; shared libraries a thread
 // maps for the first time are page cache, not new memory).
 // lab-topologies: tiny 2s cxl
@@ -159,7 +161,8 @@ Readings MeasureOnThread(const std::vector<int>& cpus, const std::function<void(
 }
 
 // Objects of every kind of size, written, and kept in `blocks` (reserved by the caller, so
-// the list itself allocates nothing on the measured thread); false when one failed. No
+// the list itself allocates nothing on the measured thread); false when one failed or the
+// thread's memory policy was not put back. No
 // Catch2 assertion here: it runs on the measured thread.
 constexpr std::size_t kMixObjects = 1005;
 bool AllocateMix(Arena* arena, std::vector<void*>& blocks) {
@@ -176,7 +179,10 @@ bool AllocateMix(Arena* arena, std::vector<void*>& blocks) {
     std::memset(p, 0x5b, 64);
     blocks.push_back(p);
   }
-  return true;
+  // numarena changes the thread's memory policy only while jemalloc makes the heap's
+  // bookkeeping: afterwards it is the thread's own again (the default here).
+  os::ThreadPolicy policy;
+  return os::GetThreadPolicyNoAlloc(&policy) == 0 && policy.mode == 0 /* MPOL_DEFAULT */;
 }
 
 // What a thread's use of an arena may still add on its own node: a few pages of jemalloc's
