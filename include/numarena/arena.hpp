@@ -42,7 +42,8 @@
 // calling thread's memory policy preferring the heap's node (restored exactly afterwards),
 // so those pages land there too; jemalloc offers no way to charge them, so they are placed
 // but not charged. Not placed: the few pages of its own metadata jemalloc touches after
-// numarena's hooks have returned (1-2 pages per thread's first use of an arena in the lab)
+// numarena's hooks have returned (1-2 pages per thread's first use of an arena in the lab;
+// a thread cache's fresh pages, first touched as the cache fills, are among them)
 // and the process's one-time setup in its first ForPolicy call; those go on the calling
 // thread's node (tests/lab/arena_memory_lab.cpp).
 //

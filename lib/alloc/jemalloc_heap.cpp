@@ -179,40 +179,6 @@ void LeaveShard(Heap& heap, int flags) {
 
 thread_local bool t_thread_exiting = false;
 
-// An upper bound of what jemalloc allocates for one explicit thread cache (the cache takes
-// 56 KiB with jemalloc's default options, the bound is 84 KiB): a slot per cached object of
-// each bin, and the cache's own structures.
-std::size_t ThreadCacheBytesBound() {
-  static const std::size_t bound = [] {
-    unsigned bins = 0, small_slots = 0, large_slots = 0;
-    std::size_t size = sizeof(unsigned);
-    if (mallctl("arenas.nhbins", &bins, &size, nullptr, 0) != 0 ||
-        mallctl("opt.tcache_nslots_small_max", &small_slots, &size, nullptr, 0) != 0 ||
-        mallctl("opt.tcache_nslots_large", &large_slots, &size, nullptr, 0) != 0) {
-      return std::size_t{0};
-    }
-    std::size_t bytes = std::size_t{bins} * std::max(small_slots, large_slots) * sizeof(void*) +
-                        (std::size_t{16} << 10);
-    return (bytes + 4095) & ~std::size_t{4095};
-  }();
-  return bound;
-}
-
-// jemalloc allocates an explicit thread cache in its arena 0 and zeroes it only if that
-// memory was used before; fresh memory it leaves for the owning thread to touch, page by
-// page as the cache fills, on whatever node that thread runs (outside any PlacementScope).
-// Called under the heap's PlacementScope just before tcache.create: a block at least as
-// large, touched here and freed back to arena 0, is what jemalloc takes (and zeroes) next,
-// so the cache's pages are on the heap's node from the start.
-void PrimeArenaZeroForThreadCache() {
-  const std::size_t bytes = ThreadCacheBytesBound();
-  if (bytes == 0) return;
-  void* block = mallocx(bytes, MALLOCX_ARENA(0) | MALLOCX_TCACHE_NONE);
-  if (block == nullptr) return;
-  std::memset(block, 0, bytes);
-  dallocx(block, MALLOCX_TCACHE_NONE);
-}
-
 // Checked mode keeps the thread's flags here (allocated on first use) and leaves
 // arena_internal::thread_flags at 0, so that the inline fast paths always fall through to the
 // slow paths, where the checks are (checked.hpp).
@@ -429,14 +395,14 @@ int EnsureThreadCache(int heap) noexcept {
   }
   // What this thread's first use of the heap allocates is memory of the heap, so on its
   // node, not this thread's: the registrations of the thread_local destructors below, the
-  // thread's jemalloc cache (jemalloc allocates it in its arena 0), a new shard's
+  // thread's jemalloc cache (jemalloc allocates it in its arena 0; pages it takes fresh and
+  // first touches later, as the cache fills, still go where the thread runs), a new shard's
   // statistics, the front cache.
   PlacementScope scope(owner.pages->first_node());
   t_cache_owner.armed = true;  // constructs the owner: its destructor runs at thread exit
   // Construct this thread's SpanFailure here, outside any hook: registering a thread_local
   // destructor may allocate, and the hooks that record failures must not.
   (void)ThreadSpanFailure();
-  PrimeArenaZeroForThreadCache();
   unsigned id = 0;
   size_t id_size = sizeof id;
   if (mallctl("tcache.create", &id, &id_size, nullptr, 0) == 0) {
