@@ -9,7 +9,7 @@
 #   cmake -DROOT=<tree> -P cmake/CheckLayers.cmake
 
 # Bottom-up. Keep in step with the README's Layout section.
-set(NUMARENA_LAYERS base os topology placement alloc budget kv adapters ops capi)
+set(NUMARENA_LAYERS base os topology placement alloc budget kv adapters ops capi preload)
 
 # Public header -> layer. A new public header must be added here (the check says so).
 set(NUMARENA_PUBLIC_LAYER_status base)

@@ -1,7 +1,8 @@
 # The NUMA lab in CTest: numarena_add_lab_test(target source) adds one test per topology,
 #   lab.<target>.<topology>  =  cmake/lab/run.sh --topology <topology> -- <binary>
 # labelled "lab" (so `ctest -L lab` runs exactly these, `ctest -LE lab` everything else).
-# The topologies come from a "// lab-topologies: a b c" line in the source, default all four.
+# The topologies come from a "// lab-topologies: a b c" line in the source, default all four;
+# a "// lab-files: target ..." line copies more build targets into the VM.
 # run.sh boots QEMU (see cmake/lab/README.md) and returns the binary's exit status; logs of
 # failed runs go to <build>/lab-logs.
 #
@@ -21,6 +22,22 @@ function(numarena_add_lab_test target source)
     string(REGEX REPLACE "^// lab-topologies:[ ]*" "" spec "${spec}")
     separate_arguments(topologies UNIX_COMMAND "${spec}")
   endif()
+  # "// lab-files: target ..." copies those targets' files (and the libraries they need) into
+  # the VM at their build-tree paths (run.sh --file), for tests that run other programs.
+  file(STRINGS ${source} files_spec REGEX "^// lab-files:")
+  set(file_args)
+  if(files_spec)
+    string(REGEX REPLACE "^// lab-files:[ ]*" "" files_spec "${files_spec}")
+    separate_arguments(file_targets UNIX_COMMAND "${files_spec}")
+    foreach(file_target ${file_targets})
+      list(APPEND file_args --file $<TARGET_FILE:${file_target}>)
+      add_dependencies(${target} ${file_target})
+    endforeach()
+  endif()
+  # Files that are not targets: the caller sets NUMARENA_LAB_EXTRA_FILES_<target> (paths).
+  foreach(path ${NUMARENA_LAB_EXTRA_FILES_${target}})
+    list(APPEND file_args --file ${path})
+  endforeach()
   foreach(topology ${topologies})
     if(NOT EXISTS ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/lab/topologies/${topology}.sh)
       message(FATAL_ERROR "${source}: no lab topology '${topology}' "
@@ -28,7 +45,7 @@ function(numarena_add_lab_test target source)
     endif()
     add_test(NAME lab.${target}.${topology}
              COMMAND ${NUMARENA_LAB_RUN} --topology ${topology} --timeout ${NUMARENA_LAB_TIMEOUT}
-                     -- $<TARGET_FILE:${target}>)
+                     ${file_args} -- $<TARGET_FILE:${target}>)
     math(EXPR ctest_timeout "${NUMARENA_LAB_TIMEOUT} + 120")
     set_tests_properties(lab.${target}.${topology} PROPERTIES
       LABELS lab

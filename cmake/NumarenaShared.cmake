@@ -9,7 +9,7 @@
 # the same jemalloc from Debian's source package without initial-exec TLS and with an nje_
 # prefix, so it never replaces the process's malloc or meets a jemalloc already there.
 #
-# The sources are compiled a second time, against that jemalloc's header with JEMALLOC_MANGLE
+# The sources are compiled a second time (the OBJECT library numarena_nje_objects), against that jemalloc's header with JEMALLOC_MANGLE
 # (mallocx, sallocx, mallctl, malloc_conf, ... become nje_mallocx, ...; include/numarena/
 # arena.hpp's inline code too). Everything but numarena_* is hidden: --exclude-libs hides the
 # archives' symbols, cmake/numarena.map everything else (Abseil and libstdc++ template
@@ -30,23 +30,36 @@ add_custom_command(
   VERBATIM)
 add_custom_target(numarena_jemalloc_nje DEPENDS ${NUMARENA_NJE_ARCHIVE} ${NUMARENA_NJE_HEADER})
 
-add_library(numarena_shared SHARED
+# The objects, compiled once against that jemalloc, for both shared objects built from them:
+# libnumarena.so here and libnumarena_preload.so (cmake/NumarenaPreload.cmake).
+add_library(numarena_nje_objects OBJECT
   ${NUMARENA_CORE_SOURCES} ${NUMARENA_LAYER_SOURCES_ops} ${NUMARENA_LAYER_SOURCES_capi})
-add_library(numarena::shared ALIAS numarena_shared)
-add_dependencies(numarena_shared numarena_jemalloc_nje)
+add_dependencies(numarena_nje_objects numarena_jemalloc_nje)
 # BEFORE: this jemalloc.h, never Debian's /usr/include/jemalloc/jemalloc.h.
-target_include_directories(numarena_shared BEFORE PRIVATE ${NUMARENA_NJE_DIR}/include)
-target_include_directories(numarena_shared
-  PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>
-  PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
-target_compile_definitions(numarena_shared PRIVATE JEMALLOC_MANGLE)
-target_compile_features(numarena_shared PRIVATE cxx_std_20)
-target_compile_options(numarena_shared PRIVATE -Wall -Wextra -Wno-missing-field-initializers)
-target_link_libraries(numarena_shared PRIVATE
+target_include_directories(numarena_nje_objects BEFORE PRIVATE ${NUMARENA_NJE_DIR}/include)
+target_include_directories(numarena_nje_objects
+  PRIVATE ${PROJECT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_definitions(numarena_nje_objects PRIVATE JEMALLOC_MANGLE)
+target_compile_features(numarena_nje_objects PRIVATE cxx_std_20)
+target_compile_options(numarena_nje_objects PRIVATE -Wall -Wextra -Wno-missing-field-initializers)
+# Only the include directories and definitions of these (header-only here) dependencies.
+target_link_libraries(numarena_nje_objects PRIVATE
+  absl::status absl::statusor absl::strings absl::str_format absl::synchronization
+  absl::flat_hash_map absl::hash)
+set_target_properties(numarena_nje_objects PROPERTIES POSITION_INDEPENDENT_CODE ON)
+# What a shared object made of these objects links.
+set(NUMARENA_NJE_LINK_LIBRARIES
   ${NUMARENA_NJE_ARCHIVE}
   absl::status absl::statusor absl::strings absl::str_format absl::synchronization
   absl::flat_hash_map absl::hash
   numa Threads::Threads)
+
+add_library(numarena_shared SHARED $<TARGET_OBJECTS:numarena_nje_objects>)
+add_library(numarena::shared ALIAS numarena_shared)
+add_dependencies(numarena_shared numarena_jemalloc_nje)
+target_include_directories(numarena_shared
+  PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>)
+target_link_libraries(numarena_shared PRIVATE ${NUMARENA_NJE_LINK_LIBRARIES})
 set(NUMARENA_SHARED_MAP ${PROJECT_SOURCE_DIR}/cmake/numarena.map)
 target_link_options(numarena_shared PRIVATE
   -Wl,--exclude-libs,ALL -Wl,--version-script=${NUMARENA_SHARED_MAP} -Wl,-z,nodelete)

@@ -4,8 +4,8 @@
  * types, so a C program, a Rust or Go FFI binding, or Python's ctypes can use numarena
  * without sharing its build. It wraps the C++ API one to one: arenas for a node or for a
  * policy string, malloc-shaped allocation, where pages are (`numarena_page_nodes`), moving
- * them (`numarena_prefault`, `numarena_correct`), a per-node budget, and the machine's
- * topology.
+ * them (`numarena_prefault`, `numarena_correct`), a per-node budget, the machine's
+ * topology, and Prometheus metrics.
  *
  * Errors. Functions that can fail return a `numarena_code` (0 = NUMARENA_OK) or, for the
  * allocation functions, NULL; either way the calling thread's last error is set, and
@@ -268,6 +268,19 @@ int numarena_current_node(void);
  * the process may use), written like snprintf: NUL-terminated, truncated to `size`, the
  * length of the whole text returned. 0 with the last error set when discovery fails. */
 size_t numarena_topology_summary(char* buffer, size_t size);
+
+/* ---- metrics ---------------------------------------------------------------------------- */
+
+/* One Prometheus scrape (text exposition format 0.0.4, the families listed in the README's
+ * metrics table): the kernel's per-node counters and memory, the devices, this process's
+ * memory per node, the statistics of arenas[0 .. arena_count) (arenas may be NULL when
+ * arena_count is 0; the policy label tells them apart) and, when `budget` is not NULL, the
+ * budget's. Written like snprintf (NUL-terminated, truncated to `size`, the length of the
+ * whole text returned); the figures are live, so a second call may need more room. 0 with
+ * the last error set: NUMARENA_INVALID_ARGUMENT for NULL arenas with a count or a NULL entry,
+ * NUMARENA_NOT_FOUND / NUMARENA_DATA_LOSS when kernel files cannot be read. */
+size_t numarena_metrics_text(const numarena_arena* const* arenas, size_t arena_count,
+                             const numarena_budget* budget, char* buffer, size_t size);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -15,6 +15,7 @@
 #include "numarena/budget.hpp"
 #include "numarena/first_touch.hpp"
 #include "numarena/format.hpp"
+#include "numarena/ops/metrics.hpp"
 #include "numarena/page_nodes.hpp"
 #include "numarena/policy.hpp"
 #include "numarena/topology.hpp"
@@ -434,6 +435,33 @@ size_t numarena_topology_summary(char* buffer, size_t size) {
   absl::StrAppend(&text, "process: CPUs ", FormatIdList(t.process().allowed_cpus),
                   ", memory nodes ", FormatIdList(t.process().allowed_mem_nodes), "\n");
   return CopyOut(text, buffer, size);
+}
+
+size_t numarena_metrics_text(const numarena_arena* const* arenas, size_t arena_count,
+                             const numarena_budget* budget, char* buffer, size_t size) {
+  if (arenas == nullptr && arena_count > 0) {
+    Invalid("numarena_metrics_text: NULL arenas with a count");
+    return CopyOut("", buffer, size);
+  }
+  MetricsSources sources;
+  for (std::size_t i = 0; i < arena_count; ++i) {
+    if (arenas[i] == nullptr) {
+      Invalid(absl::StrCat("numarena_metrics_text: arenas[", i, "] is NULL"));
+      return CopyOut("", buffer, size);
+    }
+    sources.arenas.push_back(ArenaOf(arenas[i]));
+  }
+  BudgetSnapshot snapshot;
+  if (budget != nullptr) {
+    snapshot = budget->budget->Snapshot();
+    sources.budget = &snapshot;
+  }
+  auto text = RenderMetrics(sources);
+  if (!text.ok()) {
+    Fail(text.status());
+    return CopyOut("", buffer, size);
+  }
+  return CopyOut(*text, buffer, size);
 }
 
 }  // extern "C"

@@ -273,6 +273,36 @@ static void test_topology(void) {
   CHECK(numarena_topology_summary(NULL, 0) == length);
 }
 
+static void test_metrics(void) {
+  numarena_arena* arena = numarena_arena_for_node(0);
+  CHECK(arena != NULL);
+  void* p = numarena_malloc(arena, 1 << 20);
+  CHECK(p != NULL);
+  memset(p, 1, 1 << 20);
+  const numarena_arena* arenas[1] = {arena};
+  size_t length = numarena_metrics_text(arenas, 1, NULL, NULL, 0);
+  CHECK(length > 0);
+  char* text = malloc(length + 4096);  /* the figures may grow between the calls */
+  CHECK(text != NULL);
+  size_t again = numarena_metrics_text(arenas, 1, NULL, text, length + 4096);
+  CHECK(again > 0 && again < length + 4096 && strlen(text) == again);
+  CHECK(strstr(text, "# TYPE numarena_node_memory_total_bytes gauge") != NULL);
+  CHECK(strstr(text, "numarena_arena_allocated_bytes{policy=\"bind(0)\"}") != NULL);
+  CHECK(strstr(text, "numarena_budget_") == NULL);
+  char tiny[8];
+  CHECK(numarena_metrics_text(arenas, 1, NULL, tiny, sizeof tiny) > sizeof tiny);
+  CHECK(strlen(tiny) == 7);
+  free(text);
+  numarena_free(p);
+
+  CHECK(numarena_metrics_text(NULL, 1, NULL, tiny, sizeof tiny) == 0);
+  CHECK(tiny[0] == '\0');
+  CHECK_ERROR(NUMARENA_INVALID_ARGUMENT, "NULL arenas");
+  const numarena_arena* holes[2] = {arena, NULL};
+  CHECK(numarena_metrics_text(holes, 2, NULL, NULL, 0) == 0);
+  CHECK_ERROR(NUMARENA_INVALID_ARGUMENT, "arenas[1] is NULL");
+}
+
 /* Last: installing a budget changes the whole process. */
 static void test_budget(void) {
   CHECK(numarena_budget_create("bogus") == NULL);
@@ -338,6 +368,14 @@ static void test_budget(void) {
 
   CHECK(numarena_budget_destroy(budget) == NUMARENA_FAILED_PRECONDITION);
   CHECK_ERROR(NUMARENA_FAILED_PRECONDITION, "numarena_budget_install(NULL)");
+  {
+    size_t length = numarena_metrics_text(NULL, 0, budget, NULL, 0);
+    CHECK(length > 0);
+    char* text = malloc(length + 4096);
+    CHECK(text != NULL && numarena_metrics_text(NULL, 0, budget, text, length + 4096) > 0);
+    CHECK(text != NULL && strstr(text, "numarena_budget_capacity_bytes{node=\"0\"} 67108864") != NULL);
+    free(text);
+  }
   CHECK(numarena_budget_install(NULL) == NUMARENA_OK);
   CHECK(numarena_budget_destroy(budget) == NUMARENA_OK);
 }
@@ -351,6 +389,7 @@ int main(void) {
   test_threads();
   test_pages();
   test_topology();
+  test_metrics();
   test_budget();
   if (failures != 0) {
     fprintf(stderr, "capi_test: %d checks failed\n", failures);

@@ -3,7 +3,8 @@
 # consumer programs beside this script twice: with find_package(numarena) and with
 # pkg-config (numarena, numarena-ops). With a second argument "shared" (the build has
 # libnumarena.so), also a C program against numarena::shared and pkg-config numarena-shared,
-# and python3 ctypes loading the installed library. Exit status 0 only when all build and run.
+# python3 ctypes loading the installed library, and the installed Python module (its directory
+# under the prefix is the third argument). Exit status 0 only when all build and run.
 set -euo pipefail
 build="$1"
 shared="${2:-}"
@@ -38,4 +39,19 @@ if [[ "$shared" == shared ]]; then
   LD_LIBRARY_PATH="$work/prefix/lib" "$work/c-consumer-pc"
   python3 -c "import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); \
 lib.numarena_version.restype = ctypes.c_char_p; print('python3 ctypes:', lib.numarena_version().decode())" "$lib"
+  # The installed Python module finds the installed library by itself: no NUMARENA_LIBRARY,
+  # no LD_LIBRARY_PATH. $3: its directory relative to the prefix (NUMARENA_PYTHON_INSTALL_DIR).
+  pydir="$work/prefix/${3:?run.sh: third argument: the Python module directory}"
+  [[ -f "$pydir/numarena/__init__.py" && -f "$pydir/numarena/_install.py" ]] ||
+    { echo "run.sh: the Python module was not installed in $pydir" >&2; exit 1; }
+  env -u NUMARENA_LIBRARY -u LD_LIBRARY_PATH PYTHONPATH="$pydir" PYTHONDONTWRITEBYTECODE=1 \
+    python3 -c "
+import os, sys, numarena
+loaded = os.path.realpath(numarena.library_path)
+if not loaded.startswith(sys.argv[1] + '/'):
+    sys.exit('the installed module loaded ' + loaded + ', not the library in ' + sys.argv[1])
+with numarena.NodeBuffer(1 << 20, node=0) as buf:
+    buf.view()[:] = b'x' * len(buf)
+    assert buf.page_nodes().pages_on_node == {0: buf.page_nodes().total_pages}
+print('python3 numarena module:', numarena.version(), 'from', loaded)" "$(realpath "$work/prefix")"
 fi

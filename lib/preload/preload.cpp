@@ -1,0 +1,472 @@
+// libnumarena_preload.so: numarena as the malloc of a program that was never built against it.
+//
+//   LD_PRELOAD=/path/libnumarena_preload.so NUMARENA_POLICY='bind(1)' ./server
+//   numarena run --membind 1 -- ./server          (sets both, see tools/numarena/run.cpp)
+//
+// The C allocation functions (malloc, free, calloc, realloc, memalign, posix_memalign,
+// aligned_alloc, valloc, pvalloc, malloc_usable_size) and every operator new/delete are
+// defined here, so the dynamic linker binds the program's and its libraries' calls (glibc's
+// own internal ones too) to them. They allocate from one numarena arena, the arena of the
+// policy in NUMARENA_POLICY (Policy::Parse syntax; "local" when unset: with the Local policy
+// each call uses the heap of the node of the CPU the calling thread runs on). NUMARENA_BUDGET
+// ("system" or "quota:SIZE") installs a process budget, so that a full node makes malloc
+// return NULL with errno ENOMEM, and new throw std::bad_alloc, instead of the kernel
+// OOM-killing the process when the pages are touched.
+//
+// What does not come from the arena goes to glibc's allocator (__libc_malloc & co., which
+// glibc exports for exactly this):
+//   - calls before the library is initialised (the dynamic linker and the constructors of
+//     libraries initialised before this one), and calls from other threads while it is;
+//   - calls made by numarena's own code (and Abseil's, libstdc++'s) while a thread is inside
+//     numarena: numarena allocates while it holds its locks (creating arenas, formatting an
+//     error, reading the topology), and sending those calls back into numarena would deadlock
+//     or recurse. A per-thread depth counter says when a thread is inside.
+// free, realloc and malloc_usable_size ask numarena whether it owns the pointer (an O(1)
+// lookup in its address-range table, no system call) and hand every other pointer to glibc,
+// so memory glibc handed out before or around the override is freed by glibc.
+//
+// Initialisation runs in this library's constructor, after its dependencies' constructors
+// (libstdc++, Abseil, libnuma): numarena's C++ code needs them. A bad NUMARENA_POLICY or
+// NUMARENA_BUDGET, or an arena the kernel refuses, ends the process there with a message
+// ("numarena preload: ...") and exit status 127: running the program with its memory in
+// the wrong place would hide the mistake. `numarena run` checks both before it starts the
+// program, so under it these messages come from the launcher instead.
+//
+// NUMARENA_METRICS_PORT=P starts a thread that serves numarena's metrics (Prometheus text) on
+// port P, GET /metrics.
+//
+// fork: numarena's and jemalloc's pthread_atfork handlers keep the child's heap usable. exec:
+// the environment (LD_PRELOAD, NUMARENA_POLICY, NUMARENA_BUDGET) carries the override on.
+//
+// The library is for LD_PRELOAD only (its thread-local depth counter uses initial-exec TLS,
+// which a library loaded later with dlopen may not get); load libnumarena.so for the C API.
+#include <dlfcn.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "numarena/arena.hpp"
+#include "numarena/budget.hpp"
+#include "numarena/numarena.h"
+#include "numarena/ops/metrics.hpp"
+#include "numarena/policy.hpp"
+
+// numarena's headers include the private jemalloc's header, which (JEMALLOC_MANGLE) maps these
+// names to nje_*; here they are the C library's names this file defines.
+#undef malloc
+#undef free
+#undef calloc
+#undef realloc
+#undef memalign
+#undef aligned_alloc
+#undef posix_memalign
+#undef valloc
+#undef malloc_usable_size
+
+extern "C" {
+// glibc's allocator under its own names (exported by libc.so.6 since glibc 2.2.5).
+void* __libc_malloc(std::size_t size);
+void __libc_free(void* ptr);
+void* __libc_calloc(std::size_t count, std::size_t size);
+void* __libc_realloc(void* ptr, std::size_t size);
+void* __libc_memalign(std::size_t alignment, std::size_t size);
+}
+
+namespace numarena::preload {
+namespace {
+
+enum State : int { kNotYet = 0, kInitializing = 1, kReady = 2 };
+std::atomic<int> g_state{kNotYet};
+Arena* g_arena = nullptr;  // written once before g_state becomes kReady
+using UsableSizeFunction = std::size_t (*)(void*);
+UsableSizeFunction g_libc_usable_size = nullptr;
+
+// > 0 while this thread runs numarena's code (or initialises it): its allocations go to glibc.
+__attribute__((tls_model("initial-exec"))) thread_local int t_depth = 0;
+
+struct Inside {
+  Inside() { ++t_depth; }
+  ~Inside() { --t_depth; }
+  Inside(const Inside&) = delete;
+  Inside& operator=(const Inside&) = delete;
+};
+
+// True when this call may use the arena.
+inline bool UseArena() {
+  return __builtin_expect(t_depth == 0 && g_state.load(std::memory_order_acquire) == kReady, 1);
+}
+
+constexpr std::size_t kMinAlign = alignof(std::max_align_t);
+
+// glibc's page size for valloc/pvalloc; sysconf does not allocate.
+std::size_t PageSize() {
+  static const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+// The rounding glibc applies to memalign's alignment: up to a power of two, at least kMinAlign.
+std::size_t RoundAlignment(std::size_t alignment) {
+  if (alignment <= kMinAlign) return kMinAlign;
+  if ((alignment & (alignment - 1)) == 0) return alignment;
+  if (alignment > (SIZE_MAX >> 1) + 1) return 0;
+  return std::size_t{1} << (64 - __builtin_clzl(alignment));
+}
+
+// From the arena; nullptr with errno ENOMEM when it refuses (the reason is in
+// numarena::last_allocation_error()).
+inline void* ArenaAllocate(std::size_t size, std::size_t alignment) {
+  void* p;
+  {
+    Inside inside;
+    p = g_arena->allocate(size, alignment);
+  }
+  if (__builtin_expect(p == nullptr, 0)) errno = ENOMEM;
+  return p;
+}
+
+inline void* Allocate(std::size_t size, std::size_t alignment) {
+  if (UseArena()) return ArenaAllocate(size, alignment);
+  return alignment <= kMinAlign ? __libc_malloc(size) : __libc_memalign(alignment, size);
+}
+
+inline void Free(void* p) {
+  if (p == nullptr) return;
+  if (owns(p)) {
+    Inside inside;
+    numarena::deallocate(p);
+    return;
+  }
+  __libc_free(p);
+}
+
+void* Reallocate(void* p, std::size_t size) {
+  if (p == nullptr) return Allocate(size, kMinAlign);
+  if (!owns(p)) return __libc_realloc(p, size);
+  if (size == 0) {  // glibc's behaviour: free and return NULL
+    Free(p);
+    return nullptr;
+  }
+  std::size_t usable;
+  {
+    Inside inside;
+    usable = usable_size(p);
+  }
+  // In place when it fits without wasting more than half of the block.
+  if (size <= usable && size >= usable / 2) return p;
+  void* fresh = Allocate(size, kMinAlign);
+  if (fresh == nullptr) return nullptr;  // errno set; p untouched, as realloc promises
+  std::memcpy(fresh, p, size < usable ? size : usable);
+  Free(p);
+  return fresh;
+}
+
+std::size_t UsableSize(void* p) {
+  if (p == nullptr) return 0;
+  if (owns(p)) {
+    Inside inside;
+    return usable_size(p);
+  }
+  return g_libc_usable_size != nullptr ? g_libc_usable_size(p) : 0;
+}
+
+[[noreturn]] void Die(const std::string& message) {
+  std::string line = "numarena preload: " + message + "\n";
+  ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
+  (void)ignored;
+  _exit(127);
+}
+
+// ---- NUMARENA_METRICS_PORT: /metrics for Prometheus --------------------------------------
+// One thread that answers GET /metrics with numarena's exposition (ops/metrics.hpp: node and
+// process memory, the override's arena, the budget) and 404 otherwise, one connection at a
+// time. It runs "inside" numarena for its whole life, so its own allocations come from glibc
+// and do not show in the arena it reports.
+
+bool SendAll(int fd, const std::string& data) {
+  for (std::size_t sent = 0; sent < data.size();) {
+    ssize_t n = send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    sent += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+std::string Response(const char* status, const char* type, const std::string& body) {
+  return std::string("HTTP/1.1 ") + status + "\r\nContent-Type: " + type +
+         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
+         body;
+}
+
+void AnswerOne(int client) {
+  timeval timeout{2, 0};  // a client that never sends its request does not block the next
+  setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  std::string request;
+  char buffer[2048];
+  while (request.find("\r\n\r\n") == std::string::npos && request.size() < 16384) {
+    ssize_t n = recv(client, buffer, sizeof buffer, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    request.append(buffer, static_cast<std::size_t>(n));
+  }
+  const bool metrics =
+      request.rfind("GET /metrics ", 0) == 0 || request.rfind("GET /metrics?", 0) == 0;
+  if (!metrics) {
+    SendAll(client, Response("404 Not Found", "text/plain", "numarena serves GET /metrics\n"));
+    return;
+  }
+  MetricsSources sources;
+  sources.arenas = {g_arena};
+  BudgetSnapshot snapshot;
+  if (auto* budget = dynamic_cast<Budget*>(GetCapacityGate())) {
+    snapshot = budget->Snapshot();
+    sources.budget = &snapshot;
+  }
+  auto text = RenderMetrics(sources);
+  if (!text.ok()) {
+    SendAll(client, Response("500 Internal Server Error", "text/plain",
+                             std::string(text.status().message()) + "\n"));
+    return;
+  }
+  SendAll(client, Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", *text));
+}
+
+void* ServeMetrics(void* raw) {
+  Inside inside;
+  const int listener = static_cast<int>(reinterpret_cast<std::intptr_t>(raw));
+  for (;;) {
+    int client = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (client < 0) {
+      if (errno != EINTR && errno != ECONNABORTED) usleep(100000);  // e.g. EMFILE: back off
+      continue;
+    }
+    AnswerOne(client);
+    close(client);
+  }
+  return nullptr;
+}
+
+// Starts the metrics thread on `port_text` (any interface). A port already taken (a child
+// process of a served program inherits the environment) is said once on stderr, and this
+// process serves none; the program runs on either way.
+void StartMetrics(const char* port_text) {
+  char* end = nullptr;
+  const long port = std::strtol(port_text, &end, 10);
+  if (end == port_text || *end != '\0' || port < 1 || port > 65535) {
+    Die(std::string("NUMARENA_METRICS_PORT='") + port_text + "': not a port number (1-65535)");
+  }
+  // CLOEXEC: a program that execs another hands the port to it.
+  const int listener = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in6 address{};
+  address.sin6_family = AF_INET6;
+  address.sin6_port = htons(static_cast<std::uint16_t>(port));
+  address.sin6_addr = in6addr_any;  // dual-stack: IPv4 too
+  const int yes = 1;
+  pthread_t thread;
+  pthread_attr_t attributes;
+  if (listener < 0 || setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes) != 0 ||
+      bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      listen(listener, 16) != 0 || pthread_attr_init(&attributes) != 0 ||
+      pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED) != 0 ||
+      pthread_create(&thread, &attributes, ServeMetrics,
+                     reinterpret_cast<void*>(static_cast<std::intptr_t>(listener))) != 0) {
+    const std::string line = "numarena preload: pid " + std::to_string(getpid()) +
+                             " serves no metrics: port " + std::to_string(port) + ": " +
+                             std::strerror(errno) + "\n";
+    ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
+    (void)ignored;
+    if (listener >= 0) close(listener);
+  }
+}
+
+void Initialize() {
+  int expected = kNotYet;
+  if (!g_state.compare_exchange_strong(expected, kInitializing)) return;
+  Inside inside;
+  g_libc_usable_size = reinterpret_cast<UsableSizeFunction>(dlsym(RTLD_NEXT, "malloc_usable_size"));
+  const char* policy_text = std::getenv("NUMARENA_POLICY");
+  if (policy_text == nullptr || policy_text[0] == '\0') policy_text = "local";
+  auto policy = Policy::Parse(policy_text);
+  if (!policy.ok()) {
+    Die(std::string("NUMARENA_POLICY='") + policy_text +
+        "': " + std::string(policy.status().message()));
+  }
+  if (const char* budget_spec = std::getenv("NUMARENA_BUDGET");
+      budget_spec != nullptr && budget_spec[0] != '\0') {
+    // Installed for the life of the process (never destroyed).
+    numarena_budget* budget = numarena_budget_create(budget_spec);
+    if (budget == nullptr) {
+      Die(std::string("NUMARENA_BUDGET='") + budget_spec + "': " + numarena_last_error_message());
+    }
+    if (numarena_budget_install(budget) != NUMARENA_OK) {
+      Die(std::string("NUMARENA_BUDGET='") + budget_spec + "': " + numarena_last_error_message());
+    }
+  }
+  auto arena = Arena::ForPolicy(*policy);
+  if (!arena.ok()) {
+    Die(std::string("NUMARENA_POLICY='") + policy_text +
+        "': " + std::string(arena.status().message()));
+  }
+  g_arena = *arena;
+  g_state.store(kReady, std::memory_order_release);
+  if (const char* port = std::getenv("NUMARENA_METRICS_PORT"); port != nullptr && *port) {
+    StartMetrics(port);
+  }
+}
+
+__attribute__((constructor)) void InitializeOnLoad() { Initialize(); }
+
+// operator new: the standard's loop (call the new_handler until it gives up or throws).
+void* New(std::size_t size, std::size_t alignment) {
+  for (;;) {
+    if (void* p = Allocate(size, alignment)) return p;
+    std::new_handler handler = std::get_new_handler();
+    if (handler == nullptr) throw std::bad_alloc();
+    handler();
+  }
+}
+
+void* NewNoThrow(std::size_t size, std::size_t alignment) noexcept {
+  try {
+    return New(size, alignment);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+}  // namespace
+}  // namespace numarena::preload
+
+using numarena::preload::Allocate;
+using numarena::preload::Free;
+using numarena::preload::kMinAlign;
+using numarena::preload::New;
+using numarena::preload::NewNoThrow;
+
+extern "C" {
+
+__attribute__((visibility("default"))) void* malloc(size_t size) {
+  return Allocate(size, kMinAlign);
+}
+
+__attribute__((visibility("default"))) void free(void* ptr) { Free(ptr); }
+
+__attribute__((visibility("default"))) void* calloc(size_t count, size_t size) {
+  std::size_t bytes;
+  if (__builtin_mul_overflow(count, size, &bytes)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  if (!numarena::preload::UseArena()) return __libc_calloc(count, size);
+  void* p = numarena::preload::ArenaAllocate(bytes, kMinAlign);
+  if (p != nullptr) std::memset(p, 0, bytes);
+  return p;
+}
+
+__attribute__((visibility("default"))) void* realloc(void* ptr, size_t size) {
+  return numarena::preload::Reallocate(ptr, size);
+}
+
+__attribute__((visibility("default"))) void* memalign(size_t alignment, size_t size) {
+  alignment = numarena::preload::RoundAlignment(alignment);
+  if (alignment == 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return Allocate(size, alignment);
+}
+
+__attribute__((visibility("default"))) void* aligned_alloc(size_t alignment, size_t size) {
+  // glibc 2.38's rule: a power of two (C17 drops the multiple-of-alignment rule).
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return Allocate(size, alignment < kMinAlign ? kMinAlign : alignment);
+}
+
+__attribute__((visibility("default"))) int posix_memalign(void** out, size_t alignment,
+                                                          size_t size) {
+  if (alignment < sizeof(void*) || (alignment & (alignment - 1)) != 0) return EINVAL;
+  const int saved = errno;  // posix_memalign reports through its result, not errno
+  void* p = Allocate(size, alignment < kMinAlign ? kMinAlign : alignment);
+  errno = saved;
+  if (p == nullptr) return ENOMEM;
+  *out = p;
+  return 0;
+}
+
+__attribute__((visibility("default"))) void* valloc(size_t size) {
+  return Allocate(size, numarena::preload::PageSize());
+}
+
+__attribute__((visibility("default"))) void* pvalloc(size_t size) {
+  const std::size_t page = numarena::preload::PageSize();
+  std::size_t rounded;
+  if (__builtin_add_overflow(size, page - 1, &rounded)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  rounded &= ~(page - 1);
+  return Allocate(rounded == 0 ? page : rounded, page);
+}
+
+__attribute__((visibility("default"))) size_t malloc_usable_size(void* ptr) {
+  return numarena::preload::UsableSize(ptr);
+}
+
+}  // extern "C"
+
+// operator new/delete, every form. The sized and aligned deletes free by address: a program
+// that passes a size or alignment that does not match its new (a common bug that glibc
+// tolerates) must not corrupt numarena's size-class lists.
+#define NUMARENA_EXPORT __attribute__((visibility("default")))
+NUMARENA_EXPORT void* operator new(std::size_t size) { return New(size, kMinAlign); }
+NUMARENA_EXPORT void* operator new[](std::size_t size) { return New(size, kMinAlign); }
+NUMARENA_EXPORT void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
+  return NewNoThrow(size, kMinAlign);
+}
+NUMARENA_EXPORT void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
+  return NewNoThrow(size, kMinAlign);
+}
+NUMARENA_EXPORT void* operator new(std::size_t size, std::align_val_t alignment) {
+  return New(size, static_cast<std::size_t>(alignment));
+}
+NUMARENA_EXPORT void* operator new[](std::size_t size, std::align_val_t alignment) {
+  return New(size, static_cast<std::size_t>(alignment));
+}
+NUMARENA_EXPORT void* operator new(std::size_t size, std::align_val_t alignment,
+                                   const std::nothrow_t&) noexcept {
+  return NewNoThrow(size, static_cast<std::size_t>(alignment));
+}
+NUMARENA_EXPORT void* operator new[](std::size_t size, std::align_val_t alignment,
+                                     const std::nothrow_t&) noexcept {
+  return NewNoThrow(size, static_cast<std::size_t>(alignment));
+}
+NUMARENA_EXPORT void operator delete(void* p) noexcept { Free(p); }
+NUMARENA_EXPORT void operator delete[](void* p) noexcept { Free(p); }
+NUMARENA_EXPORT void operator delete(void* p, std::size_t) noexcept { Free(p); }
+NUMARENA_EXPORT void operator delete[](void* p, std::size_t) noexcept { Free(p); }
+NUMARENA_EXPORT void operator delete(void* p, const std::nothrow_t&) noexcept { Free(p); }
+NUMARENA_EXPORT void operator delete[](void* p, const std::nothrow_t&) noexcept { Free(p); }
+NUMARENA_EXPORT void operator delete(void* p, std::align_val_t) noexcept { Free(p); }
+NUMARENA_EXPORT void operator delete[](void* p, std::align_val_t) noexcept { Free(p); }
+NUMARENA_EXPORT void operator delete(void* p, std::size_t, std::align_val_t) noexcept { Free(p); }
+NUMARENA_EXPORT void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { Free(p); }
+NUMARENA_EXPORT void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  Free(p);
+}
+NUMARENA_EXPORT void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  Free(p);
+}

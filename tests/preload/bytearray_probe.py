@@ -1,0 +1,42 @@
+"""Python allocating bytearrays under `numarena run` in the NUMA lab (tests/lab/preload_lab.cpp).
+Runs with `python3 -S` (the lab VM carries only the interpreter and the encodings package).
+
+    bytearray_probe.py place     a 64 MiB bytearray, every page written; prints
+                                 "pages nodeK=D ..." with D the growth of the process's pages
+                                 on node K, the kernel's own per-node page counts summed over
+                                 /proc/self/numa_maps, before and after
+    bytearray_probe.py exhaust   16 MiB bytearrays until MemoryError; prints
+                                 "MemoryError after=M MiB" and exits 0
+"""
+import sys
+
+
+def node_pages():
+    totals = {}
+    with open("/proc/self/numa_maps") as maps:
+        for line in maps:
+            for word in line.split()[2:]:
+                if word.startswith("N") and "=" in word:
+                    node, pages = word[1:].split("=")
+                    totals[int(node)] = totals.get(int(node), 0) + int(pages)
+    return totals
+
+
+if sys.argv[1] == "place":
+    before = node_pages()
+    block = bytearray(64 << 20)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    after = node_pages()
+    nodes = sorted(set(before) | set(after))
+    print("pages " + " ".join("node%d=%d" % (n, after.get(n, 0) - before.get(n, 0)) for n in nodes))
+elif sys.argv[1] == "exhaust":
+    keep = []
+    try:
+        while len(keep) < 4096:
+            keep.append(bytearray(16 << 20))  # zero-filled: every page is touched
+    except MemoryError:
+        print("MemoryError after=%d MiB" % (16 * len(keep)))
+        sys.exit(0)
+    print("never refused after=%d MiB" % (16 * len(keep)))
+    sys.exit(1)
