@@ -62,15 +62,16 @@ std::size_t PagesNotOn(const void* p, std::size_t bytes, int node) {
   return wrong;
 }
 
-// Fills `node` through its Bind arena until the arena refuses even 1 MiB, writing every
-// block; frees everything on destruction.
+// Fills `node` through its Bind arena until the arena refuses even a 4 KiB object, writing
+// every block; frees everything on destruction. Stopping at the first refused 1 MiB would
+// leave up to 1 MiB of room, where a Preferred arena rightly places a 64 KiB object.
 class NodeFiller {
  public:
   explicit NodeFiller(int node) {
     auto arena = Arena::ForNode(node);
     REQUIRE(arena.ok());
     arena_ = *arena;
-    for (std::size_t block : {16 * kMiB, kMiB}) {
+    for (std::size_t block : {16 * kMiB, kMiB, std::size_t{64} << 10, std::size_t{4} << 10}) {
       while (void* p = arena_->allocate(block)) {
         std::memset(p, 0x6b, block);
         blocks_.push_back(p);
