@@ -32,6 +32,13 @@
 extern "C" const char* __tsan_default_options() { return "die_after_fork=0"; }
 #endif
 
+// Not under ASan: GCC 12's AddressSanitizer runtime does not hold its own allocator's locks
+// across fork(), so a child forked while a parent thread is inside ASan's malloc or free
+// waits forever on that lock, in ASan's code, whatever the program does (seen here: a child's
+// first free hung in __sanitizer::SizeClassAllocator64::GetFromAllocator, its new thread in
+// the same lock). The plain build runs it (and a TSan build can: its runtime handles fork).
+#if !defined(__SANITIZE_ADDRESS__)
+
 namespace {
 
 using numarena::Arena;
@@ -43,7 +50,7 @@ using numarena::Priority;
 using std::chrono::milliseconds;
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_THREAD__)
 constexpr int kForks = 200;
 #else
 constexpr int kForks = 240;
@@ -351,3 +358,5 @@ TEST_CASE("fork from a busy multi-threaded parent: every child allocates, create
   CHECK(failed == 0);
   CHECK(parent_ops.load() > 0);
 }
+
+#endif  // !defined(__SANITIZE_ADDRESS__)
