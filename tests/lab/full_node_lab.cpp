@@ -62,16 +62,16 @@ std::size_t PagesNotOn(const void* p, std::size_t bytes, int node) {
   return wrong;
 }
 
-// Fills `node` through its Bind arena until the arena refuses even a 4 KiB object, writing
-// every block; frees everything on destruction. Stopping at the first refused 1 MiB would
-// leave up to 1 MiB of room, where a Preferred arena rightly places a 64 KiB object.
+// Fills `node` through its Bind arena until the arena refuses even 1 MiB, writing every
+// block; frees everything on destruction. Up to 1 MiB of room may be left, where a Preferred
+// arena rightly places a smaller object: the spill checks below use sizes above that.
 class NodeFiller {
  public:
   explicit NodeFiller(int node) {
     auto arena = Arena::ForNode(node);
     REQUIRE(arena.ok());
     arena_ = *arena;
-    for (std::size_t block : {16 * kMiB, kMiB, std::size_t{64} << 10, std::size_t{4} << 10}) {
+    for (std::size_t block : {16 * kMiB, kMiB}) {
       while (void* p = arena_->allocate(block)) {
         std::memset(p, 0x6b, block);
         blocks_.push_back(p);
@@ -103,7 +103,7 @@ TEST_CASE("a Preferred arena made after its node is full spills by distance and 
   auto arena = Arena::ForPolicy(Policy::Preferred(small.id));
   INFO(arena.status().ToString());
   REQUIRE(arena.ok());
-  for (std::size_t size : {std::size_t{64}, std::size_t{64} << 10, 4 * kMiB}) {
+  for (std::size_t size : {2 * kMiB, 4 * kMiB, 9 * kMiB}) {
     INFO("size " << size);
     void* p = (*arena)->allocate(size);
     INFO(last_allocation_error().ToString());
