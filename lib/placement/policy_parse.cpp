@@ -107,6 +107,11 @@ StatusOr<Policy> Policy::Parse(std::string_view text) {
     }
     auto list = parse::ParseNodeList(body);
     if (!list.ok()) return Invalid(text, std::string(list.status().message()));
+    // The kernel-file parser takes an empty list (a memory-only node's cpulist is "\n"); a
+    // policy needs at least one node.
+    if (list->empty()) {
+      return Invalid(text, absl::StrCat(Abs(kind), " needs at least one node in parentheses"));
+    }
     return list;
   };
 

@@ -209,7 +209,8 @@ TEST_CASE("Policy::Parse refuses malformed text with the syntax in the message")
         "interleave()", "weighted()", "weighted(0)", "weighted(0:)", "weighted(0:1:2)",
         "weighted(0:-1)", "weighted(0:4294967296)", "weighted(0:1)/chunk=0",
         "weighted(0:1)/chunk=1Q", "weighted(0:1)/chunk=4K/chunk=8K", "local(0)", "Bind(1)",
-        "bind (1)", "bind((1))", "bind(99999999999)", "random(0)"}) {
+        "bind (1)", "bind((1))", "bind(99999999999)", "random(0)", "bind(\n\n)",
+        "interleave(\n)"}) {
     INFO(bad);
     auto parsed = Policy::Parse(bad);
     REQUIRE(!parsed.ok());
