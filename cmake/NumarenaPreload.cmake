@@ -12,13 +12,7 @@ endif()
 
 add_library(numarena_preload SHARED
   $<TARGET_OBJECTS:numarena_nje_objects> ${CMAKE_CURRENT_SOURCE_DIR}/preload/preload.cpp)
-add_dependencies(numarena_preload numarena_jemalloc_nje)
-target_include_directories(numarena_preload BEFORE PRIVATE ${NUMARENA_NJE_DIR}/include)
-target_include_directories(numarena_preload
-  PRIVATE ${PROJECT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR})
-target_compile_definitions(numarena_preload PRIVATE JEMALLOC_MANGLE)
-target_compile_features(numarena_preload PRIVATE cxx_std_20)
-target_compile_options(numarena_preload PRIVATE -Wall -Wextra -Wno-missing-field-initializers)
+numarena_compile_against_nje(numarena_preload)
 target_link_libraries(numarena_preload PRIVATE ${NUMARENA_NJE_LINK_LIBRARIES} ${CMAKE_DL_LIBS})
 set(NUMARENA_PRELOAD_MAP ${PROJECT_SOURCE_DIR}/cmake/numarena_preload.map)
 target_link_options(numarena_preload PRIVATE

@@ -32,16 +32,22 @@ add_custom_target(numarena_jemalloc_nje DEPENDS ${NUMARENA_NJE_ARCHIVE} ${NUMARE
 
 # The objects, compiled once against that jemalloc, for both shared objects built from them:
 # libnumarena.so here and libnumarena_preload.so (cmake/NumarenaPreload.cmake).
+# How every source compiled against the nje_ jemalloc is compiled (these objects, and the
+# preload library's own source). BEFORE: this jemalloc.h, never Debian's
+# /usr/include/jemalloc/jemalloc.h.
+function(numarena_compile_against_nje target)
+  add_dependencies(${target} numarena_jemalloc_nje)
+  target_include_directories(${target} BEFORE PRIVATE ${NUMARENA_NJE_DIR}/include)
+  target_include_directories(${target}
+    PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/lib)
+  target_compile_definitions(${target} PRIVATE JEMALLOC_MANGLE)
+  target_compile_features(${target} PRIVATE cxx_std_20)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-missing-field-initializers)
+endfunction()
+
 add_library(numarena_nje_objects OBJECT
   ${NUMARENA_CORE_SOURCES} ${NUMARENA_LAYER_SOURCES_ops} ${NUMARENA_LAYER_SOURCES_capi})
-add_dependencies(numarena_nje_objects numarena_jemalloc_nje)
-# BEFORE: this jemalloc.h, never Debian's /usr/include/jemalloc/jemalloc.h.
-target_include_directories(numarena_nje_objects BEFORE PRIVATE ${NUMARENA_NJE_DIR}/include)
-target_include_directories(numarena_nje_objects
-  PRIVATE ${PROJECT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR})
-target_compile_definitions(numarena_nje_objects PRIVATE JEMALLOC_MANGLE)
-target_compile_features(numarena_nje_objects PRIVATE cxx_std_20)
-target_compile_options(numarena_nje_objects PRIVATE -Wall -Wextra -Wno-missing-field-initializers)
+numarena_compile_against_nje(numarena_nje_objects)
 # Only the include directories and definitions of these (header-only here) dependencies.
 target_link_libraries(numarena_nje_objects PRIVATE
   absl::status absl::statusor absl::strings absl::str_format absl::synchronization
