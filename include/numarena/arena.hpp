@@ -23,7 +23,29 @@
 // Capacity: before the provider commits memory it asks the process-wide `CapacityGate`
 // (`SetCapacityGate`, e.g. a numarena::Budget) and checks the node's free memory, so a full
 // node gives nullptr (or ResourceExhausted from `try_allocate`) instead of an OOM kill when
-// the pages are touched. `Preferred` arenas then move on to the next node by distance.
+// the pages are touched. Memory freed into numarena's arenas stays committed (and charged)
+// until it is purged, by jemalloc's decay or `purge()`; before a refusal for lack of room
+// stands, the arena purges the dirty pages of every numarena arena on that node and tries
+// once more, so memory one thread freed is never what refuses another. `Preferred` arenas
+// then move on to the next node by distance, also when the preferred node is already full
+// when the arena is made.
+//
+// Where an arena's own bookkeeping goes: what numarena makes for an arena lives on the
+// arena's node (its first node for multi-node placements) and is charged there like the
+// memory it describes: the provider's page tables (2 bytes per page, charged a page at a
+// time and given back with the last page they describe, plus a header of 4 bytes per 8 MiB
+// of reserved range, charged when the range is first used and kept with it:
+// ArenaStats::tables) and each thread's front cache (allocated from the arena's heap).
+// jemalloc also allocates for a heap outside its extent hooks: an explicit thread cache per
+// (thread, heap) in its default arena, a new jemalloc arena's statistics and the leaves of
+// its extent map when the heap's address space grows. numarena has jemalloc do that with the
+// calling thread's memory policy preferring the heap's node (restored exactly afterwards),
+// so those pages land there too; jemalloc offers no way to charge them, so they are placed
+// but not charged. Not placed: the few pages of its own metadata jemalloc touches after
+// numarena's hooks have returned (1-2 pages per thread's first use of an arena in the lab;
+// a thread cache's fresh pages, first touched as the cache fills, are among them)
+// and the process's one-time setup in its first ForPolicy call; those go on the calling
+// thread's node (tests/lab/arena_memory_lab.cpp).
 //
 //   auto arena = numarena::Arena::ForNode(1);
 //   if (!arena.ok()) { std::cerr << arena.status() << "\n"; return; }
@@ -52,12 +74,16 @@ namespace numarena {
 // provider's own count of bytes charged against the capacity gate.
 struct ArenaStats {
   // Bytes in live allocations (small + large), counting objects that sit freed in thread
-  // caches (jemalloc's and numarena's front cache) until purge() or thread exit.
+  // caches (jemalloc's and numarena's front cache) until purge() or thread exit, but not the
+  // front caches themselves (numarena's, one per thread that uses the arena, in its memory).
   std::size_t allocated = 0;
   std::size_t active = 0;     // bytes in pages holding live allocations
   std::size_t resident = 0;   // bytes jemalloc believes are resident (upper bound)
   std::size_t mapped = 0;     // bytes of provider spans jemalloc holds (active + dirty + ...)
   std::size_t committed = 0;  // bytes the provider has committed and charged now
+  // The part of `committed` that is numarena's own page tables (2 bytes per page the arena
+  // has committed, charged and placed on its node like the pages they describe).
+  std::size_t tables = 0;
   std::size_t retained = 0;   // bytes of address space held but purged (no memory)
   // Times the arena placed memory somewhere else than asked: a Preferred arena moved to the
   // next node by distance, or an Advisory policy the kernel refused was weakened
@@ -83,7 +109,12 @@ class Arena {
   // gives the same arena. The policy is validated against Topology::system(); errors:
   // InvalidArgument (see Policy::Validate and ArenaOptions), PermissionDenied or
   // FailedPrecondition when a Strict policy is refused by the kernel,
-  // ResourceExhausted when numarena's arena table (kMaxHeaps jemalloc arenas) is full.
+  // ResourceExhausted when numarena's arena table (kMaxHeaps jemalloc arenas) is full, or
+  // when the node cannot take the arena's first metadata block (2 MiB): for Bind and
+  // interleave policies, when a node of the placement cannot; for Preferred, only when no
+  // allowed node can (a full preferred node makes an arena that spills to the next node by
+  // distance and returns to the preferred node once it has room, trying at most every
+  // 50 ms).
   //
   //   auto local = numarena::Arena::ForPolicy(numarena::Policy::Local());
   //   auto cxl = numarena::Arena::ForPolicy(numarena::Policy::Preferred(2));

@@ -135,6 +135,14 @@ class ArenaRegistry {
   absl::Mutex& mutex() ABSL_LOCK_RETURNED(mutex_) { return mutex_; }
 
   StatusOr<Arena*> Find(const Policy& policy, const ArenaOptions& options) {
+    {
+      absl::MutexLock lock(&mutex_);
+      auto it = arenas_.find(std::make_pair(policy, options));
+      if (it != arenas_.end()) return it->second;
+    }
+    // A new arena: everything it allocates for itself, here and in its heaps, goes on the
+    // policy's (first) node, not the calling thread's.
+    PlacementScope scope(policy.nodes().empty() ? -1 : policy.nodes().front());
     absl::MutexLock lock(&mutex_);
     auto it = arenas_.find(std::make_pair(policy, options));
     if (it != arenas_.end()) return it->second;
@@ -273,6 +281,7 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
         HeapById(heap)->pages->CouldEverFit(size, &failure)) {
       if (void* p = mallocx(size, flags)) return p;
     }
+    EndHeapGrowWindow();  // jemalloc failed: it may have stopped between two hooks
     // Refused for lack of room: memory numarena holds freed on that node (dirty pages of this
     // and other arenas, which stay charged until purged) goes back first, then one retry.
     const int node = RefusedNode(failure);
@@ -366,6 +375,7 @@ void* Arena::AllocateSlow(std::size_t size, std::size_t alignment) noexcept {
 
 void* Arena::AllocateAfterFastMiss(std::size_t size) noexcept {
   // The primary heap's hooks recorded why the fast path's mallocx failed.
+  EndHeapGrowWindow();  // jemalloc failed: it may have stopped between two hooks
   SpanFailure& failure = ThreadSpanFailure();
   std::string what = absl::StrCat("arena ", policy_.ToString(), ": allocate ", Bytes(size));
   Status error =
@@ -436,16 +446,23 @@ ArenaStats Arena::stats() const {
   out.fallbacks = fallbacks_.load(std::memory_order_relaxed);
   std::size_t page = os::PageSize();
   ForEachHeap(primary_heap_, node_heaps_, node_heap_count_, [&](Heap& heap) {
+    std::size_t allocated = 0;
     ForEachShard(heap, [&](unsigned i) {
-      out.allocated += ReadArenaStat<std::size_t>(i, "small.allocated") +
-                       ReadArenaStat<std::size_t>(i, "large.allocated");
+      allocated += ReadArenaStat<std::size_t>(i, "small.allocated") +
+                   ReadArenaStat<std::size_t>(i, "large.allocated");
       out.active += ReadArenaStat<std::size_t>(i, "pactive") * page;
       out.resident += ReadArenaStat<std::size_t>(i, "resident");
       out.mapped += ReadArenaStat<std::size_t>(i, "mapped");
       out.retained += ReadArenaStat<std::size_t>(i, "retained");
       out.jemalloc_arenas += 1;
     });
+    // The threads' front caches live in the heap too, but are numarena's, not the caller's.
+    const std::size_t front = static_cast<std::size_t>(std::max(
+                                  heap.front_caches.load(std::memory_order_relaxed), 0)) *
+                              FrontCacheBytes();
+    out.allocated += allocated > front ? allocated - front : 0;
     out.committed += heap.pages->committed_bytes();
+    out.tables += heap.pages->table_bytes();
     out.fallbacks += heap.pages->fallbacks();
     out.refusals += heap.pages->refusals();
   });

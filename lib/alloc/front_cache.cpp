@@ -68,6 +68,12 @@ void BuildClassTables() {
   g_front_enabled = true;
 }
 
+// The thread's flags for `heap` with jemalloc's thread cache left out (MALLOCX_TCACHE_NONE).
+int UncachedFlags(int heap) {
+  constexpr int kTcacheBits = 0xfff << 8;  // where MALLOCX_TCACHE keeps the cache id
+  return (arena_internal::thread_flags[heap] & ~kTcacheBits) | MALLOCX_TCACHE_NONE;
+}
+
 // Hands `list`'s objects back to jemalloc until `keep` remain. A front cache exists only
 // while the thread's flags for its heap are set (EnsureThreadCache creates it after them,
 // DestroyFrontCaches runs before they are cleared).
@@ -90,13 +96,20 @@ void InitFrontCacheClasses() {
 
 void CreateFrontCache(int heap) noexcept {
   if (!g_front_enabled || arena_internal::front_caches[heap] != nullptr) return;
-  auto* cache = new (std::nothrow) FrontCache();
-  if (cache == nullptr) return;  // no front cache: jemalloc's thread cache still serves
+  // From the heap itself: the cache is memory this (thread, heap) pair causes, so it lives
+  // on the heap's node and is charged with it, like any object of the heap. Past jemalloc's
+  // thread cache, which would fill a bin with more objects of its size just for this one.
+  void* memory = mallocx(sizeof(FrontCache), UncachedFlags(heap));
+  if (memory == nullptr) return;  // no front cache: jemalloc's thread cache still serves
+  auto* cache = new (memory) FrontCache();
+  if (Heap* owner = HeapById(heap)) owner->front_caches.fetch_add(1, std::memory_order_relaxed);
   for (int i = 0; i < kFrontClasses; ++i) {
     cache->lists[i] = FrontList{nullptr, 0, g_class_limit[i]};
   }
   arena_internal::front_caches[heap] = cache;
 }
+
+std::size_t FrontCacheBytes() noexcept { return nallocx(sizeof(FrontCache), 0); }
 
 void FlushFrontCache(int heap) noexcept {
   FrontCache* cache = arena_internal::front_caches[heap];
@@ -110,7 +123,9 @@ void DestroyFrontCaches() noexcept {
     if (cache == nullptr) continue;
     FlushFrontCache(heap);
     arena_internal::front_caches[heap] = nullptr;
-    delete cache;
+    cache->~FrontCache();
+    dallocx(cache, UncachedFlags(heap));
+    if (Heap* owner = HeapById(heap)) owner->front_caches.fetch_sub(1, std::memory_order_relaxed);
   }
 }
 

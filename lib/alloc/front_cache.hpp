@@ -1,15 +1,21 @@
 // The front cache's slow side (see front_cache.cpp; the inline fast path is in arena.hpp).
 #pragma once
 
+#include <cstddef>
+
 namespace numarena {
 
 // Reads jemalloc's size classes into the front cache's tables. Call before the first
 // CreateFrontCache (CreateHeap does); later calls do nothing.
 void InitFrontCacheClasses();
 
-// Gives the calling thread a front cache for `heap` (nothing when it has one, when the class
-// tables could not be built, or when memory is short).
+// Gives the calling thread a front cache for `heap`, allocated from the heap (so on its node
+// and charged): nothing when it has one, when the class tables could not be built, or when
+// the heap has no memory. Call after the thread's flags for the heap are set.
 void CreateFrontCache(int heap) noexcept;
+
+// Bytes one front cache takes in its heap (its jemalloc size class).
+std::size_t FrontCacheBytes() noexcept;
 
 // Returns every object in the calling thread's front cache for `heap` to jemalloc.
 void FlushFrontCache(int heap) noexcept;

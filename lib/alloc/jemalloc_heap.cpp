@@ -54,29 +54,51 @@ class CreateLock {
 
 NodePages* PagesOf(extent_hooks_t* hooks) { return reinterpret_cast<Heap*>(hooks)->pages; }
 
+// The grow window. When a jemalloc arena needs more address space it calls the alloc hook
+// for an uncommitted extent, registers that extent in its radix tree (allocating and first
+// touching a tree leaf, 2 MiB and a transparent huge page for each new GiB of address space)
+// and then calls the commit hook for the part it uses. Between the two, the thread's new
+// pages prefer the heap's node, as under PlacementScope; the commit hook (or any other hook,
+// or the arena's slow path, should jemalloc fail in between) ends the window.
+thread_local constinit bool t_grow_window = false;
+thread_local constinit os::ThreadPolicy t_grow_saved{};
+
+void BeginGrowWindow(int node) noexcept {
+  if (t_grow_window || os::GetThreadPolicyNoAlloc(&t_grow_saved) != 0) return;
+  t_grow_window = os::PreferNodeNoAlloc(node) == 0;
+}
+
 // ---- extent hooks: no allocation, no locks but the provider's ---------------------------
 // jemalloc's convention: bool hooks return false on success.
 
 void* HookAlloc(extent_hooks_t* hooks, void* new_addr, size_t size, size_t alignment, bool* zero,
                 bool* commit, unsigned /*arena_index*/) {
-  return PagesOf(hooks)->AllocateSpan(new_addr, size, alignment, zero, commit);
+  const bool grow = !*commit;  // jemalloc's retained growth: registration follows
+  void* span = PagesOf(hooks)->AllocateSpan(new_addr, size, alignment, zero, commit);
+  if (span != nullptr && grow) BeginGrowWindow(PagesOf(hooks)->first_node());
+  return span;
 }
 
 bool HookDalloc(extent_hooks_t*, void*, size_t, bool, unsigned) {
+  EndHeapGrowWindow();
   return true;  // opt out: the range stays with jemalloc (retained), never unmapped
 }
 
 void HookDestroy(extent_hooks_t* hooks, void* addr, size_t size, bool committed, unsigned) {
+  EndHeapGrowWindow();
   if (committed) (void)PagesOf(hooks)->Decommit(addr, size);
 }
 
 bool HookCommit(extent_hooks_t* hooks, void* addr, size_t /*size*/, size_t offset, size_t length,
                 unsigned) {
-  return !PagesOf(hooks)->Commit(static_cast<char*>(addr) + offset, length);
+  const bool committed = PagesOf(hooks)->Commit(static_cast<char*>(addr) + offset, length);
+  EndHeapGrowWindow();
+  return !committed;
 }
 
 bool HookDecommit(extent_hooks_t* hooks, void* addr, size_t /*size*/, size_t offset, size_t length,
                   unsigned) {
+  EndHeapGrowWindow();
   return !PagesOf(hooks)->Decommit(static_cast<char*>(addr) + offset, length);
 }
 
@@ -241,6 +263,24 @@ void ChildHeapCreation() {
 
 }  // namespace
 
+void EndHeapGrowWindow() noexcept {
+  if (!t_grow_window) return;
+  t_grow_window = false;
+  (void)os::SetThreadPolicyNoAlloc(t_grow_saved);
+}
+
+PlacementScope::PlacementScope(int node) noexcept {
+  if (node < 0 || os::GetThreadPolicyNoAlloc(&saved_) != 0) return;
+  active_ = os::PreferNodeNoAlloc(node) == 0;
+}
+
+PlacementScope::~PlacementScope() {
+  // A grow window jemalloc left open inside the scope saved the scope's policy: close it
+  // first, so what is put back is the policy from before the scope.
+  EndHeapGrowWindow();
+  if (active_) (void)os::SetThreadPolicyNoAlloc(saved_);
+}
+
 void SetHeapForkStages() {
   static const os::ForkStageHandlers creation{PrepareHeapCreation, ParentHeapCreation,
                                               ChildHeapCreation};
@@ -252,6 +292,9 @@ void SetHeapForkStages() {
 
 StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options) {
   CreateLock lock;
+  // The provider's tables and jemalloc's first arena for the heap (its statistics live in
+  // jemalloc's own metadata) go on the placement's node, whoever creates the heap.
+  PlacementScope scope(placement.nodes().empty() ? -1 : placement.nodes().front());
   checked::Decide();  // before the first heap: a pointer is made and freed in one mode
   InitFrontCacheClasses();
   int id = g_heap_count.load(std::memory_order_relaxed);
@@ -350,6 +393,12 @@ int EnsureThreadCache(int heap) noexcept {
     return MALLOCX_TCACHE_NONE | MALLOCX_ARENA(static_cast<unsigned>(
                                      owner.shard_arena[0].load(std::memory_order_acquire)));
   }
+  // What this thread's first use of the heap allocates is memory of the heap, so on its
+  // node, not this thread's: the registrations of the thread_local destructors below, the
+  // thread's jemalloc cache (jemalloc allocates it in its arena 0; pages it takes fresh and
+  // first touches later, as the cache fills, still go where the thread runs), a new shard's
+  // statistics, the front cache.
+  PlacementScope scope(owner.pages->first_node());
   t_cache_owner.armed = true;  // constructs the owner: its destructor runs at thread exit
   // Construct this thread's SpanFailure here, outside any hook: registering a thread_local
   // destructor may allocate, and the hooks that record failures must not.

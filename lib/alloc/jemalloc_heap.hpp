@@ -34,6 +34,7 @@
 #include "numarena/internal/arena_fast_path.hpp"
 #include "numarena/policy.hpp"
 #include "numarena/status.hpp"
+#include "os/os.hpp"
 
 namespace numarena {
 
@@ -54,7 +55,36 @@ struct Heap {
   // Live threads assigned to each shard: a new thread takes the least used one, so two busy
   // threads never share a shard while another is free.
   std::atomic<int> shard_threads[kMaxShards];
+  // Front caches allocated from this heap (one per thread that uses it); statistics leave
+  // them out of the bytes the arena's callers hold.
+  std::atomic<int> front_caches{0};
 };
+
+// While alive, the calling thread's new pages prefer `node` (set_mempolicy MPOL_PREFERRED;
+// preferred, not bound, so bookkeeping never OOM-kills), and its previous policy is put back
+// exactly afterwards. jemalloc allocates some memory for a heap outside the heap's extent
+// hooks, from its default arena 0 and its own metadata base, on pages first touched by the
+// calling thread: an explicit thread cache (tcache.create), the statistics of a new arena
+// (arenas.create), the radix-tree leaves of its extent map. numarena runs the calls that make
+// those under this scope, so the pages land on the heap's node instead of the caller's.
+// Allocation-free.
+class PlacementScope {
+ public:
+  explicit PlacementScope(int node) noexcept;
+  ~PlacementScope();
+  PlacementScope(const PlacementScope&) = delete;
+  PlacementScope& operator=(const PlacementScope&) = delete;
+
+ private:
+  bool active_ = false;
+  os::ThreadPolicy saved_;
+};
+
+// Ends the calling thread's grow window, if one is open (see jemalloc_heap.cpp: between
+// jemalloc's request for more address space and its commit, the thread's new pages prefer
+// the heap's node). The arena's slow path calls it after jemalloc returns, in case jemalloc
+// failed between the two hooks. Allocation-free.
+void EndHeapGrowWindow() noexcept;
 
 // The heap's shards that exist now, as jemalloc arena indexes.
 template <typename F>

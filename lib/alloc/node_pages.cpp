@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <new>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "base/checked_math.hpp"
@@ -29,6 +30,20 @@ std::atomic<NodePages*> g_providers[arena_internal::kMaxHeaps];
 constexpr std::uint16_t kStatePriorityMask = 0x3;
 constexpr std::uint16_t kStateGated = 0x4;
 constexpr int kStateNodeShift = 3;
+
+// Per page of a range's page states (and for the header pages), one word:
+//   bits 0-15  pages of the range committed in the part this table page describes
+//   bits 16-17 priority + 1 the table page was charged with; bit 18: charged to the gate
+//   bit 30     busy: being purged, its last committed page gone (commits wait; see
+//              ReleaseTablePage)
+//   bit 31     charged
+constexpr std::uint32_t kTableCount = 0xffff;
+constexpr int kTablePriorityShift = 16;
+constexpr std::uint32_t kTableGated = std::uint32_t{1} << 18;
+constexpr std::uint32_t kTableBits = (std::uint32_t{3} << kTablePriorityShift) | kTableGated;
+constexpr std::uint32_t kTableBusy = std::uint32_t{1} << 30;
+constexpr std::uint32_t kTableCharged = std::uint32_t{1} << 31;
+
 
 std::uintptr_t AlignUp(std::uintptr_t value, std::uintptr_t alignment) {
   return (value + alignment - 1) & ~(alignment - 1);
@@ -363,8 +378,21 @@ void NodePages::ReleaseRanges() noexcept {
       arena_internal::granule_heap[first_granule + g].store(0, std::memory_order_relaxed);
     }
     os::Unmap(ToPointer(range.base), bytes);
-    os::Unmap(range.pages, (bytes / page_) * sizeof(std::uint16_t));
-    range = Range{};
+    // What the tables still hold charged (the header, after a failed first commit).
+    std::uint32_t header = range.header.load(std::memory_order_relaxed);
+    if ((header & kTableCharged) != 0) ReleaseMetadata(range.header_bytes, header);
+    const std::size_t table_pages = (range.tables_bytes - range.header_bytes) / page_;
+    for (std::size_t k = 0; k < table_pages; ++k) {
+      std::uint32_t word = range.table_pages[k].load(std::memory_order_relaxed);
+      if ((word & kTableCharged) != 0) ReleaseMetadata(page_, word);
+    }
+    os::Unmap(range.tables, range.tables_bytes);
+    range.base = range.end = range.bump = range.mapped_end = 0;
+    range.pages = nullptr;
+    range.table_pages = nullptr;
+    range.tables = nullptr;
+    range.tables_bytes = range.header_bytes = 0;
+    range.header.store(0, std::memory_order_relaxed);
   }
   range_count_.store(0, std::memory_order_release);
   mapped_bytes_.store(0, std::memory_order_relaxed);
@@ -395,12 +423,28 @@ bool NodePages::AddRange(std::size_t min_bytes, SpanFailure* failure) noexcept {
     os::Unmap(base, bytes);
     err = ENOMEM;
   }
-  void* states = nullptr;
-  std::size_t state_bytes = (bytes / page_) * sizeof(std::uint16_t);
+  // The page tables (see Range): the header's counters, then the page states.
+  void* tables = nullptr;
+  const std::size_t state_bytes = (bytes / page_) * sizeof(std::uint16_t);
+  const std::size_t table_pages = (state_bytes + page_ - 1) / page_;
+  const std::size_t header_bytes = AlignUp(table_pages * sizeof(std::uint32_t), page_);
+  const std::size_t tables_bytes = header_bytes + table_pages * page_;
   if (err == 0) {
-    err = os::ReserveAddressSpaceNoAlloc(state_bytes, page_, &states);
-    if (err == 0) err = os::CommitRangeNoAlloc(states, state_bytes);
+    err = os::ReserveAddressSpaceNoAlloc(tables_bytes, page_, &tables);
+    if (err == 0) {
+      err = os::CommitRangeNoAlloc(tables, tables_bytes);
+      if (err != 0) os::Unmap(tables, tables_bytes);
+    }
     if (err != 0) os::Unmap(base, bytes);
+  }
+  if (err == 0) {
+    // Charged page by page, so base pages only; placed where the memory they describe is
+    // (preferred, not bound: a full node must never make bookkeeping OOM-kill the process).
+    (void)os::AdviseHugePagesNoAlloc(tables, tables_bytes, /*huge=*/false);
+    os::KernelNodeMask first;
+    if (os::MakeKernelNodeMask(std::span<const int>(nodes_, 1), &first) == 0) {
+      (void)os::BindRangeNoAlloc(tables, tables_bytes, os::PolicyMode::kPreferred, first);
+    }
   }
   if (err != 0) {
     failure->kind = SpanFailure::Kind::kMap;
@@ -413,7 +457,13 @@ bool NodePages::AddRange(std::size_t min_bytes, SpanFailure* failure) noexcept {
   range.end = range.base + bytes;
   range.bump = range.base;
   range.mapped_end = range.base;
-  range.pages = static_cast<std::atomic<std::uint16_t>*>(states);  // zero pages: all 0
+  range.tables = tables;  // zero pages: every count and state 0
+  range.tables_bytes = tables_bytes;
+  range.header_bytes = header_bytes;
+  range.header.store(0, std::memory_order_relaxed);
+  range.table_pages = static_cast<std::atomic<std::uint32_t>*>(tables);
+  range.pages = reinterpret_cast<std::atomic<std::uint16_t>*>(static_cast<char*>(tables) +
+                                                              header_bytes);
   for (std::uintptr_t g = 0; g < granules; ++g) {
     arena_internal::granule_heap[first_granule + g].store(
         static_cast<std::uint16_t>(owner_heap_ + 1), std::memory_order_relaxed);
@@ -718,6 +768,25 @@ bool NodePages::Commit(void* addr, std::size_t size) noexcept {
     }
   }
 
+  // The pages of states these commits write into, charged before they are touched, and
+  // the range's header the first time (last: a refused commit charges nothing).
+  bool tables = AcquireTablePages(*range, first, last, failure);
+  if (tables && !ChargeTablesHeader(*range, failure)) {
+    ReleaseTablePages(*range, first, last);
+    tables = false;
+  }
+  if (!tables) {
+    if (multi_bind) {
+      uncharge(charged_index, new_pages * page_);
+    } else {
+      for (int index = 0; index < node_count_; ++index) {
+        if (pages_per_node[index] != 0) uncharge(index, pages_per_node[index] * page_);
+      }
+    }
+    refusals_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+
   auto state_base = static_cast<std::uint16_t>(static_cast<unsigned>(priority) + 1) |
                     (gate != nullptr ? kStateGated : 0);
   for (std::size_t i = first; i < last; ++i) {
@@ -745,10 +814,19 @@ bool NodePages::Decommit(void* addr, std::size_t size) noexcept {
   std::size_t ungated_pages = 0;
   std::size_t first = (begin - range->base) / page_;
   std::size_t last = (AlignUp(end, page_) - range->base) / page_;
+  const std::size_t per_table_page = PagesPerTablePage();
+  std::size_t table_page = first / per_table_page;
+  std::uint32_t released_in_table_page = 0;
   for (std::size_t i = first; i < last; ++i) {
+    if (i / per_table_page != table_page) {
+      ReleaseTablePage(*range, table_page, released_in_table_page);
+      table_page = i / per_table_page;
+      released_in_table_page = 0;
+    }
     std::uint16_t state = range->pages[i].load(std::memory_order_relaxed);
     if (state == 0) continue;
     range->pages[i].store(0, std::memory_order_relaxed);
+    ++released_in_table_page;
     int index = state >> kStateNodeShift;
     if (index < kMaxPlacementNodes) ++released_on[index];
     if ((state & kStateGated) == 0) {
@@ -775,17 +853,179 @@ bool NodePages::Decommit(void* addr, std::size_t size) noexcept {
     }
   }
   committed_bytes_.fetch_sub(released_pages * page_, std::memory_order_relaxed);
+  ReleaseTablePage(*range, table_page, released_in_table_page);
   return true;
+}
+
+// ---- NodePages: page tables ----------------------------------------------------------------
+
+bool NodePages::ChargeMetadata(std::size_t bytes, SpanFailure* failure,
+                               std::uint32_t* bits) noexcept {
+  // The tables' pages are placed (preferred) on the placement's first node and charged there.
+  const int node = nodes_[0];
+  const Priority priority = CurrentPriority();
+  if (static_cast<unsigned>(priority) >= static_cast<unsigned>(kPriorityCount)) {
+    failure->kind = SpanFailure::Kind::kBadPriority;
+    failure->err = static_cast<int>(priority);
+    return false;
+  }
+  if (!NodeMemoryGuard::Admit(node, bytes, failure)) return false;
+  CapacityGate* gate = GetCapacityGate();
+  if (gate != nullptr) {
+    Status status = gate->Charge(node, bytes, priority);
+    if (!status.ok()) {
+      Unadmit(node, bytes);
+      failure->kind = SpanFailure::Kind::kGateRefused;
+      failure->node = node;
+      failure->bytes = bytes;
+      failure->gate_status = std::move(status);
+      return false;
+    }
+  }
+  *bits = ((static_cast<std::uint32_t>(priority) + 1) << kTablePriorityShift) |
+          (gate != nullptr ? kTableGated : 0);
+  committed_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  table_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  return true;
+}
+
+void NodePages::ReleaseMetadata(std::size_t bytes, std::uint32_t bits) noexcept {
+  const int node = nodes_[0];
+  Unadmit(node, bytes);
+  const int priority = static_cast<int>((bits >> kTablePriorityShift) & 3) - 1;
+  if ((bits & kTableGated) != 0 && priority >= 0 && priority < kPriorityCount) {
+    if (CapacityGate* gate = GetCapacityGate()) {
+      gate->Release(node, bytes, static_cast<Priority>(priority));
+    }
+  }
+  committed_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  table_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+bool NodePages::ChargeTablesHeader(Range& range, SpanFailure* failure) noexcept {
+  // Charged once, when the range is first used, and kept while the range exists. Charged
+  // before it is claimed (the gate may run reclaim hooks that commit here): of two threads
+  // that charge it at once, the second gives its charge back.
+  if ((range.header.load(std::memory_order_acquire) & kTableCharged) != 0) return true;
+  std::uint32_t bits = 0;
+  if (!ChargeMetadata(range.header_bytes, failure, &bits)) return false;
+  std::uint32_t expected = 0;
+  if (!range.header.compare_exchange_strong(expected, kTableCharged | bits,
+                                            std::memory_order_acq_rel)) {
+    ReleaseMetadata(range.header_bytes, bits);
+  }
+  return true;
+}
+
+bool NodePages::AcquireTablePages(Range& range, std::size_t first, std::size_t last,
+                                  SpanFailure* failure) noexcept {
+  const std::size_t per_table_page = PagesPerTablePage();
+  for (std::size_t start = first; start < last;) {
+    const std::size_t table_page = start / per_table_page;
+    const std::size_t stop = std::min(last, (table_page + 1) * per_table_page);
+    std::uint32_t pages = 0;  // pages this commit adds to the table page
+    for (std::size_t i = start; i < stop; ++i) {
+      pages += range.pages[i].load(std::memory_order_relaxed) == 0 ? 1 : 0;
+    }
+    if (pages != 0 && !AcquireTablePage(range, table_page, pages, failure)) {
+      ReleaseTablePages(range, first, start);  // the table pages acquired before this one
+      return false;
+    }
+    start = stop;
+  }
+  return true;
+}
+
+void NodePages::ReleaseTablePages(Range& range, std::size_t first, std::size_t last) noexcept {
+  // Counts what AcquireTablePages counted: the pages in [first, last) not committed yet.
+  const std::size_t per_table_page = PagesPerTablePage();
+  for (std::size_t start = first; start < last;) {
+    const std::size_t table_page = start / per_table_page;
+    const std::size_t stop = std::min(last, (table_page + 1) * per_table_page);
+    std::uint32_t pages = 0;
+    for (std::size_t i = start; i < stop; ++i) {
+      pages += range.pages[i].load(std::memory_order_relaxed) == 0 ? 1 : 0;
+    }
+    ReleaseTablePage(range, table_page, pages);
+    start = stop;
+  }
+}
+
+bool NodePages::AcquireTablePage(Range& range, std::size_t table_page, std::uint32_t pages,
+                                 SpanFailure* failure) noexcept {
+  std::atomic<std::uint32_t>& word = range.table_pages[table_page];
+  std::uint32_t charged_bits = 0;
+  bool holding_charge = false;  // charged by this call, not yet in the word
+  for (;;) {
+    std::uint32_t value = word.load(std::memory_order_acquire);
+    if ((value & kTableBusy) != 0) {  // being purged (one madvise, no callbacks): wait
+      std::this_thread::yield();
+      continue;
+    }
+    if ((value & kTableCharged) != 0) {
+      if (!word.compare_exchange_weak(value, value + pages, std::memory_order_acq_rel)) continue;
+      // Another commit charged the table page first: this call's charge goes back.
+      if (holding_charge) ReleaseMetadata(page_, charged_bits);
+      return true;
+    }
+    if (!holding_charge) {
+      // Charged before the word is claimed: the gate may run reclaim hooks on this thread
+      // that commit into the same table page.
+      if (!ChargeMetadata(page_, failure, &charged_bits)) return false;
+      holding_charge = true;
+      continue;  // look again: the word may have changed meanwhile
+    }
+    if (word.compare_exchange_weak(value, kTableCharged | charged_bits | pages,
+                                   std::memory_order_acq_rel)) {
+      return true;
+    }
+  }
+}
+
+void NodePages::ReleaseTablePage(Range& range, std::size_t table_page,
+                                 std::uint32_t pages) noexcept {
+  if (pages == 0) return;
+  std::atomic<std::uint32_t>& word = range.table_pages[table_page];
+  std::uint32_t now = word.fetch_sub(pages, std::memory_order_acq_rel) - pages;
+  if ((now & kTableCount) != 0 || (now & kTableCharged) == 0) return;
+  // The last committed page this table page describes is gone: so is the table page, unless
+  // a commit took it again meanwhile (then the exchange fails and it stays). Busy only for
+  // the purge, so that no commit writes a state the purge would wipe; the charge goes back
+  // after.
+  const std::uint32_t bits = now & kTableBits;
+  if (!word.compare_exchange_strong(now, kTableBusy | bits, std::memory_order_acq_rel)) return;
+  (void)os::PurgeRangeNoAlloc(static_cast<char*>(range.tables) + range.header_bytes +
+                                  table_page * page_,
+                              page_);
+  word.store(0, std::memory_order_release);
+  ReleaseMetadata(page_, bits);
 }
 
 bool NodePages::PurgeKeepCommitted(void* addr, std::size_t size) noexcept {
   return os::PurgeRangeNoAlloc(addr, size) == 0;
 }
 
+void NodePages::ClearBusyTablePagesInForkChild() noexcept {
+  // A thread of the parent was purging a table page, between its claim and its release: the
+  // page stays charged here, with no committed page, as if the purge had not started.
+  const int count = range_count_.load(std::memory_order_relaxed);
+  for (int r = 0; r < count; ++r) {
+    Range& range = ranges_[r];
+    const std::size_t table_pages = (range.tables_bytes - range.header_bytes) / page_;
+    for (std::size_t k = 0; k < table_pages; ++k) {
+      const std::uint32_t word = range.table_pages[k].load(std::memory_order_relaxed);
+      if ((word & kTableBusy) != 0) {
+        range.table_pages[k].store(kTableCharged | (word & kTableBits), std::memory_order_relaxed);
+      }
+    }
+  }
+}
+
 void NodePages::RecreateLocksInForkChild() noexcept {
   for (std::atomic<NodePages*>& slot : g_providers) {
     if (NodePages* pages = slot.load(std::memory_order_acquire)) {
       new (&pages->mutex_) std::mutex();
+      pages->ClearBusyTablePagesInForkChild();
     }
   }
 }

@@ -147,6 +147,9 @@ class NodePages {
   const ArenaOptions& options() const { return options_; }
   // The single node of the placement, or kNodeMixed.
   int node() const { return node_; }
+  // The placement's first node: where the provider's own tables go, and where memory jemalloc
+  // allocates for the heap outside its hooks is steered (PlacementScope).
+  int first_node() const { return nodes_[0]; }
   // True when the placement puts pages on `node`.
   bool places_on(int node) const noexcept {
     for (int i = 0; i < node_count_; ++i) {
@@ -155,7 +158,10 @@ class NodePages {
     return false;
   }
   std::size_t mapped_bytes() const { return mapped_bytes_.load(std::memory_order_relaxed); }
+  // Bytes charged now: committed spans and the page tables that describe them.
   std::size_t committed_bytes() const { return committed_bytes_.load(std::memory_order_relaxed); }
+  // The page-table part of committed_bytes().
+  std::size_t table_bytes() const { return table_bytes_.load(std::memory_order_relaxed); }
   std::uint64_t fallbacks() const { return fallbacks_.load(std::memory_order_relaxed); }
   std::uint64_t refusals() const { return refusals_.load(std::memory_order_relaxed); }
   // The committed node recorded for the page at `addr` (kNodeNone when not committed).
@@ -172,12 +178,23 @@ class NodePages {
   NodePages& operator=(const NodePages&) = delete;
 
  private:
+  // A reserved range and its page tables. The tables are numarena's own memory and follow
+  // the same rules as the pages they describe: one mapping per range, placed on the
+  // placement's first node (MPOL_PREFERRED, base pages), and charged like any commit. The
+  // mapping starts with one counter per table page (the header, charged once when the range
+  // is first used), then one state per page of the range; a page of states is charged when
+  // the first page it describes is committed and purged and released with the last.
   struct Range {
     std::uintptr_t base = 0;
     std::uintptr_t end = 0;
     std::uintptr_t bump = 0;        // guarded by mutex_
     std::uintptr_t mapped_end = 0;  // read-write and bound up to here; guarded by mutex_
     std::atomic<std::uint16_t>* pages = nullptr;  // per page: see kState* in node_pages.cpp
+    std::atomic<std::uint32_t>* table_pages = nullptr;  // per page of `pages`: kTable*
+    void* tables = nullptr;          // the mapping: table_pages, then pages
+    std::size_t tables_bytes = 0;
+    std::size_t header_bytes = 0;    // the table_pages part, whole pages
+    std::atomic<std::uint32_t> header{0};  // kTable* word of the header pages (no count)
   };
 
   NodePages(const Policy& placement, const ArenaOptions& options, int owner_heap);
@@ -190,6 +207,20 @@ class NodePages {
   bool BindWithFallback(std::uintptr_t begin, std::uintptr_t end, const os::KernelNodeMask& mask,
                         os::PolicyMode mode, int first_node, SpanFailure* failure) noexcept;
   int NodeIndexOfPage(const Range& range, std::uintptr_t page) const noexcept;
+  // Page tables: charging and releasing the pages of a range's tables (see Range).
+  bool ChargeTablesHeader(Range& range, SpanFailure* failure) noexcept;
+  bool AcquireTablePages(Range& range, std::size_t first, std::size_t last,
+                         SpanFailure* failure) noexcept;
+  bool AcquireTablePage(Range& range, std::size_t table_page, std::uint32_t pages,
+                        SpanFailure* failure) noexcept;
+  void ReleaseTablePage(Range& range, std::size_t table_page, std::uint32_t pages) noexcept;
+  // Undoes AcquireTablePages(range, first, last) before the pages' states are written.
+  void ReleaseTablePages(Range& range, std::size_t first, std::size_t last) noexcept;
+  // Fork child: table pages a parent's thread was purging are charged pages again.
+  void ClearBusyTablePagesInForkChild() noexcept;
+  bool ChargeMetadata(std::size_t bytes, SpanFailure* failure, std::uint32_t* bits) noexcept;
+  void ReleaseMetadata(std::size_t bytes, std::uint32_t bits) noexcept;
+  std::size_t PagesPerTablePage() const noexcept { return page_ / sizeof(std::uint16_t); }
   void AdviseLargeCommit(std::uintptr_t begin, std::uintptr_t end, bool huge) noexcept;
 
   Policy placement_;
@@ -209,6 +240,7 @@ class NodePages {
 
   std::atomic<std::size_t> mapped_bytes_{0};
   std::atomic<std::size_t> committed_bytes_{0};
+  std::atomic<std::size_t> table_bytes_{0};
   std::atomic<std::uint64_t> fallbacks_{0};
   std::atomic<std::uint64_t> refusals_{0};
 };

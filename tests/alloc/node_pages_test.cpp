@@ -85,13 +85,17 @@ void* Span(NodePages* pages, std::size_t bytes, std::size_t alignment, bool comm
   return p;
 }
 
+// Bytes of committed spans: committed_bytes() less the provider's own page tables, which
+// are charged too (to the placement's first node, with the committer's priority).
+std::size_t SpanBytes(NodePages* pages) { return pages->committed_bytes() - pages->table_bytes(); }
+
 }  // namespace
 
 TEST_CASE("a committed span is aligned, zero, tagged and resident on its node after touch") {
   NodePages* pages = Make(Policy::Bind(0));
   void* p = Span(pages, 4 * kMiB, 2 * kMiB, /*commit=*/true);
   CHECK(reinterpret_cast<std::uintptr_t>(p) % (2 * kMiB) == 0);
-  CHECK(pages->committed_bytes() == 4 * kMiB);
+  CHECK(SpanBytes(pages) == 4 * kMiB);
   CHECK(pages->mapped_bytes() >= 4 * kMiB);
   CHECK(numarena::arena_internal::HeapOf(p) == next_owner - 1);
   CHECK(pages->node() == 0);
@@ -111,11 +115,18 @@ TEST_CASE("decommit purges but keeps the range mapped and bound, recommit charge
   GateScope scope(&gate);
   NodePages* pages = Make(Policy::Bind(0));
   void* p = Span(pages, 2 * kMiB, 4096, /*commit=*/true);
-  CHECK(gate.Charged(0, Priority::kNormal) == static_cast<long long>(2 * kMiB));
+  // The range's table header (charged once, kept with the range) and the table pages that
+  // describe the span (two at most: 512 states, maybe across a table-page boundary).
+  const std::size_t tables = pages->table_bytes();
+  CHECK(tables > 0);
+  CHECK(gate.Charged(0, Priority::kNormal) == static_cast<long long>(2 * kMiB + tables));
   std::memset(p, 1, 2 * kMiB);
   REQUIRE(pages->Decommit(p, 2 * kMiB));
-  CHECK(pages->committed_bytes() == 0);
-  CHECK(gate.total() == 0);
+  CHECK(SpanBytes(pages) == 0);
+  const std::size_t header = pages->table_bytes();
+  CHECK(tables - header >= 4096);  // the table pages went with the last page they describe
+  CHECK(tables - header <= 2 * 4096);
+  CHECK(gate.total() == header);
   auto counts = numarena::page_nodes(p, 2 * kMiB);
   REQUIRE(counts.ok());
   CHECK(counts->resident() == 0);
@@ -126,8 +137,10 @@ TEST_CASE("decommit purges but keeps the range mapped and bound, recommit charge
   counts = numarena::page_nodes(p, 2 * kMiB);
   REQUIRE(counts.ok());
   CHECK(counts->on(0) == counts->total_pages);
-  CHECK(gate.total() == 2 * kMiB);
+  CHECK(pages->table_bytes() == tables);
+  CHECK(gate.total() == 2 * kMiB + tables);
   REQUIRE(pages->Decommit(p, 2 * kMiB));
+  CHECK(gate.total() == header);
 }
 
 TEST_CASE("pages are charged once, with the committer's priority, released from any thread") {
@@ -146,16 +159,24 @@ TEST_CASE("pages are charged once, with the committer's priority, released from 
     numarena::PriorityScope high(Priority::kHigh);
     REQUIRE(pages->Commit(p, 8 * kMiB));  // only the second half is new
   }
-  CHECK(gate.Charged(0, Priority::kLow) == static_cast<long long>(4 * kMiB));
-  CHECK(gate.Charged(0, Priority::kHigh) == static_cast<long long>(4 * kMiB));
-  CHECK(pages->committed_bytes() == 8 * kMiB);
+  // The low committer also charged the table header and the table pages it needed first.
+  const auto low_tables = static_cast<long long>(pages->table_bytes());
+  CHECK(gate.Charged(0, Priority::kLow) >= static_cast<long long>(4 * kMiB));
+  CHECK(gate.Charged(0, Priority::kHigh) >= static_cast<long long>(4 * kMiB));
+  CHECK(gate.Charged(0, Priority::kLow) + gate.Charged(0, Priority::kHigh) ==
+        static_cast<long long>(8 * kMiB) + low_tables);
+  CHECK(SpanBytes(pages) == 8 * kMiB);
+  const long long low_before = gate.Charged(0, Priority::kLow);
+  const long long high_before = gate.Charged(0, Priority::kHigh);
   std::thread other([&] { REQUIRE(pages->Decommit(static_cast<char*>(p) + 2 * kMiB, 4 * kMiB)); });
   other.join();
-  CHECK(gate.Charged(0, Priority::kLow) == static_cast<long long>(2 * kMiB));
-  CHECK(gate.Charged(0, Priority::kHigh) == static_cast<long long>(2 * kMiB));
+  // Pages stay committed in every table page touched: only the span's pages go.
+  CHECK(gate.Charged(0, Priority::kLow) == low_before - static_cast<long long>(2 * kMiB));
+  CHECK(gate.Charged(0, Priority::kHigh) == high_before - static_cast<long long>(2 * kMiB));
   REQUIRE(pages->Decommit(p, 8 * kMiB));
-  CHECK(gate.total() == 0);
-  CHECK(pages->committed_bytes() == 0);
+  CHECK(SpanBytes(pages) == 0);
+  CHECK(gate.total() == pages->table_bytes());  // the header only
+  CHECK(pages->table_bytes() < static_cast<std::size_t>(low_tables));
 }
 
 TEST_CASE("a gate refusal fails the commit with ResourceExhausted and charges nothing") {
@@ -171,12 +192,14 @@ TEST_CASE("a gate refusal fails the commit with ResourceExhausted and charges no
   CHECK(status.code() == absl::StatusCode::kResourceExhausted);
   CHECK_THAT(std::string(status.message()), Catch::Contains("node 0"));
   CHECK_THAT(std::string(status.message()), Catch::Contains("over the test limit"));
-  CHECK(gate.total() == 0);
+  CHECK(gate.total() == 0);  // neither the pages nor their tables
   CHECK(pages->committed_bytes() == 0);
+  CHECK(pages->table_bytes() == 0);
   CHECK(pages->refusals() == 1);
   REQUIRE(pages->Commit(p, 2 * kMiB));  // within the limit
+  CHECK(gate.total() == 2 * kMiB + pages->table_bytes());
   REQUIRE(pages->Decommit(p, 4 * kMiB));
-  CHECK(gate.total() == 0);
+  CHECK(gate.total() == pages->table_bytes());
   numarena::ThreadSpanFailure().Clear();
 }
 
@@ -232,7 +255,9 @@ TEST_CASE("weighted interleave charges chunks to nodes 3:1") {
   NodePages* pages =
       Make(Policy::WeightedInterleave({{0, 3}, {1, 1}}, numarena::BindMode::kAdvisory, 2 * kMiB));
   void* p = Span(pages, 16 * kMiB, 8 * kMiB, /*commit=*/true);
-  CHECK(gate.Charged(0, Priority::kNormal) == static_cast<long long>(12 * kMiB));
+  // The page tables are charged to the first node.
+  CHECK(gate.Charged(0, Priority::kNormal) ==
+        static_cast<long long>(12 * kMiB + pages->table_bytes()));
   CHECK(gate.Charged(1, Priority::kNormal) == static_cast<long long>(4 * kMiB));
   auto* base = static_cast<char*>(p);
   CHECK(pages->CommittedNodeOfPage(base) == 0);
@@ -241,7 +266,7 @@ TEST_CASE("weighted interleave charges chunks to nodes 3:1") {
   CHECK(pages->CommittedNodeOfPage(base + 14 * kMiB) == 1);
   CHECK(pages->node() == numarena::kNodeMixed);
   REQUIRE(pages->Decommit(p, 16 * kMiB));
-  CHECK(gate.total() == 0);
+  CHECK(gate.total() == pages->table_bytes());
 }
 
 TEST_CASE("interleave charges pages round-robin over its nodes") {
@@ -249,7 +274,8 @@ TEST_CASE("interleave charges pages round-robin over its nodes") {
   GateScope scope(&gate);
   NodePages* pages = Make(Policy::Interleave({0, 1}, numarena::BindMode::kAdvisory));
   void* p = Span(pages, 64 * 4096, 4096, /*commit=*/true);
-  CHECK(gate.Charged(0, Priority::kNormal) == 32 * 4096);
+  CHECK(gate.Charged(0, Priority::kNormal) ==
+        static_cast<long long>(32 * 4096 + pages->table_bytes()));
   CHECK(gate.Charged(1, Priority::kNormal) == 32 * 4096);
   REQUIRE(pages->Decommit(p, 64 * 4096));
 }

@@ -168,6 +168,7 @@ TEST_CASE("a full node walks through the states, Strict Bind past trip fails cle
   // like any span and never purged. What the test allocates comes on top of this.
   const auto baseline = b.Snapshot().node(nodes.small)->by_priority;
   INFO("charged by arena creation: " << baseline[1] << " B");
+  const std::size_t committed_at_baseline = arena->stats().committed;
 
   std::vector<NodeState> seen = {b.state(nodes.small)};
   std::vector<void*>& held = installed.held;
@@ -236,7 +237,15 @@ TEST_CASE("a full node walks through the states, Strict Bind past trip fails cle
   REQUIRE(b.Refresh().ok());
   INFO(Describe(b, nodes.small));
   CHECK(b.state(nodes.small) == NodeState::kNormal);
-  CHECK(b.Snapshot().node(nodes.small)->by_priority == baseline);
+  // What stays is the arena's bookkeeping made since, charged: this thread's front cache (in
+  // the heap) and the page tables of what is still committed (a few pages).
+  const auto now = b.Snapshot().node(nodes.small)->by_priority;
+  INFO("the arena's committed bytes since the baseline: "
+       << arena->stats().committed - committed_at_baseline);
+  CHECK(now[0] == baseline[0]);
+  CHECK(now[2] == baseline[2]);
+  CHECK(now[1] >= baseline[1]);
+  CHECK(now[1] - baseline[1] <= 64 * 1024);
 }
 
 TEST_CASE("a reclaim hook frees memory before anything is refused, and restores normal") {
