@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "numarena/capacity.hpp"
+#include "numarena/memory_target.hpp"
 #include "numarena/policy.hpp"
 #include "numarena/status.hpp"
 
@@ -52,9 +53,14 @@ struct KvColdTier {
     kFarthest,    // the allowed node farthest from the home nodes (SLIT; ties: memory-only,
                   // then the lowest HMAT read bandwidth, then the lowest id)
     kInterleave,  // slabs round-robin over a node set
+    kTarget,      // the best allowed node outside the home nodes by `attribute`
+                  // (numarena/memory_target.hpp), ranked from the first home node; when no
+                  // node near it qualifies, from the whole machine. Target(kCapacity) picks
+                  // the largest tier, e.g. a CXL expander, without naming its node id.
   };
   Kind kind = Kind::kNone;
   std::vector<int> nodes;
+  MemoryAttribute attribute = MemoryAttribute::kCapacity;  // kTarget only
 
   static KvColdTier None() { return {}; }
   static KvColdTier Node(int node) { return {Kind::kNode, {node}}; }
@@ -62,6 +68,7 @@ struct KvColdTier {
   static KvColdTier Interleave(std::vector<int> nodes) {
     return {Kind::kInterleave, std::move(nodes)};
   }
+  static KvColdTier Target(MemoryAttribute attribute) { return {Kind::kTarget, {}, attribute}; }
 };
 
 // Which hot blocks are demoted first.

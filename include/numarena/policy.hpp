@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "numarena/memory_target.hpp"
 #include "numarena/status.hpp"
 
 namespace numarena {
@@ -34,6 +35,8 @@ enum class PolicyKind : unsigned char {
   kInterleave,          // pages round-robin over the nodes (MPOL_INTERLEAVE)
   kWeightedInterleave,  // successive chunks bound to nodes in proportion to weights
   kLocal,               // the calling thread's node at allocation time
+  kTarget,              // memory chosen by bandwidth, latency or capacity (memory_target.hpp);
+                        // Resolve() turns it into kPreferred or kBind before use
 };
 const char* PolicyKindName(PolicyKind kind);
 
@@ -63,6 +66,16 @@ class Policy {
                                    BindMode mode = BindMode::kStrict,
                                    std::size_t chunk_bytes = kDefaultWeightedChunk);
   static Policy Local(BindMode mode = BindMode::kAdvisory);
+  // Memory chosen by what it is (numarena/memory_target.hpp). Advisory (the default): prefer
+  // the best node (the first of `TargetChoice::ranked`) and spill by distance when it is full.
+  // Strict: bind to every node tied for best. The choice is made when the policy is resolved:
+  // `Arena::ForPolicy` (and everything built on it: allocator<T>, memory_resource, the C API,
+  // `numarena run`) resolves it once, when it creates the arena, from the creating thread's
+  // node for MemoryTarget::kCallingThread; `Arena::policy()` is the resolved policy.
+  //
+  //   auto fast = numarena::Arena::ForPolicy(numarena::Policy::Target(
+  //       {numarena::MemoryAttribute::kBandwidth, numarena::MemoryTarget::kCallingThread}));
+  static Policy Target(MemoryTarget target, BindMode mode = BindMode::kAdvisory);
 
   PolicyKind kind() const { return kind_; }
   BindMode mode() const { return mode_; }
@@ -72,6 +85,8 @@ class Policy {
   // Weights for kWeightedInterleave, empty otherwise.
   const std::vector<NodeWeight>& weights() const { return weights_; }
   std::size_t chunk_bytes() const { return chunk_bytes_; }
+  // The memory target of a kTarget policy (meaningless for the other kinds).
+  const MemoryTarget& target() const { return target_; }
 
   // The one node of a single-node Bind or a Preferred policy, else -1.
   int single_node() const;
@@ -80,10 +95,17 @@ class Policy {
   // node outside the process's allowed memory nodes, zero or all-zero weights, weights that
   // add up to more than kMaxWeightTotal, a chunk that is not a multiple of the page size or
   // is larger than kMaxWeightedChunk.
+  // For kTarget: `from` is not an online node, kCallingThread or kAnyInitiator.
   [[nodiscard]] Status Validate(const Topology& topology) const;
 
+  // The policy to apply: a kTarget policy resolved on `topology` (see Target()) with
+  // `calling_node` standing for the calling thread's node; any other policy unchanged.
+  // Errors are ResolveMemoryTarget's.
+  [[nodiscard]] StatusOr<Policy> Resolve(const Topology& topology, int calling_node) const;
+
   // The policy in the syntax Parse reads: "bind(1)", "bind(0,1)/advisory", "preferred(2)",
-  // "interleave(0,1,2,3)", "weighted(0:3,1:1)", "weighted(0:1,1:1)/chunk=65536", "local".
+  // "interleave(0,1,2,3)", "weighted(0:3,1:1)", "weighted(0:1,1:1)/chunk=65536", "local",
+  // "target(bandwidth)", "target(latency@1)/strict", "target(capacity@any)".
   // The mode is written only when it is not the kind's default, the chunk only when it is
   // not kDefaultWeightedChunk, so Parse(p.ToString()) == p.
   std::string ToString() const;
@@ -93,12 +115,14 @@ class Policy {
   //   policy  := kind ( "/" option )*
   //   kind    := "bind(" NODES ")" | "preferred(" NODE ")" | "interleave(" NODES ")"
   //            | "weighted(" NODE ":" WEIGHT ( "," NODE ":" WEIGHT )* ")" | "local"
+  //            | "target(" ATTRIBUTE [ "@" ( NODE | "any" ) ] ")"
+  //   ATTRIBUTE := "bandwidth" | "latency" | "capacity"    (no "@": the calling thread's node)
   //   option  := "strict" | "advisory" | "chunk=" SIZE        (chunk: weighted only)
   //   NODES   := the kernel's list syntax, e.g. "0", "0-3", "0,2-3"
   //   SIZE    := bytes with an optional K/M/G suffix (numarena::ParseByteSize), e.g. "64K"
   //
   // "membind" is accepted for "bind". No spaces. Modes default as the factories do (Bind,
-  // Interleave and WeightedInterleave strict; Preferred and Local advisory). InvalidArgument
+  // Interleave and WeightedInterleave strict; Preferred, Local and Target advisory). InvalidArgument
   // names what is wrong and where; the result is not validated against a machine (use
   // Validate).
   //
@@ -109,7 +133,7 @@ class Policy {
   friend bool operator==(const Policy&, const Policy&) = default;
   template <typename H>
   friend H AbslHashValue(H h, const Policy& p) {
-    h = H::combine(std::move(h), p.kind_, p.mode_, p.nodes_, p.chunk_bytes_);
+    h = H::combine(std::move(h), p.kind_, p.mode_, p.nodes_, p.chunk_bytes_, p.target_);
     for (const NodeWeight& w : p.weights_) h = H::combine(std::move(h), w.node, w.weight);
     return h;
   }
@@ -122,6 +146,7 @@ class Policy {
   std::vector<int> nodes_;
   std::vector<NodeWeight> weights_;
   std::size_t chunk_bytes_ = 0;
+  MemoryTarget target_;
 };
 
 // For weighted interleave: which node owns chunk `index` (0-based) of a span. Chunks are

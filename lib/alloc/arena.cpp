@@ -168,13 +168,17 @@ StatusOr<Arena*> Arena::ForPolicy(const Policy& policy, const ArenaOptions& opti
   StatusOr<const Topology*> topology = Topology::system();
   if (!topology.ok()) return topology.status();
   if (Status s = policy.Validate(**topology); !s.ok()) return s;
+  // A memory target is chosen once, now, from this thread's node; the arena is the one of the
+  // chosen policy, so every thread that names the same target after it shares it.
+  StatusOr<Policy> resolved = policy.Resolve(**topology, Topology::current_node());
+  if (!resolved.ok()) return resolved.status();
   std::size_t huge = options.hugetlb_page_bytes;
   if (huge != 0 && huge != ArenaOptions::kHugetlb2M && huge != ArenaOptions::kHugetlb1G) {
     return absl::InvalidArgumentError(
-        absl::StrCat("arena for ", policy.ToString(), ": hugetlb_page_bytes ", huge,
+        absl::StrCat("arena for ", resolved->ToString(), ": hugetlb_page_bytes ", huge,
                      " is not 0, 2 MiB (ArenaOptions::kHugetlb2M) or 1 GiB (kHugetlb1G)"));
   }
-  return ArenaRegistry::Get().Find(policy, options);
+  return ArenaRegistry::Get().Find(*resolved, options);
 }
 
 Arena::Arena(const Policy& policy, const ArenaOptions& options)
@@ -194,6 +198,8 @@ Status Arena::Init() {
     case PolicyKind::kPreferred:
     case PolicyKind::kLocal:
       break;
+    case PolicyKind::kTarget:  // ForPolicy resolves targets; an arena never holds one
+      return absl::InternalError("arena: unresolved memory-target policy");
   }
   const Topology* topology = *Topology::system();
   int highest = 0;
@@ -346,6 +352,8 @@ void* Arena::AllocateWithFallback(std::size_t size, std::size_t alignment, bool 
       if (heap < 0) return nullptr;
       return AllocateOnHeap(heap, size, alignment, error);
     }
+    case PolicyKind::kTarget:  // never here: ForPolicy resolves targets
+      break;
   }
   return nullptr;
 }

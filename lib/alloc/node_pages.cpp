@@ -598,6 +598,7 @@ bool NodePages::ApplyPolicy(std::uintptr_t begin, std::uintptr_t end,
     }
     case PolicyKind::kPreferred:
     case PolicyKind::kLocal:
+    case PolicyKind::kTarget:  // never here: Arena::ForPolicy resolves targets
       break;
   }
   return true;

@@ -109,6 +109,9 @@ TopologyView ViewOf(const Topology& topology) {
   view.distance = [&topology](int a, int b) { return topology.distance(a, b); };
   view.node_of_cpu = [&topology](int cpu) { return topology.node_of_cpu(cpu); };
   view.node_of_device = [&topology](const std::string& bus) { return topology.node_of_pci(bus); };
+  view.resolve_target = [&topology](const MemoryTarget& target) {
+    return ResolveMemoryTarget(topology, target, Topology::current_node());
+  };
   return view;
 }
 
@@ -139,6 +142,11 @@ StatusOr<Placement> ResolvePlacement(const KvPoolOptions& options, const Topolog
       }
       break;
     case KvColdTier::Kind::kFarthest:
+    case KvColdTier::Kind::kTarget:
+      if (!cold.nodes.empty()) {
+        return absl::InvalidArgumentError(
+            "KV pool: a Farthest or Target cold tier chooses its node; it must not name nodes");
+      }
       break;
   }
 
@@ -195,6 +203,31 @@ StatusOr<Placement> ResolvePlacement(const KvPoolOptions& options, const Topolog
           "); name a cold node or give fewer home nodes"));
     }
     cold_set.insert(best->id);
+  }
+  if (cold.kind == KvColdTier::Kind::kTarget) {
+    if (view == nullptr || !view->resolve_target) {
+      return absl::FailedPreconditionError(
+          "KV pool: KvColdTier::Target needs a topology; name the cold node instead");
+    }
+    int chosen = -1;
+    for (int from : {placement.home_nodes.front(), int{MemoryTarget::kAnyInitiator}}) {
+      auto choice = view->resolve_target(MemoryTarget{cold.attribute, from});
+      if (!choice.ok()) return choice.status();
+      for (int n : choice->ranked) {
+        if (!home_set.contains(n)) {
+          chosen = n;
+          break;
+        }
+      }
+      if (chosen >= 0) break;
+    }
+    if (chosen < 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "KV pool: KvColdTier::Target(", MemoryAttributeName(cold.attribute),
+          ") found no allowed node outside the home nodes (",
+          absl::StrJoin(placement.home_nodes, ","), "); name a cold node or give fewer home nodes"));
+    }
+    cold_set.insert(chosen);
   }
   for (int n : cold_set) {
     if (home_set.contains(n)) {

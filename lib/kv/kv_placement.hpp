@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "numarena/kv_types.hpp"
+#include "numarena/memory_target.hpp"
 #include "numarena/status.hpp"
 
 namespace numarena::kv {
@@ -30,6 +31,7 @@ struct TopologyView {
   std::function<int(int, int)> distance;          // SLIT, -1 unknown
   std::function<StatusOr<int>(int)> node_of_cpu;  // NotFound for unknown CPUs
   std::function<StatusOr<int>(const std::string&)> node_of_device;
+  std::function<StatusOr<TargetChoice>(const MemoryTarget&)> resolve_target;
 };
 
 TopologyView ViewOf(const Topology& topology);

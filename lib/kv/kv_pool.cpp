@@ -32,7 +32,8 @@ StatusOr<std::unique_ptr<KvPool>> KvPool::Create(KvPoolOptions options) {
   // to node ids (default storage). A custom storage defines its own node ids.
   const Topology* topology = options.topology;
   const bool needs_topology =
-      options.home_nodes.empty() || options.cold_tier.kind == KvColdTier::Kind::kFarthest;
+      options.home_nodes.empty() || options.cold_tier.kind == KvColdTier::Kind::kFarthest ||
+      options.cold_tier.kind == KvColdTier::Kind::kTarget;
   if (topology == nullptr && (needs_topology || !custom_storage)) {
     auto system = Topology::system();
     if (!system.ok()) {

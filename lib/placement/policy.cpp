@@ -48,6 +48,8 @@ const char* PolicyKindName(PolicyKind kind) {
       return "weighted";
     case PolicyKind::kLocal:
       return "local";
+    case PolicyKind::kTarget:
+      return "target";
   }
   return "?";
 }
@@ -83,6 +85,20 @@ Policy Policy::WeightedInterleave(std::vector<NodeWeight> weights, BindMode mode
 
 Policy Policy::Local(BindMode mode) { return Policy(PolicyKind::kLocal, mode); }
 
+Policy Policy::Target(MemoryTarget target, BindMode mode) {
+  Policy p(PolicyKind::kTarget, mode);
+  p.target_ = target;
+  return p;
+}
+
+StatusOr<Policy> Policy::Resolve(const Topology& topology, int calling_node) const {
+  if (kind_ != PolicyKind::kTarget) return *this;
+  StatusOr<TargetChoice> choice = ResolveMemoryTarget(topology, target_, calling_node);
+  if (!choice.ok()) return choice.status();
+  if (mode_ == BindMode::kStrict) return Bind(choice->best, BindMode::kStrict);
+  return Preferred(choice->ranked.front(), BindMode::kAdvisory);
+}
+
 int Policy::single_node() const {
   if ((kind_ == PolicyKind::kBind || kind_ == PolicyKind::kPreferred) && nodes_.size() == 1) {
     return nodes_[0];
@@ -92,6 +108,15 @@ int Policy::single_node() const {
 
 Status Policy::Validate(const Topology& topology) const {
   if (kind_ == PolicyKind::kLocal) return absl::OkStatus();
+  if (kind_ == PolicyKind::kTarget) {
+    if (target_.from == MemoryTarget::kCallingThread ||
+        target_.from == MemoryTarget::kAnyInitiator || topology.has_node(target_.from)) {
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", ToString(), ": node ", target_.from, " is not an online NUMA node (online: ",
+        absl::StrJoin(topology.node_ids(), ","), ")"));
+  }
   if (nodes_.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("policy ", ToString(), ": the node set is empty; name at least one node"));
@@ -140,13 +165,21 @@ std::string Policy::ToString() const {
     body = absl::StrJoin(weights_, ",", [](std::string* out, const NodeWeight& w) {
       absl::StrAppend(out, w.node, ":", w.weight);
     });
+  } else if (kind_ == PolicyKind::kTarget) {
+    body = MemoryAttributeName(target_.attribute);
+    if (target_.from == MemoryTarget::kAnyInitiator) {
+      body += "@any";
+    } else if (target_.from != MemoryTarget::kCallingThread) {
+      absl::StrAppend(&body, "@", target_.from);
+    }
   } else {
     body = absl::StrJoin(nodes_, ",");
   }
   std::string out = kind_ == PolicyKind::kLocal
                         ? std::string("local")
                         : absl::StrCat(PolicyKindName(kind_), "(", body, ")");
-  bool default_mode = (kind_ == PolicyKind::kPreferred || kind_ == PolicyKind::kLocal)
+  bool default_mode = (kind_ == PolicyKind::kPreferred || kind_ == PolicyKind::kLocal ||
+                       kind_ == PolicyKind::kTarget)
                           ? mode_ == BindMode::kAdvisory
                           : mode_ == BindMode::kStrict;
   if (!default_mode) out += mode_ == BindMode::kStrict ? "/strict" : "/advisory";

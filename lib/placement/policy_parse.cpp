@@ -18,8 +18,8 @@ namespace numarena {
 namespace {
 
 constexpr const char* kSyntax =
-    "expected bind(NODES), preferred(NODE), interleave(NODES), weighted(NODE:WEIGHT,...) or "
-    "local, optionally followed by /strict, /advisory or (weighted) /chunk=SIZE; NODES as "
+    "expected bind(NODES), preferred(NODE), interleave(NODES), weighted(NODE:WEIGHT,...), "
+    "target(bandwidth|latency|capacity[@NODE|@any]) or local, optionally followed by /strict, /advisory or (weighted) /chunk=SIZE; NODES as "
     "in 0-3,5";
 
 absl::string_view Abs(std::string_view s) { return absl::string_view(s.data(), s.size()); }
@@ -138,6 +138,31 @@ StatusOr<Policy> Policy::Parse(std::string_view text) {
     if (!weights.ok()) return weights.status();
     return Policy::WeightedInterleave(*std::move(weights), mode.value_or(BindMode::kStrict),
                                       chunk.value_or(kDefaultWeightedChunk));
+  }
+  if (kind == "target") {
+    if (!has_body || body.empty()) {
+      return Invalid(text, "target needs bandwidth, latency or capacity in parentheses");
+    }
+    std::string_view name = body, from;
+    bool has_from = false;
+    if (std::size_t at = body.find('@'); at != std::string_view::npos) {
+      name = body.substr(0, at);
+      from = body.substr(at + 1);
+      has_from = true;
+    }
+    auto attribute = ParseMemoryAttribute(name);
+    if (!attribute.ok()) return Invalid(text, std::string(attribute.status().message()));
+    MemoryTarget target{*attribute, MemoryTarget::kCallingThread};
+    if (has_from) {
+      if (from == "any") {
+        target.from = MemoryTarget::kAnyInitiator;
+      } else {
+        auto node = ParseNode(text, from);
+        if (!node.ok()) return node.status();
+        target.from = *node;
+      }
+    }
+    return Policy::Target(target, mode.value_or(BindMode::kAdvisory));
   }
   if (kind == "local") {
     if (has_body) return Invalid(text, "local takes no nodes");

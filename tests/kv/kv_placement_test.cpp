@@ -272,3 +272,38 @@ TEST_CASE("placement: views of recorded machines") {
     CHECK(p->cold_nodes == std::vector<int>{2});
   }
 }
+
+TEST_CASE("placement: a cold tier chosen by memory attribute") {
+  numarena::testing::FixtureMachine m = numarena::testing::LoadFixtureMachine("cxl-hmat");
+  const TopologyView view = numarena::kv::ViewOf(m.topology);
+  KvPoolOptions o;
+  SECTION("the largest capacity outside the homes is the CXL node") {
+    o.cold_tier = KvColdTier::Target(numarena::MemoryAttribute::kCapacity);
+    auto p = ResolvePlacement(o, &view);
+    REQUIRE(p.ok());
+    CHECK(p->home_nodes == std::vector<int>{0, 1});
+    CHECK(p->cold_nodes == std::vector<int>{2});
+  }
+  SECTION("ranked from the first home node: the best non-home node near it") {
+    o.home_nodes = {0};
+    o.cold_tier = KvColdTier::Target(numarena::MemoryAttribute::kBandwidth);
+    auto p = ResolvePlacement(o, &view);
+    REQUIRE(p.ok());
+    CHECK(p->cold_nodes == std::vector<int>{2});  // near 0: 0 (home), then 2
+  }
+  SECTION("nothing near the home node qualifies: ranked over the whole machine") {
+    o.home_nodes = {1};  // HMAT: only node 1 itself is near node 1
+    o.cold_tier = KvColdTier::Target(numarena::MemoryAttribute::kBandwidth);
+    auto p = ResolvePlacement(o, &view);
+    REQUIRE(p.ok());
+    CHECK(p->cold_nodes == std::vector<int>{0});  // 0 and 1 tie on bandwidth; 1 is home
+  }
+  SECTION("refused without a topology, and with nodes named") {
+    const TopologyView bare = SncWithCxl();  // no resolver
+    o.cold_tier = KvColdTier::Target(numarena::MemoryAttribute::kCapacity);
+    CHECK(CodeOf(o, &bare) == absl::StatusCode::kFailedPrecondition);
+    CHECK_THAT(MessageOf(o, &bare), Catch::Contains("Target needs a topology"));
+    o.cold_tier.nodes = {2};
+    CHECK(CodeOf(o, &view) == absl::StatusCode::kInvalidArgument);
+  }
+}

@@ -4,6 +4,7 @@
 // error codes), the queries, and the live machine this test runs on.
 #include "numarena/topology.hpp"
 #include "os/os.hpp"
+#include "map_reader.hpp"
 
 #include <catch2/catch.hpp>
 #include <map>
@@ -52,50 +53,7 @@ const PciDevice* DeviceAt(const Topology& topo, const std::string& bus_id) {
   return nullptr;
 }
 
-// An in-memory kernel: files by absolute path; directories are implied by the files.
-class MapReader : public SystemReader {
- public:
-  std::map<std::string, std::string> files;
-  std::optional<Ids> affinity;  // as sched_getaffinity would say, when set
-
-  StatusOr<std::string> Read(const std::string& path) const override {
-    auto it = files.find(path);
-    if (it == files.end()) return absl::NotFoundError("no file " + path);
-    return it->second;
-  }
-  StatusOr<std::vector<std::string>> List(const std::string& path) const override {
-    std::set<std::string> names;
-    std::string prefix = path + "/";
-    for (const auto& [file, text] : files) {
-      if (file.compare(0, prefix.size(), prefix) != 0) continue;
-      std::string rest = file.substr(prefix.size());
-      names.insert(rest.substr(0, rest.find('/')));
-    }
-    if (names.empty()) return absl::NotFoundError("no directory " + path);
-    return std::vector<std::string>(names.begin(), names.end());
-  }
-  StatusOr<Ids> CpuAffinity() const override {
-    if (affinity) return *affinity;
-    return SystemReader::CpuAffinity();
-  }
-
-  // A node with `cpus`, a distance row and 1 GiB of which 512 MiB are free.
-  void AddNode(int id, const std::string& cpus, const std::string& distances) {
-    std::string dir = "/sys/devices/system/node/node" + std::to_string(id);
-    files[dir + "/cpulist"] = cpus + "\n";
-    files[dir + "/distance"] = distances + "\n";
-    std::string n = "Node " + std::to_string(id);
-    files[dir + "/meminfo"] = n + " MemTotal: 1048576 kB\n" + n + " MemFree: 524288 kB\n";
-  }
-  // Two nodes: 0 with CPUs 0-3, 1 with CPUs 4-7, distance 21.
-  static MapReader TwoNodes() {
-    MapReader r;
-    r.files["/sys/devices/system/node/online"] = "0-1\n";
-    r.AddNode(0, "0-3", "10 21");
-    r.AddNode(1, "4-7", "21 10");
-    return r;
-  }
-};
+using numarena::testing::MapReader;
 
 }  // namespace
 
