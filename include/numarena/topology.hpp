@@ -14,6 +14,7 @@
 //   std::vector<int> fallback = topo->nodes_by_distance(0);  // 0 first, then nearest
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -74,6 +75,22 @@ struct AccessAttributes {
   std::vector<int> initiators;  // nodes listed under initiators/ (nodeN links)
 };
 
+// One node's pool of hugetlbfs pages of one size
+// (/sys/devices/system/node/nodeN/hugepages/hugepages-<kB>kB/). A mapping bound to a node draws
+// its huge pages from that node's pool, not from the machine's: a pool that is empty here is
+// an empty pool, however many pages other nodes hold.
+struct HugePagePool {
+  std::size_t page_bytes = 0;  // 2 MiB, 1 GiB, ...
+  std::uint64_t total = 0;     // nr_hugepages: reserved on this node
+  std::uint64_t free = 0;      // free_hugepages: not yet faulted in by anyone
+  std::uint64_t surplus = 0;   // surplus_hugepages: overcommitted beyond nr_hugepages
+};
+
+// The sysfs file `file` ("nr_hugepages", "free_hugepages", ...) of node `node`'s pool of
+// `page_bytes` pages, e.g. "/sys/devices/system/node/node1/hugepages/hugepages-2048kB/
+// nr_hugepages". Writing a count to nr_hugepages (as root) reserves pages on that node.
+std::string NodeHugePagePoolFile(int node, std::size_t page_bytes, std::string_view file);
+
 struct NodeInfo {
   int id = -1;
   std::vector<int> cpus;  // ascending; empty for memory-only nodes (CXL expanders)
@@ -81,6 +98,7 @@ struct NodeInfo {
   std::uint64_t mem_free_bytes = 0;
   std::uint64_t mem_used_bytes = 0;
   std::optional<AccessAttributes> access;  // present when the kernel exposes HMAT
+  std::vector<HugePagePool> huge_pages;    // ascending by page size; empty without hugetlbfs
 
   bool memory_only() const { return cpus.empty(); }
 };
@@ -125,11 +143,11 @@ class Topology {
   // nodeN/meminfo and nodeN/distance (one entry per online node, in online order). A
   // missing one is NotFound, a malformed one DataLoss; the message names the file as the
   // reader displays it. Optional (skipped when absent, DataLoss when malformed): HMAT
-  // nodeN/access0/initiators/*, /sys/bus/pci/devices/*, /proc/self/status,
-  // /proc/self/cgroup and the cgroup's cpuset files. The cgroup v2 files
-  // (cpuset.{cpus,mems}.effective) are looked up from the process's cgroup towards the
-  // root, since a cgroup without the cpuset controller inherits its parent's; on a
-  // cgroup v1 host the cpuset hierarchy's cpuset.effective_{cpus,mems} is used instead.
+  // nodeN/access0/initiators/*, the huge page pools nodeN/hugepages/hugepages-<kB>kB/*,
+  // /sys/bus/pci/devices/*, /proc/self/status, /proc/self/cgroup and the cgroup's cpuset files. The
+  // cgroup v2 files (cpuset.{cpus,mems}.effective) are looked up from the process's cgroup towards
+  // the root, since a cgroup without the cpuset controller inherits its parent's; on a cgroup v1
+  // host the cpuset hierarchy's cpuset.effective_{cpus,mems} is used instead.
   [[nodiscard]] static StatusOr<Topology> discover(const SystemReader& reader);
 
   // The live machine's topology, discovered once per process and shared (thread-safe).

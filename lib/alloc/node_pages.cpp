@@ -9,8 +9,12 @@
 #include <new>
 #include <thread>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/checked_math.hpp"
+#include "numarena/topology.hpp"
 #include "topology/zoneinfo_parse.hpp"
 
 namespace numarena {
@@ -177,6 +181,32 @@ CapacityGate* GetCapacityGate() { return g_gate.load(std::memory_order_acquire);
 
 void SpanFailure::Clear() { *this = SpanFailure(); }
 
+namespace {
+
+// A pool number of `node` ("free_hugepages", ...), or -1 when it cannot be read.
+long long NodePoolCount(int node, std::size_t page_bytes, const char* file) {
+  StatusOr<std::string> text = os::ReadFile(NodeHugePagePoolFile(node, page_bytes, file));
+  if (!text.ok()) return -1;
+  long long value = -1;
+  return absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &value) ? value : -1;
+}
+
+Status NodeHugetlbStatus(const std::string& what, int node, std::size_t page_bytes,
+                         std::size_t bytes, int err) {
+  std::string pool = NodeHugePagePoolFile(node, page_bytes, "nr_hugepages");
+  long long total = NodePoolCount(node, page_bytes, "nr_hugepages");
+  long long free = NodePoolCount(node, page_bytes, "free_hugepages");
+  std::string state = total < 0 ? std::string("cannot be read")
+                                 : absl::StrCat("has ", free, " of ", total, " pages free");
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, ": node ", node, "'s pool of ", page_bytes >> 10, " kB huge pages cannot give ",
+      bytes, " bytes (errno ", err, " ", std::strerror(err), "): ", pool, " ", state,
+      "; pages reserved on other nodes do not count for memory bound to node ", node,
+      ". Reserve more on this node: echo N > ", pool));
+}
+
+}  // namespace
+
 Status SpanFailure::ToStatus(const std::string& what) const {
   switch (kind) {
     case Kind::kNone:
@@ -201,11 +231,13 @@ Status SpanFailure::ToStatus(const std::string& what) const {
     case Kind::kMap:
       return ErrnoToStatus(err, absl::StrCat(what, ": mapping ", bytes, " bytes"));
     case Kind::kHugetlb:
+      if (node >= 0) return NodeHugetlbStatus(what, node, huge_page_bytes, bytes, err);
       return absl::FailedPreconditionError(
           absl::StrCat(what, ": no free hugetlbfs pages of ", huge_page_bytes >> 10, " kB for ",
                        bytes, " bytes (errno ", err, " ", std::strerror(err),
                        "); reserve some: echo N > /sys/kernel/mm/hugepages/hugepages-",
-                       huge_page_bytes >> 10, "kB/nr_hugepages"));
+                       huge_page_bytes >> 10, "kB/nr_hugepages, or per node in ",
+                       NodeHugePagePoolFile(0, huge_page_bytes, "nr_hugepages"), " and its peers"));
     case Kind::kAddressSpace:
       return absl::ResourceExhaustedError(absl::StrCat(
           what, ": numarena's reserved address ranges for this arena are exhausted (",
@@ -307,6 +339,25 @@ StatusOr<NodePages*> NodePages::Create(const Policy& placement, const ArenaOptio
         absl::StrCat(what, ": hugetlb_page_bytes ", huge, " is not 0, 2 MiB or 1 GiB"));
   }
   if (huge != 0) {
+    // A bound mapping draws from its nodes' own pools: if the kernel shows per-node pools,
+    // those are what must hold pages.
+    long long on_nodes = 0;
+    for (int node : placement.nodes()) {
+      long long count = NodePoolCount(node, huge, "nr_hugepages");
+      if (count < 0) {
+        on_nodes = -1;
+        break;
+      }
+      on_nodes += count;
+    }
+    if (on_nodes == 0) {
+      std::string pool = NodeHugePagePoolFile(placement.nodes().front(), huge, "nr_hugepages");
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, ": node", placement.nodes().size() == 1 ? " " : "s ",
+          absl::StrJoin(placement.nodes(), ","), " hold no hugetlbfs pages of ", huge >> 10,
+          " kB (", pool, " is 0; pages on other nodes do not count for bound memory); reserve "
+          "some on the node, e.g. echo 512 > ", pool));
+    }
     std::string pool =
         absl::StrCat("/sys/kernel/mm/hugepages/hugepages-", huge >> 10, "kB/nr_hugepages");
     StatusOr<std::string> text = os::ReadFile(pool);
@@ -536,8 +587,27 @@ bool NodePages::EnsureMapped(Range* range, std::uintptr_t end, SpanFailure* fail
     (void)os::AdviseHugePagesNoAlloc(ToPointer(begin), bytes, /*huge=*/false);
   }
   if (!ApplyPolicy(begin, new_end, failure)) return false;
+  if (hugetlb_ && !PopulateHugetlb(begin, new_end, failure)) return false;
   range->mapped_end = new_end;
   return true;
+}
+
+// The mmap above reserved huge pages from the machine's pool, wherever they are; a page is
+// taken from a node's own pool only when it is faulted, under the bind, and a node whose pool
+// is empty then raises SIGBUS in the caller's first write. Faulting now turns that into a
+// refusal naming the node's pool. (Kernels before 5.14 cannot populate: EINVAL, and the old
+// behaviour stays.)
+bool NodePages::PopulateHugetlb(std::uintptr_t begin, std::uintptr_t end,
+                                SpanFailure* failure) noexcept {
+  int err = os::PopulateWriteNoAlloc(ToPointer(begin), end - begin);
+  if (err == 0 || err == EINVAL) return true;
+  (void)os::ReturnToReservationNoAlloc(ToPointer(begin), end - begin);
+  failure->kind = SpanFailure::Kind::kHugetlb;
+  failure->err = err;
+  failure->bytes = end - begin;
+  failure->node = node_count_ == 1 ? nodes_[0] : kNodeMixed;
+  failure->huge_page_bytes = options_.hugetlb_page_bytes;
+  return false;
 }
 
 bool NodePages::BindWithFallback(std::uintptr_t begin, std::uintptr_t end,

@@ -203,6 +203,7 @@ class NodePages {
   void ReleaseRanges() noexcept;  // unmaps and untags every range; no span may be live
   bool AddRange(std::size_t min_bytes, SpanFailure* failure) noexcept;  // mutex_ held
   bool EnsureMapped(Range* range, std::uintptr_t end, SpanFailure* failure) noexcept;
+  bool PopulateHugetlb(std::uintptr_t begin, std::uintptr_t end, SpanFailure* failure) noexcept;
   bool ApplyPolicy(std::uintptr_t begin, std::uintptr_t end, SpanFailure* failure) noexcept;
   bool BindWithFallback(std::uintptr_t begin, std::uintptr_t end, const os::KernelNodeMask& mask,
                         os::PolicyMode mode, int first_node, SpanFailure* failure) noexcept;

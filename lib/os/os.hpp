@@ -153,6 +153,14 @@ int CommitRangeNoAlloc(void* addr, std::size_t bytes);
 // Replaces part of a reservation with hugetlbfs pages (MAP_FIXED|MAP_HUGETLB); the kernel
 // reserves the huge pages now, so ENOMEM means the pool is too small.
 int MapHugetlbFixedNoAlloc(void* addr, std::size_t bytes, std::size_t huge_page_bytes);
+// Faults every page of the range in for writing (MADV_POPULATE_WRITE, Linux 5.14+), under
+// the range's policy, so that a fault that would raise SIGBUS (a hugetlb page the bound
+// node's pool cannot give) or fail for lack of memory is an error here instead: EFAULT,
+// ENOMEM or EHWPOISON. EINVAL on kernels without it.
+int PopulateWriteNoAlloc(void* addr, std::size_t bytes);
+// Turns part of a reservation that was committed or hugetlb-mapped back into reserved,
+// inaccessible address space (PROT_NONE, MAP_NORESERVE), releasing its pages.
+int ReturnToReservationNoAlloc(void* addr, std::size_t bytes);
 // MADV_DONTNEED.
 int PurgeRangeNoAlloc(void* addr, std::size_t bytes);
 // MADV_HUGEPAGE (huge = true) or MADV_NOHUGEPAGE.

@@ -554,6 +554,19 @@ int MapHugetlbFixedNoAlloc(void* addr, std::size_t bytes, std::size_t huge_page_
   return p == MAP_FAILED ? errno : 0;
 }
 
+int PopulateWriteNoAlloc(void* addr, std::size_t bytes) {
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14; older headers lack it
+#endif
+  return ::madvise(addr, bytes, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
+}
+
+int ReturnToReservationNoAlloc(void* addr, std::size_t bytes) {
+  void* p = ::mmap(addr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+                   -1, 0);
+  return p == MAP_FAILED ? errno : 0;
+}
+
 int PurgeRangeNoAlloc(void* addr, std::size_t bytes) {
   return ::madvise(addr, bytes, MADV_DONTNEED) == 0 ? 0 : errno;
 }

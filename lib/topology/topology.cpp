@@ -62,10 +62,10 @@ class TopologyBuilder {
 
   Status ReadNodes() {
     std::string online_path = absl::StrCat(kNodeDir, "/online");
-    auto online_text =
-        files_.ReadRequired(online_path,
-                     "the list of online NUMA nodes; is this a kernel without CONFIG_NUMA, or "
-                     "the wrong --sysfs-root?");
+    auto online_text = files_.ReadRequired(
+        online_path,
+        "the list of online NUMA nodes; is this a kernel without CONFIG_NUMA, or "
+        "the wrong --sysfs-root?");
     if (!online_text.ok()) return online_text.status();
     auto online = files_.Parse(online_path, *online_text, parse::ParseNodeList);
     if (!online.ok()) return online.status();
@@ -84,21 +84,23 @@ class TopologyBuilder {
       for (int cpu : *cpus) {
         if (owner_of_cpu.size() <= static_cast<std::size_t>(cpu)) owner_of_cpu.resize(cpu + 1, -1);
         if (owner_of_cpu[cpu] >= 0) {
-          return files_.Malformed(cpulist_path, absl::StrCat("CPU ", cpu, " is also listed by node ",
-                                                      owner_of_cpu[cpu]));
+          return files_.Malformed(
+              cpulist_path,
+              absl::StrCat("CPU ", cpu, " is also listed by node ", owner_of_cpu[cpu]));
         }
         owner_of_cpu[cpu] = id;
       }
       node.cpus = *std::move(cpus);
 
       std::string meminfo_path = NodePath(id, "meminfo");
-      auto meminfo_text = files_.ReadRequired(meminfo_path, absl::StrCat("the memory of node ", id));
+      auto meminfo_text =
+          files_.ReadRequired(meminfo_path, absl::StrCat("the memory of node ", id));
       if (!meminfo_text.ok()) return meminfo_text.status();
       auto meminfo = files_.Parse(meminfo_path, *meminfo_text, parse::ParseNodeMeminfo);
       if (!meminfo.ok()) return meminfo.status();
       if (meminfo->node != id) {
-        return files_.Malformed(meminfo_path,
-                         absl::StrCat("describes node ", meminfo->node, ", expected node ", id));
+        return files_.Malformed(
+            meminfo_path, absl::StrCat("describes node ", meminfo->node, ", expected node ", id));
       }
       node.mem_total_bytes = meminfo->total_bytes;
       node.mem_free_bytes = meminfo->free_bytes;
@@ -112,11 +114,12 @@ class TopologyBuilder {
       if (!row.ok()) return row.status();
       if (row->size() != online->size()) {
         return files_.Malformed(distance_path,
-                         absl::StrCat("has ", row->size(), " entries but ", online->size(),
-                                      " nodes are online (", FormatIdList(*online), ")"));
+                                absl::StrCat("has ", row->size(), " entries but ", online->size(),
+                                             " nodes are online (", FormatIdList(*online), ")"));
       }
 
       if (Status s = ReadAccess(node); !s.ok()) return s;
+      if (Status s = ReadHugePages(node); !s.ok()) return s;
       topo_.nodes_.push_back(std::move(node));
       topo_.distances_.push_back(*std::move(row));
     }
@@ -158,9 +161,51 @@ class TopologyBuilder {
     return absl::OkStatus();
   }
 
+  // Per-node hugetlbfs pools: nodeN/hugepages/hugepages-<kB>kB/{nr,free,surplus}_hugepages.
+  Status ReadHugePages(NodeInfo& node) {
+    std::string dir = NodePath(node.id, "hugepages");
+    auto entries = files_.reader().List(dir);
+    if (!entries.ok()) {
+      if (absl::IsNotFound(entries.status())) return absl::OkStatus();
+      return files_.WithPath(entries.status(), dir);
+    }
+    for (const std::string& name : *entries) {
+      std::optional<std::uint64_t> kb = parse::ParseHugePageDirName(name);
+      if (!kb) continue;  // not a pool directory
+      HugePagePool pool;
+      pool.page_bytes = static_cast<std::size_t>(*kb) << 10;
+      struct Field {
+        const char* file;
+        std::uint64_t* value;
+      };
+      const Field fields[] = {{"nr_hugepages", &pool.total},
+                              {"free_hugepages", &pool.free},
+                              {"surplus_hugepages", &pool.surplus}};
+      for (const Field& field : fields) {
+        std::string path = absl::StrCat(dir, "/", name, "/", field.file);
+        auto text = files_.ReadOptional(path);
+        if (!text.ok()) return text.status();
+        if (!text->has_value()) continue;
+        auto value = files_.Parse(path, **text, parse::ParseDecimalU64);
+        if (!value.ok()) return value.status();
+        *field.value = *value;
+      }
+      node.huge_pages.push_back(pool);
+    }
+    std::sort(
+        node.huge_pages.begin(), node.huge_pages.end(),
+        [](const HugePagePool& a, const HugePagePool& b) { return a.page_bytes < b.page_bytes; });
+    return absl::OkStatus();
+  }
+
   topology_internal::KernelFiles files_;
   Topology topo_;
 };
+
+std::string NodeHugePagePoolFile(int node, std::size_t page_bytes, std::string_view file) {
+  return absl::StrCat("/sys/devices/system/node/node", node, "/hugepages/hugepages-",
+                      page_bytes >> 10, "kB/", absl::string_view(file.data(), file.size()));
+}
 
 const char* DeviceKindName(DeviceKind kind) {
   switch (kind) {

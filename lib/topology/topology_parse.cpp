@@ -257,4 +257,18 @@ std::optional<int> ParseNodeEntryName(std::string_view name) {
   return static_cast<int>(*id);
 }
 
+std::optional<std::uint64_t> ParseHugePageDirName(std::string_view name) {
+  constexpr std::string_view kPrefix = "hugepages-", kSuffix = "kB";
+  if (name.size() <= kPrefix.size() + kSuffix.size() || name.substr(0, kPrefix.size()) != kPrefix ||
+      name.substr(name.size() - kSuffix.size()) != kSuffix) {
+    return std::nullopt;
+  }
+  std::string_view digits =
+      name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  auto kb = Decimal(digits, SIZE_MAX >> 10, "page size");
+  // In bytes it must fit a size_t (kB << 10), and page sizes are powers of two.
+  if (!kb.ok() || *kb == 0 || *kb > (SIZE_MAX >> 10) || (*kb & (*kb - 1)) != 0) return std::nullopt;
+  return *kb;
+}
+
 }  // namespace numarena::parse

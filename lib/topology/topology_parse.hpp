@@ -90,5 +90,8 @@ struct CgroupPaths {
 [[nodiscard]] StatusOr<std::uint64_t> ParseDecimalU64(std::string_view text);
 // A directory entry naming a node ("node12" -> 12); nullopt for anything else.
 std::optional<int> ParseNodeEntryName(std::string_view name);
+// A huge page pool directory ("hugepages-2048kB" -> 2048, the page size in kB); nullopt for
+// anything else, and for sizes that are not a power of two or overflow bytes.
+std::optional<std::uint64_t> ParseHugePageDirName(std::string_view name);
 
 }  // namespace numarena::parse

@@ -240,4 +240,14 @@ TEST_CASE("decimal values and node entry names") {
   CHECK(parse::ParseNodeEntryName("node") == std::nullopt);
   CHECK(parse::ParseNodeEntryName("read_bandwidth") == std::nullopt);
   CHECK(parse::ParseNodeEntryName("node1x") == std::nullopt);
+
+  using KB = std::optional<std::uint64_t>;
+  CHECK(parse::ParseHugePageDirName("hugepages-2048kB") == KB(2048));
+  CHECK(parse::ParseHugePageDirName("hugepages-1048576kB") == KB(1048576));
+  for (const char* bad : {"hugepages-kB", "hugepages-2048", "hugepages-3000kB", "hugepages-0kB",
+                          "hugepages- 2048kB", "hugepages-+2048kB", "x-2048kB",
+                          "hugepages-36028797018963968kB", "hugepages-99999999999999999999kB"}) {
+    INFO(bad);
+    CHECK(parse::ParseHugePageDirName(bad) == std::nullopt);
+  }
 }

@@ -333,6 +333,39 @@ TEST_CASE("in-memory trees: required files and consistency checks") {
   }
 }
 
+TEST_CASE("in-memory trees: per-node huge page pools") {
+  MapReader r = MapReader::TwoNodes();
+  const std::string pools = "/sys/devices/system/node/node1/hugepages/";
+  r.files[pools + "hugepages-2048kB/nr_hugepages"] = "8\n";
+  r.files[pools + "hugepages-2048kB/free_hugepages"] = "5\n";
+  r.files[pools + "hugepages-2048kB/surplus_hugepages"] = "1\n";
+  r.files[pools + "hugepages-1048576kB/nr_hugepages"] = "0\n";
+  r.files[pools + "README"] = "not a pool\n";
+  SECTION("read per node, ascending by page size") {
+    auto topo = Topology::discover(r);
+    REQUIRE(topo.ok());
+    CHECK(topo->node(0)->huge_pages.empty());
+    const auto& p = topo->node(1)->huge_pages;
+    REQUIRE(p.size() == 2);
+    CHECK(p[0].page_bytes == (std::size_t{2} << 20));
+    CHECK(p[0].total == 8);
+    CHECK(p[0].free == 5);
+    CHECK(p[0].surplus == 1);
+    CHECK(p[1].page_bytes == (std::size_t{1} << 30));
+    CHECK(p[1].total == 0);
+    CHECK(p[1].free == 0);  // absent file: 0
+  }
+  SECTION("a malformed count is DataLoss naming the file") {
+    r.files[pools + "hugepages-2048kB/free_hugepages"] = "lots\n";
+    auto topo = Topology::discover(r);
+    CHECK(absl::IsDataLoss(topo.status()));
+    CHECK_THAT(std::string(topo.status().message()),
+               Catch::Contains("node1/hugepages/hugepages-2048kB/free_hugepages"));
+  }
+  CHECK(numarena::NodeHugePagePoolFile(1, std::size_t{2} << 20, "nr_hugepages") ==
+        "/sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages");
+}
+
 TEST_CASE("in-memory trees: process scope") {
   MapReader r = MapReader::TwoNodes();
   r.files["/proc/self/cgroup"] = "0::/a/b/c\n";
