@@ -168,10 +168,14 @@ struct ArenaOptions {
   // 2 MiB aligned. Interleaved arenas never use huge pages (they would defeat per-page
   // interleave).
   // 2 MiB or 1 GiB (`kHugetlb2M`, `kHugetlb1G`): back the arena with hugetlbfs pages of that
-  // size, reserved from the kernel's pool when the range is mapped. When the pool is empty
-  // allocation fails with FailedPrecondition naming
-  // /sys/kernel/mm/hugepages/hugepages-<size>kB/nr_hugepages. Hugetlb memory is not returned
-  // to the kernel by purge().
+  // size. Memory bound to a node takes its huge pages from that node's own pool
+  // (/sys/devices/system/node/nodeN/hugepages/hugepages-<size>kB/nr_hugepages; pages reserved
+  // on other nodes do not count): creating the arena fails with FailedPrecondition naming the
+  // node's pool when it holds none, and an allocation the node's pool cannot back returns
+  // nullptr with FailedPrecondition naming it (the pages are faulted in, under the bind, when
+  // the range is mapped, so a short pool is an error, never SIGBUS in the caller's first
+  // write; kernels before 5.14 cannot do this). Topology::nodes()[i].huge_pages and
+  // `numarena topo` show each node's pools. Hugetlb memory is not returned by purge().
   std::size_t hugetlb_page_bytes = 0;
 
   static constexpr std::size_t kHugetlb2M = std::size_t{2} << 20;

@@ -313,6 +313,41 @@ TEST_CASE("topo shows HMAT attributes and memory-only nodes") {
                                        "250 ns, write latency 300 ns; initiators: 0"));
 }
 
+TEST_CASE("topo shows per-node huge page pools and where each memory target resolves") {
+  Run run = RunCli("topo --json --sysfs-root " + Fixture("cxl-hmat") + "/sys");
+  REQUIRE(run.exit_code == 0);
+  Json j = ParseJson(run.out);
+  const Json& pools = j["nodes"][0]["huge_pages"];
+  REQUIRE(pools.array().size() == 2);
+  CHECK(pools[0]["page_bytes"].integer() == 2 << 20);
+  CHECK(pools[0]["total"].integer() == 512);
+  CHECK(pools[0]["free"].integer() == 500);
+  CHECK(pools[1]["page_bytes"].integer() == 1LL << 30);
+  CHECK(j["nodes"][2]["huge_pages"].array().empty());
+  bool seen_capacity = false;
+  for (const Json& t : j["memory_targets"].array()) {
+    if (t["attribute"].string() != "capacity") continue;
+    if (!std::holds_alternative<long long>(t["from"].value) || t["from"].integer() != 0) continue;
+    seen_capacity = true;
+    CHECK(t["best"].integers() == std::vector<long long>{2});  // the 128 GiB expander
+    CHECK(t["ranked"].integers() == std::vector<long long>{2, 0});
+    CHECK(t["basis"].string() == "hmat");
+  }
+  CHECK(seen_capacity);
+
+  Run text = RunCli("topo --sysfs-root " + Fixture("cxl-hmat") + "/sys");
+  CHECK_THAT(text.out, Catch::Contains("  node 0: 2048 kB: 512 reserved, 500 free; 1048576 kB: "
+                                       "4 reserved, 4 free\n  node 1: 2048 kB: 0 reserved"));
+  CHECK_THAT(text.out, Catch::Contains("  node 2: none\n"));
+  CHECK_THAT(text.out, Catch::Contains("echo COUNT > /sys/devices/system/node/node0/hugepages/"
+                                       "hugepages-2048kB/nr_hugepages"));
+  CHECK_THAT(text.out, Catch::Contains("  capacity  @0 -> 2, @1 -> 1, any -> 2\n"));
+  CHECK_THAT(text.out, Catch::Contains("  bandwidth @0 -> 0, @1 -> 1, any -> 0-1\n"));
+
+  Run snc = RunCli("topo --sysfs-root " + Fixture("epyc9654-snc4") + "/sys");
+  CHECK_THAT(snc.out, Catch::Contains("no usable HMAT: chosen by SLIT distance"));
+}
+
 TEST_CASE("topo --procfs-root overrides the proc tree beside the fixture") {
   // The xeon fixture's own proc tree puts the process in a node-0 cpuset; pointing
   // --procfs-root at a tree without files gives it everything instead.

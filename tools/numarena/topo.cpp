@@ -2,7 +2,8 @@
 //
 // The text output starts with what `numactl --hardware` prints (available nodes; per node
 // its CPUs, size and free memory in MB; the distance table), so the two can be compared
-// line by line, then adds HMAT access attributes, the GPUs/NICs with their node, what this
+// line by line, then adds HMAT access attributes, per-node huge page pools, where each memory
+// target (Policy::Target) resolves, the GPUs/NICs with their node, what this
 // process may use (affinity, cgroup cpuset) and discovery's warnings.
 //
 //   numarena topo [--json] [--sysfs-root DIR] [--procfs-root DIR]
@@ -23,7 +24,12 @@
 //                "access": null | {         HMAT access0 attributes (kernel units)
 //                  "read_bandwidth_mbps": int, "write_bandwidth_mbps": int,
 //                  "read_latency_ns": int, "write_latency_ns": int,
-//                  "initiators": [int]}}],
+//                  "initiators": [int]},
+//                "huge_pages": [{"page_bytes": int, "total": int, "free": int,
+//                                "surplus": int}]}],   per-node hugetlbfs pools
+//     "memory_targets": [{"attribute": "bandwidth" | "latency" | "capacity",
+//                         "from": int | "any", "best": [int], "ranked": [int],
+//                         "basis": "hmat" | "distance", "explanation": str}],
 //     "distances": [[int]],                 SLIT distances; rows and columns in "nodes" order
 //     "devices": [{"bus_id": "0000:41:00.0",
 //                  "kind": "gpu" | "nic" | "infiniband",
@@ -52,6 +58,7 @@
 #include "budget_view.hpp"
 #include "command.hpp"
 #include "numarena/format.hpp"
+#include "numarena/memory_target.hpp"
 #include "numarena/ops/json.hpp"
 #include "numarena/topology.hpp"
 
@@ -185,6 +192,60 @@ void PrintAccess(std::ostream& out, const Topology& topo) {
   }
 }
 
+void PrintHugePages(std::ostream& out, const Topology& topo) {
+  bool any = false;
+  for (const NodeInfo& node : topo.nodes()) any |= !node.huge_pages.empty();
+  if (!any) return;
+  out << "huge pages per node (hugetlbfs; memory bound to a node uses only that node's pool):\n";
+  std::size_t example = 0;
+  for (const NodeInfo& node : topo.nodes()) {
+    out << "  node " << node.id << ':';
+    const char* separator = " ";
+    for (const HugePagePool& pool : node.huge_pages) {
+      out << separator << (pool.page_bytes >> 10) << " kB: " << pool.total << " reserved, "
+          << pool.free << " free";
+      if (pool.surplus != 0) out << ", " << pool.surplus << " surplus";
+      separator = "; ";
+      if (example == 0) example = pool.page_bytes;
+    }
+    if (node.huge_pages.empty()) out << " none";
+    out << '\n';
+  }
+  int first = topo.nodes().front().id;
+  out << "  reserve on a node (root): echo COUNT > "
+      << NodeHugePagePoolFile(first, example, "nr_hugepages") << '\n';
+}
+
+// Where each memory target (Policy::Target, "target(ATTRIBUTE@FROM)") resolves on this
+// machine, from each node with CPUs and from any node.
+void PrintMemoryTargets(std::ostream& out, const Topology& topo) {
+  std::vector<int> froms;
+  for (const NodeInfo& node : topo.nodes()) {
+    if (!node.memory_only()) froms.push_back(node.id);
+  }
+  froms.push_back(MemoryTarget::kAnyInitiator);
+  std::optional<TargetBasis> basis;
+  out << "memory targets (policy target(ATTRIBUTE@NODE); best nodes):\n";
+  for (MemoryAttribute attribute :
+       {MemoryAttribute::kBandwidth, MemoryAttribute::kLatency, MemoryAttribute::kCapacity}) {
+    out << "  " << std::left << std::setw(10) << MemoryAttributeName(attribute) << std::right;
+    const char* separator = "";
+    for (int from : froms) {
+      auto choice = ResolveMemoryTarget(topo, {attribute, from}, -1);
+      out << separator
+          << (from == MemoryTarget::kAnyInitiator ? std::string("any") : absl::StrCat("@", from))
+          << " -> ";
+      out << (choice.ok() ? FormatIdList(choice->best) : std::string("none"));
+      if (choice.ok() && attribute == MemoryAttribute::kBandwidth) basis = choice->basis;
+      separator = ", ";
+    }
+    out << '\n';
+  }
+  if (basis == TargetBasis::kDistance) {
+    out << "  (no usable HMAT: chosen by SLIT distance, memory-only nodes last)\n";
+  }
+}
+
 void PrintDevices(std::ostream& out, const Topology& topo) {
   if (topo.devices().empty()) {
     out << "devices: none (no GPU, NIC or InfiniBand device found)\n";
@@ -220,6 +281,8 @@ void PrintWarnings(std::ostream& out, const Topology& topo) {
 void PrintTopologyText(std::ostream& out, const Topology& topo) {
   PrintHardware(out, topo);
   PrintAccess(out, topo);
+  PrintHugePages(out, topo);
+  PrintMemoryTargets(out, topo);
   PrintDevices(out, topo);
   PrintProcess(out, topo);
   PrintWarnings(out, topo);
@@ -250,6 +313,16 @@ void WriteNodesJson(JsonWriter& json, const Topology& topo) {
     } else {
       json.Null();
     }
+    json.Key("huge_pages").BeginArray();
+    for (const HugePagePool& pool : node.huge_pages) {
+      json.BeginObject();
+      json.Key("page_bytes").Uint(pool.page_bytes);
+      json.Key("total").Uint(pool.total);
+      json.Key("free").Uint(pool.free);
+      json.Key("surplus").Uint(pool.surplus);
+      json.EndObject();
+    }
+    json.EndArray();
     json.EndObject();
   }
   json.EndArray();
@@ -288,6 +361,36 @@ void WriteDevicesJson(JsonWriter& json, const Topology& topo) {
   json.EndArray();
 }
 
+void WriteMemoryTargetsJson(JsonWriter& json, const Topology& topo) {
+  json.Key("memory_targets").BeginArray();
+  for (MemoryAttribute attribute :
+       {MemoryAttribute::kBandwidth, MemoryAttribute::kLatency, MemoryAttribute::kCapacity}) {
+    std::vector<int> froms;
+    for (const NodeInfo& node : topo.nodes()) {
+      if (!node.memory_only()) froms.push_back(node.id);
+    }
+    froms.push_back(MemoryTarget::kAnyInitiator);
+    for (int from : froms) {
+      auto choice = ResolveMemoryTarget(topo, {attribute, from}, -1);
+      if (!choice.ok()) continue;
+      json.BeginObject();
+      json.Key("attribute").String(MemoryAttributeName(attribute));
+      json.Key("from");
+      if (from == MemoryTarget::kAnyInitiator) {
+        json.String("any");
+      } else {
+        json.Int(from);
+      }
+      json.Key("best").IntArray(choice->best);
+      json.Key("ranked").IntArray(choice->ranked);
+      json.Key("basis").String(TargetBasisName(choice->basis));
+      json.Key("explanation").String(choice->explanation);
+      json.EndObject();
+    }
+  }
+  json.EndArray();
+}
+
 void WriteProcessJson(JsonWriter& json, const Topology& topo) {
   const ProcessScope& p = topo.process();
   json.Key("process").BeginObject();
@@ -322,6 +425,7 @@ void WriteTopologyJsonMembers(JsonWriter& json, const Topology& topo, const Topo
   json.Key("procfs_root").String(options.procfs_root);
   json.EndObject();
   WriteNodesJson(json, topo);
+  WriteMemoryTargetsJson(json, topo);
   WriteDevicesJson(json, topo);
   WriteProcessJson(json, topo);
   json.Key("warnings").BeginArray();
