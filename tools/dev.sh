@@ -50,6 +50,30 @@ install_deps() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
+# llama.cpp for tests/llama and bench/llama: node-llama-cpp's prebuilt linux-x64 CPU binding,
+# pinned by tools/llama/package-lock.json. --ignore-scripts and NODE_LLAMA_CPP_SKIP_DOWNLOAD:
+# its postinstall would try to download or compile llama.cpp; the prebuilt binary is enough.
+# --omit=optional drops the CUDA, Vulkan and other-platform binaries (650 MiB); the CPU one
+# is a direct dependency in package.json, so it stays. npm ci runs again only when the lock
+# file changes (a stamp with its hash).
+llama_deps() {
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null ||
+     ! node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)'; then
+    echo "the llama.cpp tests need Node.js >= 20 with npm (node-llama-cpp 3.21.1 requires it;" >&2
+    echo "Debian 12 ships Node 18): install it from nodejs.org or NodeSource" >&2
+    exit 1
+  fi
+  local dir="$ROOT/tools/llama" want
+  want="$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)"
+  if [[ -f "$dir/node_modules/.numarena-lock" && "$(cat "$dir/node_modules/.numarena-lock")" == "$want" ]]; then
+    return 0
+  fi
+  log "installing node-llama-cpp from tools/llama/package-lock.json (npm ci)"
+  (cd "$dir" && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --omit=optional --ignore-scripts \
+     --no-audit --no-fund)
+  echo "$want" > "$dir/node_modules/.numarena-lock"
+}
+
 # The flags every build here uses: optimised as a user builds it, with line tables only (-g1:
 # file:line in sanitizer reports and backtraces; full -g made each compile ~30% slower and CI
 # compiles the library five times). Ninja, because the suite is ~100 small targets.
@@ -108,7 +132,7 @@ run_fuzzers() {
 
 cmd="${1:-}"; shift || true
 case "$cmd" in
-  deps) install_deps ;;
+  deps) install_deps; llama_deps ;;
   run)
     install_deps
     build "$ROOT/build" -DNUMARENA_BUILD_TESTS=OFF -DNUMARENA_BUILD_BENCH=OFF -DNUMARENA_BUILD_EXAMPLES=OFF
@@ -116,6 +140,7 @@ case "$cmd" in
     ;;
   test)
     install_deps
+    llama_deps
     build "$ROOT/build" -DNUMARENA_BUILD_TESTS=ON -DNUMARENA_BUILD_BENCH=ON -DNUMARENA_BUILD_EXAMPLES=ON
     "$ROOT/cmake/lab/fetch-kernel.sh" >/dev/null
     run_ctest "$ROOT/build" "$@"
