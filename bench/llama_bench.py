@@ -9,6 +9,7 @@ token) and to glibc (peak RSS) as a Markdown table.
     bench/llama_bench.py --numarena build/tools/numarena [--size medium] [--rounds 5]
         [--prompt-tokens 64] [--tokens 64] [--threads 1] [--out results.json]
         [--chart chart.png]
+    bench/llama_bench.py --numarena X --replot results.json --chart chart.png
 
 Needs tools/llama/node_modules (`tools/dev.sh deps`). The model is written by
 tools/llama/make_gguf.py into a temporary directory unless --model is given.
@@ -71,7 +72,14 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", help="write every run's JSON here")
     ap.add_argument("--chart", help="write a bar chart (matplotlib) here")
+    ap.add_argument("--replot", metavar="JSON", help="only draw --chart from an earlier --out")
     a = ap.parse_args()
+    if a.replot:
+        with open(a.replot) as f:
+            saved = json.load(f)
+        chart(a.chart or sys.exit("llama_bench: --replot needs --chart"), saved["medians"],
+              saved["args"]["size"], saved["started"])
+        return
     if a.rounds < 1:
         sys.exit("llama_bench: --rounds must be at least 1")
     if not os.path.isdir(os.path.join(TOOLS, "node_modules", "node-llama-cpp")):
@@ -127,24 +135,31 @@ def main():
             json.dump({"started": started, "args": vars(a), "runs": runs, "medians": med}, f,
                       indent=1)
     if a.chart:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        names = list(runs)
-        fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-        for ax, key, title in zip(axes, ("ttft_ms", "ms_per_token", "peak_rss_kb"),
-                                  ("TTFT (ms)", "time per token (ms)", "peak RSS (KiB)")):
-            vals = [med[n][key] for n in names]
-            ax.bar(range(len(names)), vals,
-                   color=["#888"] * len(PRELOADS) + ["#2a7"] * (len(names) - len(PRELOADS)))
-            ax.set_xticks(range(len(names)))
-            ax.set_xticklabels([n.replace("numarena ", "numarena\n") for n in names],
-                               rotation=30, ha="right", fontsize=7)
-            ax.set_title(title + ", median")
-        fig.suptitle("llama.cpp (random %s model, mmap off) per allocator, %s" % (a.size, started))
-        fig.tight_layout()
-        fig.savefig(a.chart, dpi=110)
+        chart(a.chart, med, a.size, started)
 
+
+def chart(path, med, size, started):
+    try:
+        import matplotlib
+    except ImportError:
+        sys.exit("llama_bench: no matplotlib for --chart in %s; Debian's is python3-matplotlib "
+                 "for /usr/bin/python3 (the table above is complete)" % sys.executable)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = list(med)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    for ax, key, title in zip(axes, ("ttft_ms", "ms_per_token", "peak_rss_kb"),
+                              ("TTFT (ms)", "time per token (ms)", "peak RSS (KiB)")):
+        vals = [med[n][key] for n in names]
+        ax.bar(range(len(names)), vals,
+               color=["#888"] * len(PRELOADS) + ["#2a7"] * (len(names) - len(PRELOADS)))
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels([n.replace("numarena ", "numarena\n") for n in names],
+                           rotation=30, ha="right", fontsize=7)
+        ax.set_title(title + ", median")
+    fig.suptitle("llama.cpp (random %s model, mmap off) per allocator, %s" % (size, started))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 if __name__ == "__main__":
     main()

@@ -74,8 +74,12 @@ async function run(opts) {
         // Its estimate compares the model with the whole machine's free memory; the allocator
         // (and a numarena budget) is what must refuse, so the estimate must not pre-empt it.
         ignoreMemorySafetyChecks: true});
-    const context = await model.createContext({contextSize: opts.ctx, batchSize: opts.ctx,
-        sequences: 1, threads: opts.threads, ignoreMemorySafetyChecks: true});
+    const context = await model.createContext({contextSize: opts.ctx,
+        batchSize: Math.min(opts.ctx, 512),
+        sequences: 1, threads: opts.threads, ignoreMemorySafetyChecks: true,
+        // Its default retries a failed creation with a smaller context: the size asked for
+        // is the one measured (and the one a budget must refuse).
+        failedCreationRemedy: false});
     const loadMs = performance.now() - t0;
     const sequence = context.getSequence();
 

@@ -9,10 +9,10 @@ and every matrix product are llama.cpp's real ones, at the sizes chosen here.
                  [--heads N] [--kv-heads N] [--ctx N] [--type f32|f16] [--seed N]
 
 Sizes (weights only; the vocabulary is 256 byte tokens plus <unk>, <s>, </s>):
-    tiny    embd 128,  2 layers, ff 352,  f32:   ~2 MiB  (CI)
-    small   embd 512,  8 layers, ff 1408, f16:  ~37 MiB
-    medium  embd 1024, 12 layers, ff 2816, f16: ~193 MiB
-    large   embd 1536, 16 layers, ff 4096, f16: ~542 MiB
+    tiny    embd 128,  2 layers,  ff 352,  f32:   1.7 MiB (CI)
+    small   embd 512,  8 layers,  ff 1408, f16:  45.5 MiB
+    medium  embd 1024, 12 layers, ff 2816, f16: 271 MiB  (the host benchmark)
+    large   embd 1536, 16 layers, ff 4096, f16: 794 MiB
 
 Standard library only. The format is GGUF version 3 (ggml's docs/gguf.md): little-endian
 header, metadata key/values, tensor infos, then tensor data aligned to general.alignment.
