@@ -12,8 +12,10 @@
 #                             30 s) fails
 #   tools/dev.sh fuzz-ci      what CI runs after the suites: fuzz with 15 s per target
 #   tools/dev.sh bench        build and run the benchmarks, JSON into build/bench-results, and
-#                             print issue 16's ratio table (tools/plot_results.py targets)
-#   tools/dev.sh deps         only install what is missing
+#                             print issue 16's ratio table (tools/plot_results.py targets) and
+#                             llama.cpp's per allocator (bench/llama_bench.py)
+#   tools/dev.sh deps         only install what is missing (Debian packages; node-llama-cpp
+#                             into tools/llama/node_modules with npm ci, which needs Node >= 20)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -184,6 +186,7 @@ case "$cmd" in
     ;;
   bench)
     install_deps
+    llama_deps
     build "$ROOT/build" -DNUMARENA_BUILD_BENCH=ON -DNUMARENA_BUILD_TESTS=ON -DNUMARENA_BUILD_EXAMPLES=ON
     mkdir -p "$ROOT/build/bench-results"
     for b in "$ROOT"/build/bench/*_bench; do
@@ -197,6 +200,10 @@ case "$cmd" in
     R="$ROOT/build/bench-results"
     /usr/bin/python3 "$ROOT/tools/plot_results.py" targets "$R/peers_bench.json" \
       "$R/peers_glibc_bench.json" "$R/peers_tcmalloc_bench.json" --rss "$R"/rss/*.json
+    # llama.cpp under each allocator (bench/RESULTS.md, "llama.cpp under numarena").
+    log "running bench/llama_bench.py (llama.cpp, medium model, 6 rounds)"
+    /usr/bin/python3 "$ROOT/bench/llama_bench.py" --numarena "$ROOT/build/tools/numarena" \
+      --size medium --rounds 6 --out "$R/llama.json" --chart "$R/llama.png"
     ;;
   *)
     sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
