@@ -2,7 +2,8 @@
 #   lab.<target>.<topology>  =  cmake/lab/run.sh --topology <topology> -- <binary>
 # labelled "lab" (so `ctest -L lab` runs exactly these, `ctest -LE lab` everything else).
 # The topologies come from a "// lab-topologies: a b c" line in the source, default all four;
-# a "// lab-files: target ..." line copies more build targets into the VM.
+# a "// lab-files: target ..." line copies more build targets into the VM; a
+# "// lab-timeout: SECONDS [why]" line raises the VM's limit for that test (never lowers it).
 # run.sh boots QEMU (see cmake/lab/README.md) and returns the binary's exit status; logs of
 # failed runs go to <build>/lab-logs.
 #
@@ -38,15 +39,27 @@ function(numarena_add_lab_test target source)
   foreach(path ${NUMARENA_LAB_EXTRA_FILES_${target}})
     list(APPEND file_args --file ${path})
   endforeach()
+  set(timeout ${NUMARENA_LAB_TIMEOUT})
+  file(STRINGS ${source} timeout_spec REGEX "^// lab-timeout:")
+  if(timeout_spec)
+    # The number, then an optional reason.
+    string(REGEX MATCH "^// lab-timeout:[ ]*([0-9]+)" timeout_match "${timeout_spec}")
+    if(NOT timeout_match)
+      message(FATAL_ERROR "${source}: '// lab-timeout:' wants a number of seconds")
+    endif()
+    if(CMAKE_MATCH_1 GREATER timeout)
+      set(timeout ${CMAKE_MATCH_1})
+    endif()
+  endif()
   foreach(topology ${topologies})
     if(NOT EXISTS ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/lab/topologies/${topology}.sh)
       message(FATAL_ERROR "${source}: no lab topology '${topology}' "
                           "(cmake/lab/topologies/${topology}.sh)")
     endif()
     add_test(NAME lab.${target}.${topology}
-             COMMAND ${NUMARENA_LAB_RUN} --topology ${topology} --timeout ${NUMARENA_LAB_TIMEOUT}
+             COMMAND ${NUMARENA_LAB_RUN} --topology ${topology} --timeout ${timeout}
                      ${file_args} -- $<TARGET_FILE:${target}>)
-    math(EXPR ctest_timeout "${NUMARENA_LAB_TIMEOUT} + 120")
+    math(EXPR ctest_timeout "${timeout} + 120")
     set_tests_properties(lab.${target}.${topology} PROPERTIES
       LABELS lab
       TIMEOUT ${ctest_timeout}

@@ -12,8 +12,10 @@
 #                             30 s) fails
 #   tools/dev.sh fuzz-ci      what CI runs after the suites: fuzz with 15 s per target
 #   tools/dev.sh bench        build and run the benchmarks, JSON into build/bench-results, and
-#                             print issue 16's ratio table (tools/plot_results.py targets)
-#   tools/dev.sh deps         only install what is missing
+#                             print issue 16's ratio table (tools/plot_results.py targets) and
+#                             llama.cpp's per allocator (bench/llama_bench.py)
+#   tools/dev.sh deps         only install what is missing (Debian packages; node-llama-cpp
+#                             into tools/llama/node_modules with npm ci, which needs Node >= 20)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -48,6 +50,30 @@ install_deps() {
   log "installing: ${missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# llama.cpp for tests/llama and bench/llama: node-llama-cpp's prebuilt linux-x64 CPU binding,
+# pinned by tools/llama/package-lock.json. --ignore-scripts and NODE_LLAMA_CPP_SKIP_DOWNLOAD:
+# its postinstall would try to download or compile llama.cpp; the prebuilt binary is enough.
+# --omit=optional drops the CUDA, Vulkan and other-platform binaries (650 MiB); the CPU one
+# is a direct dependency in package.json, so it stays. npm ci runs again only when the lock
+# file changes (a stamp with its hash).
+llama_deps() {
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null ||
+     ! node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)'; then
+    echo "the llama.cpp tests need Node.js >= 20 with npm (node-llama-cpp 3.21.1 requires it;" >&2
+    echo "Debian 12 ships Node 18): install it from nodejs.org or NodeSource" >&2
+    exit 1
+  fi
+  local dir="$ROOT/tools/llama" want
+  want="$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)"
+  if [[ -f "$dir/node_modules/.numarena-lock" && "$(cat "$dir/node_modules/.numarena-lock")" == "$want" ]]; then
+    return 0
+  fi
+  log "installing node-llama-cpp from tools/llama/package-lock.json (npm ci)"
+  (cd "$dir" && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --omit=optional --ignore-scripts \
+     --no-audit --no-fund)
+  echo "$want" > "$dir/node_modules/.numarena-lock"
 }
 
 # The flags every build here uses: optimised as a user builds it, with line tables only (-g1:
@@ -108,7 +134,7 @@ run_fuzzers() {
 
 cmd="${1:-}"; shift || true
 case "$cmd" in
-  deps) install_deps ;;
+  deps) install_deps; llama_deps ;;
   run)
     install_deps
     build "$ROOT/build" -DNUMARENA_BUILD_TESTS=OFF -DNUMARENA_BUILD_BENCH=OFF -DNUMARENA_BUILD_EXAMPLES=OFF
@@ -116,6 +142,7 @@ case "$cmd" in
     ;;
   test)
     install_deps
+    llama_deps
     build "$ROOT/build" -DNUMARENA_BUILD_TESTS=ON -DNUMARENA_BUILD_BENCH=ON -DNUMARENA_BUILD_EXAMPLES=ON
     "$ROOT/cmake/lab/fetch-kernel.sh" >/dev/null
     run_ctest "$ROOT/build" "$@"
@@ -159,6 +186,7 @@ case "$cmd" in
     ;;
   bench)
     install_deps
+    llama_deps
     build "$ROOT/build" -DNUMARENA_BUILD_BENCH=ON -DNUMARENA_BUILD_TESTS=ON -DNUMARENA_BUILD_EXAMPLES=ON
     mkdir -p "$ROOT/build/bench-results"
     for b in "$ROOT"/build/bench/*_bench; do
@@ -172,6 +200,10 @@ case "$cmd" in
     R="$ROOT/build/bench-results"
     /usr/bin/python3 "$ROOT/tools/plot_results.py" targets "$R/peers_bench.json" \
       "$R/peers_glibc_bench.json" "$R/peers_tcmalloc_bench.json" --rss "$R"/rss/*.json
+    # llama.cpp under each allocator (bench/RESULTS.md, "llama.cpp under numarena").
+    log "running bench/llama_bench.py (llama.cpp, medium model, 6 rounds)"
+    /usr/bin/python3 "$ROOT/bench/llama_bench.py" --numarena "$ROOT/build/tools/numarena" \
+      --size medium --rounds 6 --out "$R/llama.json" --chart "$R/llama.png"
     ;;
   *)
     sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
