@@ -83,8 +83,8 @@ struct CorrectOptions {
 // the process, so prefault populates in steps of 64 MiB and, before each, checks that the
 // node can take the step's pages that are not on it yet while keeping numarena's reserve
 // free (1/64 of the node, at least 16 MiB and at least the node's `low` watermark from
-// /proc/zoneinfo). Free here is MemFree plus half of the node's reclaimable page cache and
-// kernel memory, which the kernel gives back to a bound allocation. When it cannot, prefault stops with ResourceExhausted; the pages faulted
+// /proc/zoneinfo). Free here is MemFree plus half of the node's page cache, which the kernel
+// gives back to a bound allocation (not its reclaimable kernel memory, which may be pinned). When it cannot, prefault stops with ResourceExhausted; the pages faulted
 // in before stay, as does the binding.
 //
 // Errors: InvalidArgument for a node that is not an online, allowed node (named), a null

@@ -138,8 +138,11 @@ void RefreshNodeMemory(int node, NodeMemory& memory) {
   long read = os::ReadFileNoAlloc(path, text, sizeof text);
   std::int64_t free_kb = read > 0 ? MeminfoKilobytes(text, "MemFree:") : -1;
   std::int64_t total_kb = read > 0 ? MeminfoKilobytes(text, "MemTotal:") : -1;
+  // The page cache only, as parse::NodeObtainableBytes says: reclaimable kernel memory may
+  // be pinned (the lab's tmpfs root put 9 MiB on a 256 MiB node), and counting half of it
+  // took a filled node below its `min` watermark, where the next bound fault was OOM-killed.
   std::int64_t reclaimable_kb = 0;
-  for (const char* label : {"Active(file):", "Inactive(file):", "KReclaimable:"}) {
+  for (const char* label : {"Active(file):", "Inactive(file):"}) {
     if (read > 0) reclaimable_kb += std::max<std::int64_t>(MeminfoKilobytes(text, label), 0);
   }
   memory.refreshed_ns.store(now, std::memory_order_relaxed);

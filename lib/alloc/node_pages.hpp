@@ -72,12 +72,19 @@ SpanFailure& ThreadSpanFailure();
 // 1 GiB] and at least the node's `low` watermark: the kernel does not hand out a zone's last
 // pages (below `min` it reclaims, and with nothing to reclaim it OOM-kills a bound
 // allocation), and on small nodes the watermarks are larger than 1/64 (29 MiB on a 512 MiB
-// node). Free memory is MemFree plus half of the node's reclaimable page cache and kernel
-// memory (parse::NodeObtainableBytes), read from /sys/devices/system/node/nodeN/meminfo at
-// most every kRefreshNanos (sooner when the estimate gets close), the watermark from /proc/zoneinfo
-// every few seconds; bytes committed since the last read are subtracted and bytes
-// decommitted since then added back. Free pages on per-CPU lists do not count as free: when
-// reclaim makes no progress the kernel gives up without draining them (budget.hpp).
+// node). Free memory is MemFree plus half of the node's page cache (not its reclaimable
+// kernel memory, which may be pinned: parse::NodeObtainableBytes), read from
+// /sys/devices/system/node/nodeN/meminfo at most every kRefreshNanos (sooner when the
+// estimate gets close), the watermark from /proc/zoneinfo every few seconds; bytes
+// committed since the last read are subtracted and bytes decommitted since then added back.
+// Free pages on per-CPU lists do not count as free: when reclaim makes no progress the
+// kernel gives up without draining them (budget.hpp).
+// Which pages go through it: every page numarena has the kernel fault under a bind (the
+// spans' pages) is admitted here first. numarena's own bookkeeping on the node (the page
+// tables, and jemalloc's metadata under PlacementScope) is charged or not, but never bound:
+// it is placed with MPOL_PREFERRED, which the kernel moves to the next node once this one is
+// at its `low` watermark, so it can take a full node's last room but never OOM-kill. The
+// reserve (at least `low`) is what keeps the bound pages above `min` meanwhile.
 // Allocation-free.
 class NodeMemoryGuard {
  public:

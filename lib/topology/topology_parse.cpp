@@ -99,7 +99,7 @@ StatusOr<std::vector<int>> ParseDistanceRow(std::string_view text) {
 
 StatusOr<NodeMeminfo> ParseNodeMeminfo(std::string_view text) {
   NodeMeminfo info;
-  std::optional<std::uint64_t> total, free, used, active_file, inactive_file, kreclaimable;
+  std::optional<std::uint64_t> total, free, used, active_file, inactive_file;
   Status error = absl::OkStatus();
   int line_number = 0;
   ForEachPiece(text, '\n', [&](std::string_view raw) {
@@ -132,7 +132,6 @@ StatusOr<NodeMeminfo> ParseNodeMeminfo(std::string_view text) {
                                          : key == "MemUsed"        ? &used
                                          : key == "Active(file)"   ? &active_file
                                          : key == "Inactive(file)" ? &inactive_file
-                                         : key == "KReclaimable"   ? &kreclaimable
                                                                    : nullptr;
     if (slot == nullptr) return;  // other counters are not needed
     if (!kilobytes) return fail("expected a value in kB");
@@ -153,8 +152,7 @@ StatusOr<NodeMeminfo> ParseNodeMeminfo(std::string_view text) {
   info.free_bytes = *free;
   info.used_bytes = used ? *used : *total - *free;
   // Each is below 2^54 (kB values that fit 64 bits in bytes): the sum cannot wrap.
-  info.reclaimable_bytes =
-      active_file.value_or(0) + inactive_file.value_or(0) + kreclaimable.value_or(0);
+  info.reclaimable_bytes = active_file.value_or(0) + inactive_file.value_or(0);
   return info;
 }
 

@@ -55,8 +55,11 @@ struct NodeMeminfo {
   std::uint64_t total_bytes = 0;
   std::uint64_t free_bytes = 0;
   std::uint64_t used_bytes = 0;
-  // What the kernel may reclaim on the node: file-backed page cache (Active(file) +
-  // Inactive(file)) and reclaimable kernel memory (KReclaimable); 0 for absent lines.
+  // What the kernel can reclaim on the node for a bound allocation: its file-backed page
+  // cache (Active(file) + Inactive(file)); 0 for absent lines. Not KReclaimable: kernel
+  // memory meminfo calls reclaimable is often pinned (a tmpfs pins the dentries of its files,
+  // open files pin theirs), and when the kernel's shrinkers free nothing it OOM-kills a bound
+  // allocation instead (the lab's root file system put 9 MiB of it on a 256 MiB node).
   std::uint64_t reclaimable_bytes = 0;
 };
 [[nodiscard]] StatusOr<NodeMeminfo> ParseNodeMeminfo(std::string_view text);

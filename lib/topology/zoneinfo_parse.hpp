@@ -97,9 +97,10 @@ class ZoneinfoParser {
 std::uint64_t NodeReserveBytes(std::uint64_t total_bytes, std::uint64_t low_watermark_bytes);
 
 // Memory a bound allocation can still get on a node: its free memory plus half of what the
-// kernel can reclaim there (page cache and reclaimable kernel memory, NodeMeminfo::
-// reclaimable_bytes; the kernel's own MemAvailable counts about the same half: some of it is
-// dirty, mapped or hot), without per-CPU lists (see above). A server that just read its
+// kernel can reclaim there (its page cache, NodeMeminfo::reclaimable_bytes; the kernel's own
+// MemAvailable counts about the same half: some of it is dirty, mapped or hot), without
+// per-CPU lists (see above). Reclaimable kernel memory (KReclaimable) does not count: it may
+// be pinned, and a bound fault that reclaims nothing is an OOM kill. A server that just read its
 // model weights from disk has little MemFree and a large page cache it can give back.
 std::uint64_t NodeObtainableBytes(std::uint64_t free_bytes, std::uint64_t reclaimable_bytes);
 
