@@ -132,7 +132,9 @@ class Arena {
       size = arena_internal::RequestSize(size, alignment);
       if (size - 1 < kFastLimit) {
         if (void* p = arena_internal::AllocateFromThreadCaches(primary_heap_, size)) return p;
-        if (arena_internal::thread_flags[primary_heap_] != 0) return AllocateAfterFastMiss(size);
+        if (arena_internal::front_caches[primary_heap_] != nullptr) {
+          return AllocateAfterFastMiss(size);
+        }
       }
     }
     return AllocateSlow(size, alignment);
@@ -225,40 +227,28 @@ inline void deallocate(void* p) noexcept {
   int heap = arena_internal::HeapOf(p);
   if (heap >= 0) {
     if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
-      std::size_t usable = sallocx(p, 0);
-      if (usable <= arena_internal::kFrontMaxSize) {
-        arena_internal::FrontPush(
-            heap, cache->lists[arena_internal::front_class_of_usable[usable >> 3]], p);
+      const unsigned class_plus_one = arena_internal::RecordedClassPlusOne(p);
+      if (class_plus_one - 1 < unsigned{arena_internal::kFrontClasses}) {
+        arena_internal::FrontPush(heap, cache, class_plus_one - 1, p);
         return;
       }
-    }
-    int flags = arena_internal::thread_flags[heap];
-    if (flags != 0) {
-      dallocx(p, flags);
+      arena_internal::DeallocateUncached(heap, p, class_plus_one);
       return;
     }
   }
   arena_internal::DeallocateSlow(p);
 }
 
-// Sized free (faster for large objects): `size` and `alignment` exactly as given to allocate
-// (an alignment up to alignof(max_align_t) counts as alignof(max_align_t)).
+// Sized free: `size` and `alignment` exactly as given to allocate (an alignment up to
+// alignof(max_align_t) counts as alignof(max_align_t)).
 inline void deallocate(void* p, std::size_t size,
                        std::size_t alignment = alignof(std::max_align_t)) noexcept {
   int heap = arena_internal::HeapOf(p);
   if (alignment <= alignof(std::max_align_t)) {
     size = arena_internal::RequestSize(size, alignment);  // the class allocate used
-    if (heap >= 0 && size - 1 < arena_internal::kLargeAlignThreshold - 1) {
-      if (size <= arena_internal::kFrontMaxSize) {
-        if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
-          arena_internal::FrontPush(
-              heap, cache->lists[arena_internal::front_class_of_request[(size + 7) >> 3]], p);
-          return;
-        }
-      }
-      int flags = arena_internal::thread_flags[heap];
-      if (flags != 0) {
-        sdallocx(p, size, flags);
+    if (heap >= 0 && size - 1 < arena_internal::kFrontCacheLimit - 1) {
+      if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
+        arena_internal::FrontPush(heap, cache, arena_internal::ClassOfRequest(size), p);
         return;
       }
     }
