@@ -178,7 +178,7 @@ class Arena {
   Arena(const Policy& policy, const ArenaOptions& options);
   ~Arena() = default;
 
-  static constexpr std::size_t kFastLimit = arena_internal::kLargeAlignThreshold - 1;
+  static constexpr std::size_t kFastLimit = arena_internal::kFrontMaxCached;
 
   [[nodiscard]] Status Init();
   void* AllocateSlow(std::size_t size, std::size_t alignment) noexcept;
@@ -246,7 +246,7 @@ inline void deallocate(void* p, std::size_t size,
   int heap = arena_internal::HeapOf(p);
   if (alignment <= alignof(std::max_align_t)) {
     size = arena_internal::RequestSize(size, alignment);  // the class allocate used
-    if (heap >= 0 && size - 1 < arena_internal::kFrontCacheLimit - 1) {
+    if (heap >= 0 && size - 1 < arena_internal::kFrontMaxCached) {
       if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
         arena_internal::FrontPush(heap, cache, arena_internal::ClassOfRequest(size), p);
         return;

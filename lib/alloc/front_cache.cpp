@@ -99,6 +99,7 @@ void BuildClassTables() {
         kMediumListBytes / bytes, kMinMediumObjects, kMaxMediumObjects));
     previous = bytes;
   }
+  if (previous != arena_internal::kFrontMaxCached) return;
   g_front_enabled = true;
 }
 

@@ -54,12 +54,13 @@ void DeallocateSizedSlow(void* p, std::size_t size, std::size_t alignment) noexc
 // numarena numbers jemalloc's size classes itself: 0.. for the classes up to 4 KiB, in
 // order (read from nallocx once; jemalloc's usual build has 29 of them, 8 B to 4 KiB), then
 // four classes per doubling above 4 KiB (2^k + i * 2^(k-2), i = 1..4), which is jemalloc's
-// spacing there. front_cache.cpp checks every class below kFrontCacheLimit against nallocx
+// spacing there. front_cache.cpp checks every class up to kFrontMaxCached against nallocx
 // before it turns the caches on.
 inline constexpr std::size_t kFrontMaxSize = 4096;   // the last table-mapped class
 inline constexpr unsigned kClassOf4K = 28;           // its number
-inline constexpr std::size_t kFrontCacheLimit = kLargeAlignThreshold;  // cached: below this
-inline constexpr int kFrontClasses = 64;             // classes below 2 MiB: 0..63
+// The largest class the front cache holds, 1.75 MiB: the last below kLargeAlignThreshold.
+inline constexpr std::size_t kFrontMaxCached = std::size_t{1792} << 10;
+inline constexpr int kFrontClasses = 64;             // classes up to kFrontMaxCached: 0..63
 // Class of a request of n bytes (1 <= n <= kFrontMaxSize): front_class_of_request[(n + 7) / 8].
 // Filled once, before the first front cache exists.
 extern std::uint8_t front_class_of_request[kFrontMaxSize / 8 + 1];
@@ -106,7 +107,7 @@ inline unsigned RecordedClassPlusOne(const void* p) noexcept {
 }
 
 // ---- the front cache (filled by lib/alloc/front_cache.cpp) ----
-// Objects below kFrontCacheLimit (2 MiB), one LIFO list per class threaded through the
+// Objects of up to kFrontMaxCached (1.75 MiB), one LIFO list per class threaded through the
 // objects' first word. A list belongs to one (thread, heap), so an object only ever returns
 // to the heap, and node, it came from. The classes above 4 KiB ("medium") also share a byte
 // bound per cache (kMediumCacheBytes in front_cache.cpp).
@@ -157,7 +158,7 @@ inline void FrontPush(int heap, FrontCache* cache, unsigned size_class, void* p)
   ++list.count;
 }
 
-// `size` bytes (1 <= size < kLargeAlignThreshold, default alignment) from this thread's caches
+// `size` bytes (1 <= size <= kFrontMaxCached, default alignment) from this thread's caches
 // for `heap`: its front cache, else jemalloc with the thread's flags. nullptr when the thread
 // has no flags for the heap yet or jemalloc failed (its hooks recorded why).
 inline void* AllocateFromThreadCaches(int heap, std::size_t size) noexcept {
