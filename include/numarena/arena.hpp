@@ -14,11 +14,17 @@
 // that belongs to one (thread, arena) pair only, so an object freed into node 0's arena is
 // never handed to a caller of node 1's arena. In front of that cache sits numarena's own
 // front cache (lib/alloc/front_cache.cpp; the state the inline paths read is in
-// numarena/internal/arena_fast_path.hpp): per (thread, arena), per size class up to 4 KiB, a short
-// list of freed objects. The fast paths are inline: `allocate` of a small object pops a list,
-// a sized `deallocate` pushes one, an unsized one first asks jemalloc for the object's size
-// class (sallocx). Only misses and large sizes call into jemalloc, whose explicit-arena calls
-// (mallocx with flags) always take its slower generic path.
+// numarena/internal/arena_fast_path.hpp): per (thread, arena), per size class up to 1.75 MiB,
+// a list of freed objects (about 32 KiB per class up to 4 KiB; above that about 1 MiB per class
+// and 4 MiB for all of them together). The fast paths are inline: `allocate` pops a list, a
+// `deallocate` pushes one; an unsized one finds the class in numarena's class map (a byte per
+// 4 KiB of address space, recorded when jemalloc hands the object out; class_map.cpp), not by
+// asking jemalloc. Objects of 2 MiB and more that are freed go to their heap's large cache
+// (up to 256 MiB per heap, lib/alloc/large_cache.cpp), which hands them out again to the
+// same arena, from any thread. Only misses call into jemalloc, whose explicit-arena calls
+// (mallocx with flags) always take its slower generic path. What the caches hold stays
+// committed and charged like live memory until purge(), thread exit (the thread's front
+// caches) or a purge before a refusal for lack of room (below) hands it back.
 //
 // Capacity: before the provider commits memory it asks the process-wide `CapacityGate`
 // (`SetCapacityGate`, e.g. a numarena::Budget) and checks the node's free memory, so a full
@@ -74,7 +80,8 @@ namespace numarena {
 // provider's own count of bytes charged against the capacity gate.
 struct ArenaStats {
   // Bytes in live allocations (small + large), counting objects that sit freed in thread
-  // caches (jemalloc's and numarena's front cache) until purge() or thread exit, but not the
+  // caches (jemalloc's and numarena's front cache) until purge() or thread exit and in the
+  // arena's large cache until purge(), but not the
   // front caches themselves (numarena's, one per thread that uses the arena, in its memory).
   std::size_t allocated = 0;
   std::size_t active = 0;     // bytes in pages holding live allocations
@@ -163,8 +170,9 @@ class Arena {
 
   // Returns the arena's unused dirty pages to the kernel now (instead of after jemalloc's
   // decay time) and releases their charge on the capacity gate. Objects freed into the
-  // calling thread's caches go back first; other threads' cached objects (at most about
-  // 8 KiB per size class and thread) stay until those threads allocate, free or exit.
+  // calling thread's caches and the arena's large cache go back first; other threads' cached
+  // objects (per thread, at most about 32 KiB per size class up to 4 KiB and 4 MiB of larger
+  // ones) stay until those threads overflow their lists or exit.
   void purge();
 
   // A snapshot of the arena's counters. Costs a few mallctl calls; not for hot paths.

@@ -8,7 +8,7 @@
 // cache closes that gap the way a thread cache does: per (thread, heap) and per size class
 // below 2 MiB, a LIFO list of freed objects, threaded through each object's first word.
 // `allocate` pops, `deallocate` pushes; both are inline in arena.hpp. A small list (classes up
-// to 4 KiB) holds at most about 8 KiB (4 to 64 objects); a medium list (above 4 KiB) about
+// to 4 KiB) holds at most about 32 KiB (4 to 256 objects); a medium list (above 4 KiB) about
 // 1 MiB (2 to 32 objects), and all medium lists of one cache together at most
 // kMediumCacheBytes (4 MiB). When a list or the medium bound is full, half of that list goes
 // back to jemalloc at once (and, if the bound is still short, the largest medium lists), not
@@ -39,9 +39,9 @@ using arena_internal::kClassOf4K;
 using arena_internal::kFrontClasses;
 using arena_internal::kFrontMaxSize;
 
-constexpr std::size_t kListBytes = 8192;           // what one small list may hold
+constexpr std::size_t kListBytes = 32768;          // what one small list may hold
 constexpr std::uint32_t kMinObjects = 4;
-constexpr std::uint32_t kMaxObjects = 64;
+constexpr std::uint32_t kMaxObjects = 256;
 constexpr std::size_t kMediumListBytes = 1 << 20;  // what one medium list may hold
 constexpr std::uint32_t kMinMediumObjects = 2;
 constexpr std::uint32_t kMaxMediumObjects = 32;

@@ -367,7 +367,7 @@ std::size_t PurgeDirtyOnNode(int node) noexcept {
     if (heap == nullptr || !heap->pages->places_on(node)) continue;
     before += heap->pages->committed_bytes();
     // This thread's cached objects and the heap's large cache, so their pages can go too
-    // (other threads' front caches hold at most a few KiB per small class and 4 MiB of
+    // (other threads' front caches hold at most 32 KiB per small class and 4 MiB of
     // medium objects).
     FlushFrontCache(id);
     LargeCacheFlush(id);
