@@ -32,7 +32,10 @@
 // the pages are touched. Memory freed into numarena's arenas stays committed (and charged)
 // until it is purged, by jemalloc's decay or `purge()`; before a refusal for lack of room
 // stands, the arena purges the dirty pages of every numarena arena on that node and tries
-// once more, so memory one thread freed is never what refuses another. `Preferred` arenas
+// once more (the calling thread's caches and the heaps' large caches are emptied first), so
+// memory one thread freed is not what refuses another, up to what other threads' front
+// caches hold (per thread and arena at most about 32 KiB per class up to 4 KiB and 4 MiB of
+// larger objects), which only they can hand back. `Preferred` arenas
 // then move on to the next node by distance, also when the preferred node is already full
 // when the arena is made.
 //
@@ -42,6 +45,9 @@
 // time and given back with the last page they describe, plus a header of 4 bytes per 8 MiB
 // of reserved range, charged when the range is first used and kept with it:
 // ArenaStats::tables) and each thread's front cache (allocated from the arena's heap).
+// The class map that unsized frees read (lib/alloc/class_map.cpp; one byte per 4 KiB of the
+// arena's address space in which objects start) prefers the arena's node but is not
+// charged: its pages are faulted in by stores on the allocation fast path.
 // jemalloc also allocates for a heap outside its extent hooks: an explicit thread cache per
 // (thread, heap) in its default arena, a new jemalloc arena's statistics and the leaves of
 // its extent map when the heap's address space grows. numarena has jemalloc do that with the
