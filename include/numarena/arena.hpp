@@ -14,11 +14,17 @@
 // that belongs to one (thread, arena) pair only, so an object freed into node 0's arena is
 // never handed to a caller of node 1's arena. In front of that cache sits numarena's own
 // front cache (lib/alloc/front_cache.cpp; the state the inline paths read is in
-// numarena/internal/arena_fast_path.hpp): per (thread, arena), per size class up to 4 KiB, a short
-// list of freed objects. The fast paths are inline: `allocate` of a small object pops a list,
-// a sized `deallocate` pushes one, an unsized one first asks jemalloc for the object's size
-// class (sallocx). Only misses and large sizes call into jemalloc, whose explicit-arena calls
-// (mallocx with flags) always take its slower generic path.
+// numarena/internal/arena_fast_path.hpp): per (thread, arena), per size class up to 1.75 MiB,
+// a list of freed objects (about 32 KiB per class up to 4 KiB; above that about 1 MiB per class
+// and 4 MiB for all of them together). The fast paths are inline: `allocate` pops a list, a
+// `deallocate` pushes one; an unsized one finds the class in numarena's class map (a byte per
+// 4 KiB of address space, recorded when jemalloc hands the object out; class_map.cpp), not by
+// asking jemalloc. Objects of 2 MiB and more that are freed go to their heap's large cache
+// (up to 256 MiB per heap, lib/alloc/large_cache.cpp), which hands them out again to the
+// same arena, from any thread. Only misses call into jemalloc, whose explicit-arena calls
+// (mallocx with flags) always take its slower generic path. What the caches hold stays
+// committed and charged like live memory until purge(), thread exit (the thread's front
+// caches) or a purge before a refusal for lack of room (below) hands it back.
 //
 // Capacity: before the provider commits memory it asks the process-wide `CapacityGate`
 // (`SetCapacityGate`, e.g. a numarena::Budget) and checks the node's free memory, so a full
@@ -26,7 +32,10 @@
 // the pages are touched. Memory freed into numarena's arenas stays committed (and charged)
 // until it is purged, by jemalloc's decay or `purge()`; before a refusal for lack of room
 // stands, the arena purges the dirty pages of every numarena arena on that node and tries
-// once more, so memory one thread freed is never what refuses another. `Preferred` arenas
+// once more (the calling thread's caches and the heaps' large caches are emptied first), so
+// memory one thread freed is not what refuses another, up to what other threads' front
+// caches hold (per thread and arena at most about 32 KiB per class up to 4 KiB and 4 MiB of
+// larger objects), which only they can hand back. `Preferred` arenas
 // then move on to the next node by distance, also when the preferred node is already full
 // when the arena is made.
 //
@@ -36,6 +45,9 @@
 // time and given back with the last page they describe, plus a header of 4 bytes per 8 MiB
 // of reserved range, charged when the range is first used and kept with it:
 // ArenaStats::tables) and each thread's front cache (allocated from the arena's heap).
+// The class map that unsized frees read (lib/alloc/class_map.cpp; one byte per 4 KiB of the
+// arena's address space in which objects start) prefers the arena's node but is not
+// charged: its pages are faulted in by stores on the allocation fast path.
 // jemalloc also allocates for a heap outside its extent hooks: an explicit thread cache per
 // (thread, heap) in its default arena, a new jemalloc arena's statistics and the leaves of
 // its extent map when the heap's address space grows. numarena has jemalloc do that with the
@@ -74,7 +86,8 @@ namespace numarena {
 // provider's own count of bytes charged against the capacity gate.
 struct ArenaStats {
   // Bytes in live allocations (small + large), counting objects that sit freed in thread
-  // caches (jemalloc's and numarena's front cache) until purge() or thread exit, but not the
+  // caches (jemalloc's and numarena's front cache) until purge() or thread exit and in the
+  // arena's large cache until purge(), but not the
   // front caches themselves (numarena's, one per thread that uses the arena, in its memory).
   std::size_t allocated = 0;
   std::size_t active = 0;     // bytes in pages holding live allocations
@@ -132,7 +145,9 @@ class Arena {
       size = arena_internal::RequestSize(size, alignment);
       if (size - 1 < kFastLimit) {
         if (void* p = arena_internal::AllocateFromThreadCaches(primary_heap_, size)) return p;
-        if (arena_internal::thread_flags[primary_heap_] != 0) return AllocateAfterFastMiss(size);
+        if (arena_internal::front_caches[primary_heap_] != nullptr) {
+          return AllocateAfterFastMiss(size);
+        }
       }
     }
     return AllocateSlow(size, alignment);
@@ -161,8 +176,9 @@ class Arena {
 
   // Returns the arena's unused dirty pages to the kernel now (instead of after jemalloc's
   // decay time) and releases their charge on the capacity gate. Objects freed into the
-  // calling thread's caches go back first; other threads' cached objects (at most about
-  // 8 KiB per size class and thread) stay until those threads allocate, free or exit.
+  // calling thread's caches and the arena's large cache go back first; other threads' cached
+  // objects (per thread, at most about 32 KiB per size class up to 4 KiB and 4 MiB of larger
+  // ones) stay until those threads overflow their lists or exit.
   void purge();
 
   // A snapshot of the arena's counters. Costs a few mallctl calls; not for hot paths.
@@ -176,7 +192,7 @@ class Arena {
   Arena(const Policy& policy, const ArenaOptions& options);
   ~Arena() = default;
 
-  static constexpr std::size_t kFastLimit = arena_internal::kLargeAlignThreshold - 1;
+  static constexpr std::size_t kFastLimit = arena_internal::kFrontMaxCached;
 
   [[nodiscard]] Status Init();
   void* AllocateSlow(std::size_t size, std::size_t alignment) noexcept;
@@ -225,40 +241,28 @@ inline void deallocate(void* p) noexcept {
   int heap = arena_internal::HeapOf(p);
   if (heap >= 0) {
     if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
-      std::size_t usable = sallocx(p, 0);
-      if (usable <= arena_internal::kFrontMaxSize) {
-        arena_internal::FrontPush(
-            heap, cache->lists[arena_internal::front_class_of_usable[usable >> 3]], p);
+      const unsigned class_plus_one = arena_internal::RecordedClassPlusOne(p);
+      if (class_plus_one - 1 < unsigned{arena_internal::kFrontClasses}) {
+        arena_internal::FrontPush(heap, cache, class_plus_one - 1, p);
         return;
       }
-    }
-    int flags = arena_internal::thread_flags[heap];
-    if (flags != 0) {
-      dallocx(p, flags);
+      arena_internal::DeallocateUncached(heap, p, class_plus_one);
       return;
     }
   }
   arena_internal::DeallocateSlow(p);
 }
 
-// Sized free (faster for large objects): `size` and `alignment` exactly as given to allocate
-// (an alignment up to alignof(max_align_t) counts as alignof(max_align_t)).
+// Sized free: `size` and `alignment` exactly as given to allocate (an alignment up to
+// alignof(max_align_t) counts as alignof(max_align_t)).
 inline void deallocate(void* p, std::size_t size,
                        std::size_t alignment = alignof(std::max_align_t)) noexcept {
   int heap = arena_internal::HeapOf(p);
   if (alignment <= alignof(std::max_align_t)) {
     size = arena_internal::RequestSize(size, alignment);  // the class allocate used
-    if (heap >= 0 && size - 1 < arena_internal::kLargeAlignThreshold - 1) {
-      if (size <= arena_internal::kFrontMaxSize) {
-        if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
-          arena_internal::FrontPush(
-              heap, cache->lists[arena_internal::front_class_of_request[(size + 7) >> 3]], p);
-          return;
-        }
-      }
-      int flags = arena_internal::thread_flags[heap];
-      if (flags != 0) {
-        sdallocx(p, size, flags);
+    if (heap >= 0 && size - 1 < arena_internal::kFrontMaxCached) {
+      if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
+        arena_internal::FrontPush(heap, cache, arena_internal::ClassOfRequest(size), p);
         return;
       }
     }

@@ -15,6 +15,7 @@
 #include "alloc/checked.hpp"
 #include "alloc/front_cache.hpp"
 #include "alloc/jemalloc_heap.hpp"
+#include "alloc/large_cache.hpp"
 #include "alloc/node_pages.hpp"
 #include "numarena/topology.hpp"
 #include "os/fork.hpp"
@@ -92,6 +93,15 @@ T ReadArenaStat(unsigned arena_index, const char* name) {
   std::string key = absl::StrCat("stats.arenas.", arena_index, ".", name);
   if (mallctl(key.c_str(), &value, &size, nullptr, 0) != 0) return T{};
   return value;
+}
+
+// Records the class of `p`, fresh from mallocx with any flags, in the class map (the slow
+// path's objects may be aligned, so the class is that of the usable size jemalloc gave).
+void RecordClass(void* p) {
+  const std::size_t usable = sallocx(p, 0);
+  arena_internal::RecordClass(p, usable <= arena_internal::kFrontMaxSize
+                                     ? arena_internal::front_class_of_usable[usable >> 3]
+                                     : arena_internal::MediumClassOf(usable));
 }
 
 // Sets the allocator's fork stages and registers the fork handler (end of this file).
@@ -277,7 +287,14 @@ int Arena::HeapForNode(int node, Status* error) noexcept {
 
 void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
                             Status* error) noexcept {
-  int flags = EnsureThreadCache(heap) | AlignFlags(EffectiveAlignment(size, alignment));
+  const std::size_t effective_alignment = EffectiveAlignment(size, alignment);
+  int flags = EnsureThreadCache(heap) | AlignFlags(effective_alignment);
+  const bool cached_modes = !checked::Enabled() && FrontCacheEnabled();
+  if (cached_modes && size >= arena_internal::kLargeAlignThreshold &&
+      effective_alignment == arena_internal::kLargeAlignThreshold) {
+    // A freed extent of this class, kept by the heap (its class is recorded already).
+    if (void* p = LargeCacheTake(heap, arena_internal::MediumClassOf(size))) return p;
+  }
   SpanFailure& failure = ThreadSpanFailure();
   for (int attempt = 0;; ++attempt) {
     failure.Clear();  // the provider carves no new span while a failure is recorded
@@ -285,7 +302,10 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
     // jemalloc reserves address space for it (which it would keep for good).
     if (size < arena_internal::kLargeAlignThreshold ||
         HeapById(heap)->pages->CouldEverFit(size, &failure)) {
-      if (void* p = mallocx(size, flags)) return p;
+      if (void* p = mallocx(size, flags)) {
+        if (cached_modes) RecordClass(p);
+        return p;
+      }
     }
     EndHeapGrowWindow();  // jemalloc failed: it may have stopped between two hooks
     // Refused for lack of room: memory numarena holds freed on that node (dirty pages of this
@@ -435,6 +455,7 @@ void Arena::purge() {
   ForEachHeap(primary_heap_, node_heaps_, node_heap_count_, [](Heap& heap) {
     // This thread's cached objects first, so their pages can be purged too.
     FlushFrontCache(heap.id);
+    LargeCacheFlush(heap.id);
     if (int tcache = arena_internal::TcacheIdOf(ThreadFlags(heap.id)); tcache >= 0) {
       unsigned id = static_cast<unsigned>(tcache);
       mallctl("tcache.flush", nullptr, nullptr, &id, sizeof id);
@@ -520,15 +541,46 @@ void DeallocateSlow(void* p) noexcept {
   if (p == nullptr) return;
   int heap = HeapOf(p);
   if (heap < 0 || HeapById(heap) == nullptr) NotOurs(p);
-  if (checked::Enabled()) checked::CheckFree(p);
-  dallocx(p, EnsureThreadCache(heap));
+  if (checked::Enabled()) {
+    checked::CheckFree(p);
+    dallocx(p, EnsureThreadCache(heap));
+    return;
+  }
+  const int flags = EnsureThreadCache(heap);  // makes this thread's front cache for the heap
+  if (FrontCache* cache = front_caches[heap]) {
+    const unsigned class_plus_one = RecordedClassPlusOne(p);
+    if (class_plus_one - 1 < unsigned{kFrontClasses}) {
+      FrontPush(heap, cache, class_plus_one - 1, p);
+      return;
+    }
+    DeallocateUncached(heap, p, class_plus_one);
+    return;
+  }
+  dallocx(p, flags);
+}
+
+void DeallocateUncached(int heap, void* p, unsigned class_plus_one) noexcept {
+  if (class_plus_one > unsigned{kFrontClasses} && LargeCachePut(heap, class_plus_one - 1, p)) {
+    return;
+  }
+  dallocx(p, thread_flags[heap]);  // a front cache exists, so the flags are set
 }
 
 void DeallocateSizedSlow(void* p, std::size_t size, std::size_t alignment) noexcept {
   if (p == nullptr) return;
   int heap = HeapOf(p);
   if (heap < 0 || HeapById(heap) == nullptr) NotOurs(p);
-  if (checked::Enabled()) checked::CheckSizedFree(p, size, alignment);
+  if (checked::Enabled()) {
+    checked::CheckSizedFree(p, size, alignment);
+  } else if (size >= kLargeAlignThreshold && alignment <= kLargeAlignThreshold &&
+             FrontCacheEnabled()) {
+    // The recorded class, not one computed from `size`: the same for a correct sized free,
+    // and the object is kept only as what it really is.
+    const unsigned class_plus_one = RecordedClassPlusOne(p);
+    if (class_plus_one > unsigned{kFrontClasses} && LargeCachePut(heap, class_plus_one - 1, p)) {
+      return;
+    }
+  }
   if (alignment <= alignof(std::max_align_t)) size = RequestSize(size, alignment);
   if (size == 0) size = 1;
   sdallocx(p, size, EnsureThreadCache(heap) | AlignFlags(EffectiveAlignment(size, alignment)));

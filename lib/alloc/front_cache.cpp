@@ -3,18 +3,23 @@
 // numarena must use jemalloc's explicit API (mallocx/dallocx with MALLOCX_ARENA and
 // MALLOCX_TCACHE flags) so that each object comes from, and returns to, its own node's arena.
 // jemalloc 5.3 serves those calls through its generic path, about three times the cost of
-// malloc/free, which has an inlined fast path (bench/RESULTS.md, "Code history"). The front
-// cache closes that gap the way a thread cache does: per (thread, heap) and per size
-// class, a LIFO list of freed objects, threaded through each object's first word. `allocate`
-// pops, `deallocate` pushes; both are inline in arena.hpp. A list holds at most about 8 KiB
-// (4 to 64 objects); when it is full, half of it goes back to jemalloc's thread cache for the
-// same heap. Everything in it is returned when the thread exits and when the thread calls
-// Arena::purge().
+// malloc/free, which has an inlined fast path (bench/RESULTS.md, "Code history"); and its
+// thread caches stop at 32 KiB, so every larger object took its arena's lock. The front
+// cache closes that gap the way a thread cache does: per (thread, heap) and per size class
+// below 2 MiB, a LIFO list of freed objects, threaded through each object's first word.
+// `allocate` pops, `deallocate` pushes; both are inline in arena.hpp. A small list (classes up
+// to 4 KiB) holds at most about 32 KiB (4 to 256 objects); a medium list (above 4 KiB) about
+// 1 MiB (2 to 32 objects), and all medium lists of one cache together at most
+// kMediumCacheBytes (4 MiB). When a list or the medium bound is full, half of that list goes
+// back to jemalloc at once (and, if the bound is still short, the largest medium lists), not
+// one object per free. Everything in it is returned when the thread exits and when the
+// thread calls Arena::purge() or a purge for lack of room runs on it.
 //
-// Classes are jemalloc's own, read with nallocx once: a miss asks jemalloc for the request's
-// size and gets an object of exactly that class, so a list never mixes sizes, and an unsized
-// free finds the list from sallocx(p). Objects in these lists count as allocated in jemalloc's
-// statistics, as objects in jemalloc's thread caches do.
+// Classes are numarena's numbering of jemalloc's (arena_fast_path.hpp), checked against
+// nallocx once: a miss asks jemalloc for the request's size and gets an object of exactly
+// that class, so a list never mixes sizes, and an unsized free finds the list from the class
+// map (class_map.cpp). Objects in these lists count as allocated in jemalloc's statistics,
+// as objects in jemalloc's thread caches do, and stay charged to the capacity gate.
 #include "alloc/front_cache.hpp"
 
 #include <jemalloc/jemalloc.h>
@@ -30,41 +35,71 @@ namespace {
 
 using arena_internal::FrontCache;
 using arena_internal::FrontList;
+using arena_internal::kClassOf4K;
 using arena_internal::kFrontClasses;
 using arena_internal::kFrontMaxSize;
-using arena_internal::kFrontUncached;
 
-constexpr std::size_t kListBytes = 8192;  // what one list may hold, in object bytes
+constexpr std::size_t kListBytes = 32768;          // what one small list may hold
 constexpr std::uint32_t kMinObjects = 4;
-constexpr std::uint32_t kMaxObjects = 64;
+constexpr std::uint32_t kMaxObjects = 256;
+constexpr std::size_t kMediumListBytes = 1 << 20;  // what one medium list may hold
+constexpr std::uint32_t kMinMediumObjects = 2;
+constexpr std::uint32_t kMaxMediumObjects = 32;
+constexpr std::size_t kMediumCacheBytes = std::size_t{4} << 20;  // all medium lists together
 
-std::uint32_t g_class_limit[kFrontClasses];  // objects per list; 0 for the uncached list
+// What a front cache takes from its heap: sizeof(FrontCache) (1040 bytes) rounded up to a
+// class whose jemalloc slab is one page; the 1280-byte class's slabs are five.
+constexpr std::size_t kFrontCacheAllocation = 2048;
+static_assert(sizeof(FrontCache) <= kFrontCacheAllocation);
+
+std::uint32_t g_class_limit[kFrontClasses];  // objects per list
 bool g_front_enabled = false;
 
+// Fills the class tables and turns the caches on, unless jemalloc's classes are not the ones
+// arena_fast_path.hpp numbers (a jemalloc built with other size classes): then every call
+// takes the slow path, correct but slower.
 void BuildClassTables() {
+  using arena_internal::front_class_bytes;
   using arena_internal::front_class_of_request;
   using arena_internal::front_class_of_usable;
-  std::fill(std::begin(front_class_of_request), std::end(front_class_of_request), kFrontUncached);
-  std::fill(std::begin(front_class_of_usable), std::end(front_class_of_usable), kFrontUncached);
-  int classes = 0;
+  unsigned classes = 0;
   std::size_t previous = 0;
   for (std::size_t request = 8; request <= kFrontMaxSize; request += 8) {
     std::size_t size_class = nallocx(request, 0);
     // Every class up to 4 KiB is a multiple of 8 in jemalloc's usual builds; the tables are
     // indexed in steps of 8, so anything else leaves the front cache off rather than wrong.
-    if (size_class == 0 || size_class % 8 != 0 || size_class < request) return;
+    if (size_class == 0 || size_class % 8 != 0 || size_class < request ||
+        size_class > kFrontMaxSize) {
+      return;
+    }
     if (size_class != previous) {
-      if (size_class > kFrontMaxSize) break;
-      if (classes == kFrontUncached) break;  // more classes than lists: the rest go uncached
+      if (classes > kClassOf4K) return;
       g_class_limit[classes] = static_cast<std::uint32_t>(
           std::clamp<std::size_t>(kListBytes / size_class, kMinObjects, kMaxObjects));
+      front_class_bytes[classes] = static_cast<std::uint32_t>(size_class);
       front_class_of_usable[size_class / 8] = static_cast<std::uint8_t>(classes);
       previous = size_class;
       ++classes;
     }
     front_class_of_request[request / 8] = static_cast<std::uint8_t>(classes - 1);
   }
-  g_class_limit[kFrontUncached] = 0;
+  if (classes != kClassOf4K + 1 || previous != kFrontMaxSize) return;
+  // Above 4 KiB: the classes MediumClassOf computes must be jemalloc's, boundaries included.
+  for (unsigned c = kClassOf4K + 1; c < static_cast<unsigned>(kFrontClasses); ++c) {
+    const unsigned k = (c - kClassOf4K - 1) / 4 + 12;
+    const unsigned i = (c - kClassOf4K - 1) % 4 + 1;
+    const std::size_t bytes = (std::size_t{1} << k) + i * (std::size_t{1} << (k - 2));
+    if (nallocx(bytes, 0) != bytes || nallocx(previous + 1, 0) != bytes ||
+        arena_internal::MediumClassOf(bytes) != c ||
+        arena_internal::MediumClassOf(previous + 1) != c) {
+      return;
+    }
+    front_class_bytes[c] = static_cast<std::uint32_t>(bytes);
+    g_class_limit[c] = static_cast<std::uint32_t>(std::clamp<std::size_t>(
+        kMediumListBytes / bytes, kMinMediumObjects, kMaxMediumObjects));
+    previous = bytes;
+  }
+  if (previous != arena_internal::kFrontMaxCached) return;
   g_front_enabled = true;
 }
 
@@ -74,16 +109,19 @@ int UncachedFlags(int heap) {
   return (arena_internal::thread_flags[heap] & ~kTcacheBits) | MALLOCX_TCACHE_NONE;
 }
 
-// Hands `list`'s objects back to jemalloc until `keep` remain. A front cache exists only
-// while the thread's flags for its heap are set (EnsureThreadCache creates it after them,
-// DestroyFrontCaches runs before they are cleared).
-void Drain(int heap, FrontList& list, std::uint32_t keep) {
+// Hands the objects of `cache`'s list `size_class` back to jemalloc until `keep` remain. A
+// front cache exists only while the thread's flags for its heap are set (EnsureThreadCache
+// creates it after them, DestroyFrontCaches runs before they are cleared).
+void Drain(int heap, FrontCache& cache, unsigned size_class, std::uint32_t keep) {
   const int flags = arena_internal::thread_flags[heap];
+  FrontList& list = cache.lists[size_class];
+  const std::size_t bytes = arena_internal::front_class_bytes[size_class];
   while (list.count > keep) {
     void* p = list.head;
     list.head = *static_cast<void**>(p);
     --list.count;
-    dallocx(p, flags);
+    if (size_class > kClassOf4K) cache.medium_bytes -= bytes;
+    sdallocx(p, bytes, flags);  // the class's size: jemalloc skips its own size lookup
   }
 }
 
@@ -94,27 +132,31 @@ void InitFrontCacheClasses() {
   std::call_once(once, BuildClassTables);
 }
 
+bool FrontCacheEnabled() noexcept { return g_front_enabled; }
+
 void CreateFrontCache(int heap) noexcept {
   if (!g_front_enabled || arena_internal::front_caches[heap] != nullptr) return;
   // From the heap itself: the cache is memory this (thread, heap) pair causes, so it lives
   // on the heap's node and is charged with it, like any object of the heap. Past jemalloc's
   // thread cache, which would fill a bin with more objects of its size just for this one.
-  void* memory = mallocx(sizeof(FrontCache), UncachedFlags(heap));
+  void* memory = mallocx(kFrontCacheAllocation, UncachedFlags(heap));
   if (memory == nullptr) return;  // no front cache: jemalloc's thread cache still serves
   auto* cache = new (memory) FrontCache();
   if (Heap* owner = HeapById(heap)) owner->front_caches.fetch_add(1, std::memory_order_relaxed);
   for (int i = 0; i < kFrontClasses; ++i) {
     cache->lists[i] = FrontList{nullptr, 0, g_class_limit[i]};
   }
+  cache->medium_bytes = 0;
+  cache->medium_limit = kMediumCacheBytes;
   arena_internal::front_caches[heap] = cache;
 }
 
-std::size_t FrontCacheBytes() noexcept { return nallocx(sizeof(FrontCache), 0); }
+std::size_t FrontCacheBytes() noexcept { return nallocx(kFrontCacheAllocation, 0); }
 
 void FlushFrontCache(int heap) noexcept {
   FrontCache* cache = arena_internal::front_caches[heap];
   if (cache == nullptr) return;
-  for (FrontList& list : cache->lists) Drain(heap, list, 0);
+  for (unsigned c = 0; c < static_cast<unsigned>(kFrontClasses); ++c) Drain(heap, *cache, c, 0);
 }
 
 void DestroyFrontCaches() noexcept {
@@ -131,13 +173,24 @@ void DestroyFrontCaches() noexcept {
 
 namespace arena_internal {
 
-void FrontOverflow(int heap, FrontList& list, void* p) noexcept {
-  if (list.limit == 0) {  // the uncached list
-    dallocx(p, thread_flags[heap]);
+void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) noexcept {
+  FrontList& list = cache->lists[size_class];
+  if (list.limit == 0) {  // not cached
+    sdallocx(p, front_class_bytes[size_class], thread_flags[heap]);
     return;
   }
-  Drain(heap, list, list.limit / 2);
-  FrontPush(heap, list, p);  // room now: no second overflow
+  if (list.count >= list.limit) Drain(heap, *cache, size_class, list.limit / 2);
+  if (size_class > kClassOf4K) {
+    const std::size_t bytes = front_class_bytes[size_class];
+    // Still over the medium bound: the largest lists go first (they free the most bytes
+    // per call), this list last.
+    for (unsigned c = kFrontClasses - 1;
+         c > kClassOf4K && cache->medium_bytes + bytes > cache->medium_limit; --c) {
+      if (c != size_class) Drain(heap, *cache, c, 0);
+    }
+    if (cache->medium_bytes + bytes > cache->medium_limit) Drain(heap, *cache, size_class, 0);
+  }
+  FrontPush(heap, cache, size_class, p);  // room now: no second overflow
 }
 
 }  // namespace arena_internal

@@ -9,6 +9,10 @@ namespace numarena {
 // CreateFrontCache (CreateHeap does); later calls do nothing.
 void InitFrontCacheClasses();
 
+// True once the class tables are built and match jemalloc's classes: only then do the front
+// caches, the class map and the large cache run.
+bool FrontCacheEnabled() noexcept;
+
 // Gives the calling thread a front cache for `heap`, allocated from the heap (so on its node
 // and charged): nothing when it has one, when the class tables could not be built, or when
 // the heap has no memory. Call after the thread's flags for the heap are set.

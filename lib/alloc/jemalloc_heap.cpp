@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "alloc/checked.hpp"
 #include "alloc/front_cache.hpp"
+#include "alloc/large_cache.hpp"
 #include "os/fork.hpp"
 
 // jemalloc's start-up options, unless the program sets its own malloc_conf (ours is weak, so
@@ -365,9 +366,11 @@ std::size_t PurgeDirtyOnNode(int node) noexcept {
     Heap* heap = g_heaps[id].load(std::memory_order_acquire);
     if (heap == nullptr || !heap->pages->places_on(node)) continue;
     before += heap->pages->committed_bytes();
-    // This thread's cached objects, so their pages can go too (other threads' caches hold
-    // at most a few KiB per size class).
+    // This thread's cached objects and the heap's large cache, so their pages can go too
+    // (other threads' front caches hold at most 32 KiB per small class and 4 MiB of
+    // medium objects).
     FlushFrontCache(id);
+    LargeCacheFlush(id);
     if (int tcache = arena_internal::TcacheIdOf(ThreadFlags(id)); tcache >= 0) {
       unsigned tcache_id = static_cast<unsigned>(tcache);
       mallctl("tcache.flush", nullptr, nullptr, &tcache_id, sizeof tcache_id);

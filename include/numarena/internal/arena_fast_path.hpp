@@ -50,47 +50,107 @@ inline int HeapOf(const void* p) {
 void DeallocateSlow(void* p) noexcept;
 void DeallocateSizedSlow(void* p, std::size_t size, std::size_t alignment) noexcept;
 
+// ---- size classes and the class map (lib/alloc/class_map.cpp) ----
+// numarena numbers jemalloc's size classes itself: 0.. for the classes up to 4 KiB, in
+// order (read from nallocx once; jemalloc's usual build has 29 of them, 8 B to 4 KiB), then
+// four classes per doubling above 4 KiB (2^k + i * 2^(k-2), i = 1..4), which is jemalloc's
+// spacing there. front_cache.cpp checks every class up to kFrontMaxCached against nallocx
+// before it turns the caches on.
+inline constexpr std::size_t kFrontMaxSize = 4096;   // the last table-mapped class
+inline constexpr unsigned kClassOf4K = 28;           // its number
+// The largest class the front cache holds, 1.75 MiB: the last below kLargeAlignThreshold.
+inline constexpr std::size_t kFrontMaxCached = std::size_t{1792} << 10;
+inline constexpr int kFrontClasses = 64;             // classes up to kFrontMaxCached: 0..63
+// Class of a request of n bytes (1 <= n <= kFrontMaxSize): front_class_of_request[(n + 7) / 8].
+// Filled once, before the first front cache exists.
+extern std::uint8_t front_class_of_request[kFrontMaxSize / 8 + 1];
+// Class of an object whose usable size is u (u <= kFrontMaxSize): front_class_of_usable[u / 8].
+extern std::uint8_t front_class_of_usable[kFrontMaxSize / 8 + 1];
+// Bytes of each cached class (its usable size).
+extern std::uint32_t front_class_bytes[kFrontClasses];
+
+// The class of n > kFrontMaxSize bytes (n <= 2^62): 4 classes per doubling.
+inline unsigned MediumClassOf(std::size_t n) noexcept {
+  const std::size_t x = n - 1;
+  const unsigned lg = 63u - static_cast<unsigned>(__builtin_clzll(x));  // 2^lg <= x
+  return kClassOf4K + 4 * (lg - 12) + static_cast<unsigned>(x >> (lg - 2)) - 3;
+}
+inline unsigned ClassOfRequest(std::size_t n) noexcept {
+  return n <= kFrontMaxSize ? front_class_of_request[(n + 7) >> 3] : MediumClassOf(n);
+}
+
+// The class map: for every 4 KiB chunk of a granule in which a live numarena object starts,
+// 1 + the object's class (0: not recorded). One byte per chunk, one table per granule, made
+// when the granule's first object is recorded. See lib/alloc/class_map.cpp for why a chunk
+// never holds the starts of two objects of different classes.
+inline constexpr unsigned kChunkShift = 12;
+inline constexpr std::size_t kChunksPerGranule = std::size_t{1} << (kGranuleShift - kChunkShift);
+extern std::atomic<std::atomic<std::uint8_t>*> class_tables[kGranuleCount];
+// Makes the granule's table, then records (cold; a no-op when the table cannot be made).
+void RecordClassSlow(const void* p, unsigned size_class) noexcept;
+inline void RecordClass(const void* p, unsigned size_class) noexcept {
+  const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p);
+  if (std::atomic<std::uint8_t>* table =
+          class_tables[a >> kGranuleShift].load(std::memory_order_relaxed)) {
+    table[(a >> kChunkShift) & (kChunksPerGranule - 1)].store(
+        static_cast<std::uint8_t>(size_class + 1), std::memory_order_relaxed);
+    return;
+  }
+  RecordClassSlow(p, size_class);
+}
+// 1 + the class of the live object at p (whose granule is numarena's), or 0 when unknown.
+inline unsigned RecordedClassPlusOne(const void* p) noexcept {
+  const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p);
+  std::atomic<std::uint8_t>* table = class_tables[a >> kGranuleShift].load(std::memory_order_relaxed);
+  if (table == nullptr) return 0;
+  return table[(a >> kChunkShift) & (kChunksPerGranule - 1)].load(std::memory_order_relaxed);
+}
+
 // ---- the front cache (filled by lib/alloc/front_cache.cpp) ----
-// Objects of up to kFrontMaxSize bytes, grouped by jemalloc size class, one LIFO list per
-// class threaded through the objects' first word. A list belongs to one (thread, heap), so an
-// object only ever returns to the heap, and node, it came from.
-inline constexpr std::size_t kFrontMaxSize = 4096;
-inline constexpr int kFrontClasses = 32;
-// The list that never holds anything: sizes the class tables could not map (a jemalloc built
-// with other size classes) land here; its limit is 0, so pushes go straight back to jemalloc.
-inline constexpr int kFrontUncached = kFrontClasses - 1;
+// Objects of up to kFrontMaxCached (1.75 MiB), one LIFO list per class threaded through the
+// objects' first word. A list belongs to one (thread, heap), so an object only ever returns
+// to the heap, and node, it came from. The classes above 4 KiB ("medium") also share a byte
+// bound per cache (kMediumCacheBytes in front_cache.cpp).
 struct FrontList {
   void* head;
   std::uint32_t count;
-  std::uint32_t limit;
+  std::uint32_t limit;  // 0: the class is not cached
 };
 struct FrontCache {
   FrontList lists[kFrontClasses];
+  std::size_t medium_bytes;  // bytes in the medium lists
+  std::size_t medium_limit;  // their bound
 };
 // This thread's front cache per heap; nullptr until the thread's first slow-path call.
 extern thread_local constinit FrontCache* front_caches[kMaxHeaps];
-// List of a request of n bytes (1 <= n <= kFrontMaxSize): front_class_of_request[(n + 7) / 8].
-// Filled once, before the first front cache exists.
-extern std::uint8_t front_class_of_request[kFrontMaxSize / 8 + 1];
-// List of an object whose usable size is u (u <= kFrontMaxSize): front_class_of_usable[u / 8].
-extern std::uint8_t front_class_of_usable[kFrontMaxSize / 8 + 1];
 
-inline void* FrontPop(FrontCache* cache, std::size_t size) noexcept {
-  FrontList& list = cache->lists[front_class_of_request[(size + 7) >> 3]];
+inline void* FrontPop(FrontCache* cache, unsigned size_class) noexcept {
+  FrontList& list = cache->lists[size_class];
   void* p = list.head;
   if (p != nullptr) {
     list.head = *static_cast<void**>(p);
     --list.count;
+    if (size_class > kClassOf4K) cache->medium_bytes -= front_class_bytes[size_class];
   }
   return p;
 }
 
-// The list is full: hands half of it back to jemalloc, then keeps `p`. Cold.
-void FrontOverflow(int heap, FrontList& list, void* p) noexcept;
+// The list (or the medium bound) is full: hands part of the cache back to jemalloc, then
+// keeps `p`. Cold.
+void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) noexcept;
 
-inline void FrontPush(int heap, FrontList& list, void* p) noexcept {
-  if (list.count >= list.limit) [[unlikely]] {
-    FrontOverflow(heap, list, p);
+inline void FrontPush(int heap, FrontCache* cache, unsigned size_class, void* p) noexcept {
+  FrontList& list = cache->lists[size_class];
+  if (size_class > kClassOf4K) {
+    const std::size_t bytes = front_class_bytes[size_class];
+    if (list.count >= list.limit || cache->medium_bytes + bytes > cache->medium_limit)
+        [[unlikely]] {
+      FrontOverflow(heap, cache, size_class, p);
+      return;
+    }
+    cache->medium_bytes += bytes;
+  } else if (list.count >= list.limit) [[unlikely]] {
+    FrontOverflow(heap, cache, size_class, p);
     return;
   }
   *static_cast<void**>(p) = list.head;
@@ -98,18 +158,22 @@ inline void FrontPush(int heap, FrontList& list, void* p) noexcept {
   ++list.count;
 }
 
-// `size` bytes (1 <= size < kLargeAlignThreshold, default alignment) from this thread's caches
+// `size` bytes (1 <= size <= kFrontMaxCached, default alignment) from this thread's caches
 // for `heap`: its front cache, else jemalloc with the thread's flags. nullptr when the thread
 // has no flags for the heap yet or jemalloc failed (its hooks recorded why).
 inline void* AllocateFromThreadCaches(int heap, std::size_t size) noexcept {
-  if (size <= kFrontMaxSize) {
-    if (FrontCache* cache = front_caches[heap]) {
-      if (void* p = FrontPop(cache, size)) return p;
-    }
-  }
-  const int flags = thread_flags[heap];
-  return flags != 0 ? mallocx(size, flags) : nullptr;
+  FrontCache* cache = front_caches[heap];
+  if (cache == nullptr) return nullptr;  // no cache yet: the slow path makes one
+  const unsigned size_class = ClassOfRequest(size);
+  if (void* p = FrontPop(cache, size_class)) return p;
+  void* p = mallocx(size, thread_flags[heap]);
+  if (p != nullptr) RecordClass(p, size_class);
+  return p;
 }
+
+// A free that the front cache does not take: a class of 2 MiB or more (the heap's large
+// cache, lib/alloc/large_cache.hpp) or an unrecorded one. Cold.
+void DeallocateUncached(int heap, void* p, unsigned class_plus_one) noexcept;
 }  // namespace arena_internal
 
 }  // namespace numarena

@@ -1,0 +1,117 @@
+// The large cache: recently freed extents of 2 MiB to 256 MiB, kept per heap for reuse.
+//
+// A tensor, a request buffer or a growing vector of 2 MiB or more is freed and allocated again
+// at the same size, often on another thread. jemalloc serves every such call under its arena
+// lock and its extent bookkeeping (the 2 MiB pair took several times glibc's time,
+// bench/RESULTS.md). The large cache keeps the freed object as it is, still live for jemalloc,
+// in a slot of its heap: the next allocation of the same class from the same heap takes it
+// back with one atomic exchange. The heap is the unit of placement, so an extent only ever
+// returns to the heap, and node, it came from, whichever thread frees or allocates it.
+//
+// Bounded: at most kSlots objects per class and kCacheBytes (256 MiB) per heap. Everything in
+// it stays committed and charged to the capacity gate, like any live object, and counts as
+// allocated in ArenaStats; Arena::purge() and the purge that precedes a refusal for lack of
+// room (PurgeDirtyOnNode) flush it to jemalloc first, so that its pages can be returned.
+//
+// Lock-free (slots are atomic pointers, the byte count an atomic), so a fork() child finds
+// it consistent whatever its parent's threads were doing; a put interrupted between reserving
+// bytes and filling a slot leaves the child's byte count that much too high, which only makes
+// its cache hold less.
+#include "alloc/large_cache.hpp"
+
+#include <jemalloc/jemalloc.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "numarena/internal/arena_fast_path.hpp"
+
+namespace numarena {
+namespace {
+
+constexpr int kSlots = 4;
+constexpr std::size_t kCacheBytes = std::size_t{256} << 20;
+constexpr unsigned kClasses = kLargeClassEnd - kFirstLargeClass;
+
+struct LargeCache {
+  std::atomic<void*> slots[kClasses][kSlots];
+  std::atomic<std::size_t> bytes;
+};
+
+// Zero-initialized, so untouched (and not resident) for heaps that never free a large object.
+LargeCache g_caches[arena_internal::kMaxHeaps];
+
+// Bytes of class c >= kFirstLargeClass (classes above 4 KiB: 2^k + i * 2^(k-2)).
+std::size_t ClassBytes(unsigned c) {
+  const unsigned k = (c - arena_internal::kClassOf4K - 1) / 4 + 12;
+  const unsigned i = (c - arena_internal::kClassOf4K - 1) % 4 + 1;
+  return (std::size_t{1} << k) + i * (std::size_t{1} << (k - 2));
+}
+
+static_assert(kFirstLargeClass == arena_internal::kFrontClasses);
+
+}  // namespace
+
+bool LargeCachePut(int heap, unsigned size_class, void* p) noexcept {
+  if (heap < 0 || heap >= arena_internal::kMaxHeaps) return false;
+  if (size_class < kFirstLargeClass || size_class >= kLargeClassEnd) return false;
+  if ((reinterpret_cast<std::uintptr_t>(p) & (arena_internal::kLargeAlignThreshold - 1)) != 0) {
+    return false;  // allocate promises 2 MiB alignment to whoever takes it next
+  }
+  LargeCache& cache = g_caches[heap];
+  const std::size_t bytes = ClassBytes(size_class);
+  // bytes <= 256 MiB and the count never exceeds kCacheBytes + one class: no overflow.
+  if (cache.bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes > kCacheBytes) {
+    cache.bytes.fetch_sub(bytes, std::memory_order_relaxed);
+    return false;
+  }
+  for (std::atomic<void*>& slot : cache.slots[size_class - kFirstLargeClass]) {
+    void* expected = nullptr;
+    if (slot.load(std::memory_order_relaxed) == nullptr &&
+        slot.compare_exchange_strong(expected, p, std::memory_order_release,
+                                     std::memory_order_relaxed)) {
+      return true;
+    }
+  }
+  cache.bytes.fetch_sub(bytes, std::memory_order_relaxed);
+  return false;
+}
+
+void* LargeCacheTake(int heap, unsigned size_class) noexcept {
+  if (heap < 0 || heap >= arena_internal::kMaxHeaps) return nullptr;
+  if (size_class < kFirstLargeClass || size_class >= kLargeClassEnd) return nullptr;
+  LargeCache& cache = g_caches[heap];
+  for (std::atomic<void*>& slot : cache.slots[size_class - kFirstLargeClass]) {
+    if (slot.load(std::memory_order_relaxed) == nullptr) continue;
+    if (void* p = slot.exchange(nullptr, std::memory_order_acquire)) {
+      cache.bytes.fetch_sub(ClassBytes(size_class), std::memory_order_relaxed);
+      return p;
+    }
+  }
+  return nullptr;
+}
+
+std::size_t LargeCacheFlush(int heap) noexcept {
+  if (heap < 0 || heap >= arena_internal::kMaxHeaps) return 0;
+  LargeCache& cache = g_caches[heap];
+  std::size_t freed = 0;
+  for (unsigned c = 0; c < kClasses; ++c) {
+    for (std::atomic<void*>& slot : cache.slots[c]) {
+      if (slot.load(std::memory_order_relaxed) == nullptr) continue;
+      if (void* p = slot.exchange(nullptr, std::memory_order_acquire)) {
+        const std::size_t bytes = ClassBytes(c + kFirstLargeClass);
+        cache.bytes.fetch_sub(bytes, std::memory_order_relaxed);
+        dallocx(p, MALLOCX_TCACHE_NONE);  // jemalloc frees to the arena that owns p
+        freed += bytes;
+      }
+    }
+  }
+  return freed;
+}
+
+std::size_t LargeCacheBytes(int heap) noexcept {
+  if (heap < 0 || heap >= arena_internal::kMaxHeaps) return 0;
+  return g_caches[heap].bytes.load(std::memory_order_relaxed);
+}
+
+}  // namespace numarena

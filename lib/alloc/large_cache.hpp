@@ -1,0 +1,28 @@
+// The large cache: per heap, extents of 2 MiB and more that were freed recently, handed out
+// again without a call into jemalloc (see large_cache.cpp).
+#pragma once
+
+#include <cstddef>
+
+namespace numarena {
+
+// The numbers of the classes the cache holds: kFirstLargeClass (2 MiB) up to 256 MiB.
+inline constexpr unsigned kFirstLargeClass = 64;
+inline constexpr unsigned kLargeClassEnd = 93;  // one past the class of 256 MiB
+
+// Keeps `p` (a live object of `heap` whose class is `size_class`, 2 MiB aligned) for reuse.
+// False when it does not fit (the class is not cached, its slots are taken, or the heap's
+// byte bound is reached): the caller frees it to jemalloc.
+bool LargeCachePut(int heap, unsigned size_class, void* p) noexcept;
+
+// An object of `size_class` from `heap`'s cache, or nullptr.
+void* LargeCacheTake(int heap, unsigned size_class) noexcept;
+
+// Frees every object in `heap`'s cache to jemalloc (so its pages can be purged); returns the
+// bytes freed.
+std::size_t LargeCacheFlush(int heap) noexcept;
+
+// Bytes in `heap`'s cache now.
+std::size_t LargeCacheBytes(int heap) noexcept;
+
+}  // namespace numarena
