@@ -7,9 +7,9 @@
     driver_test.py run TOOLS_LLAMA_DIR NUMARENA_CLI
         the tiny model under `numarena run --membind 0`: the driver's JSON is complete and sane.
     driver_test.py quota TOOLS_LLAMA_DIR NUMARENA_CLI
-        a 45 MiB model under `numarena run --budget quota:40M` fails to load with llama.cpp's
+        a 271 MiB model under `numarena run --budget quota:160M` fails to load with llama.cpp's
         own "failed to allocate" error and the driver's {"ok": false}, not a crash; under
-        quota:512M it loads. So the weights (mmap off) are numarena's allocations.
+        quota:768M it loads. So the weights (mmap off) are numarena's allocations.
 """
 
 import json
@@ -89,19 +89,23 @@ def main():
                          extra=["--prompt-tokens", "32", "--tokens", "32"])
             check_run(r, 32, 32)
         elif mode == "quota" and len(sys.argv) == 4:
-            small = os.path.join(tmp, "small.gguf")
-            make_model(tools, small, "--size", "small")
+            # The medium model (271 MiB of weights) against a 160 MiB quota: the weights are
+            # the allocation that does not fit, with room to spare for node, V8 and numarena's
+            # caches before them (a quota just under a small model's weights was sometimes
+            # reached first by a small allocation that ggml aborts on).
+            model = os.path.join(tmp, "medium.gguf")
+            make_model(tools, model, "--size", "medium")
             cli = sys.argv[3]
-            p, r = drive(tools, small, expect_ok=False,
-                         prefix=[cli, "run", "--membind", "0", "--budget", "quota:40M", "--"],
+            p, r = drive(tools, model, expect_ok=False,
+                         prefix=[cli, "run", "--membind", "0", "--budget", "quota:160M", "--"],
                          extra=["--prompt-tokens", "8", "--tokens", "4"])
             if p.returncode != 2 or r.get("ok") is not False:
-                fail("a 45 MiB model under quota:40M: status %d, %r; expected the driver's "
+                fail("a 271 MiB model under quota:160M: status %d, %r; expected the driver's "
                      "error (status 2)" % (p.returncode, r))
             if "failed to allocate" not in p.stderr:
                 fail("llama.cpp did not report the refused allocation on stderr")
-            _, r = drive(tools, small, prefix=[cli, "run", "--membind", "0", "--budget",
-                                               "quota:512M", "--"],
+            _, r = drive(tools, model, prefix=[cli, "run", "--membind", "0", "--budget",
+                                               "quota:768M", "--"],
                          extra=["--prompt-tokens", "8", "--tokens", "4"])
             check_run(r, 8, 4)
         else:
