@@ -24,6 +24,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   curl bzip2 xz-utils python3    # libnumarena.so's jemalloc (cmake/jemalloc/build.sh), its tests
   libnuma-dev libjemalloc-dev libabsl-dev catch2 libbenchmark-dev
+  libcli11-dev                   # the `numarena` tool's argument parser (header-only)
   libmimalloc-dev libmemkind-dev
   libgoogle-perftools-dev        # tcmalloc, a benchmark peer (bench/peers_tcmalloc_bench)
   qemu-system-x86 busybox-static cpio

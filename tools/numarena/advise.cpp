@@ -8,24 +8,26 @@
 // --json: {"schema": "numarena.advise/1", "target": str, "memory_node": int,
 //          "cpu_node": int, "cpus": [int], "numactl": str, "taskset": str, "docker": str,
 //          "kubernetes": str, "code": str, "notes": [str]}
+#include <CLI/CLI.hpp>
 #include <charconv>
+#include <memory>
 #include <iostream>
 
 #include "command.hpp"
 #include "numarena/format.hpp"
 #include "numarena/ops/advise.hpp"
 #include "numarena/ops/json.hpp"
-#include "ops_args.hpp"
+#include "cli_options.hpp"
 #include "ops_format.hpp"
 
 namespace numarena::cli {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: numarena advise (--gpu BUS_ID | --nic BUS_ID | --node N) [--json]\n"
-    "                       [--sysfs-root DIR] [--procfs-root DIR]\n"
-    "  Prints how to run a server next to the device or node: numactl, taskset,\n"
-    "  docker run, a Kubernetes pod spec and the numarena code.\n";
+struct AdviseOptions {
+  std::string gpu, nic, node;
+  bool json = false;
+  MachineRoots roots;
+};
 
 std::string Indent(const std::string& text) {
   std::string out;
@@ -55,23 +57,13 @@ std::string FormatAdvice(const Advice& a) {
   return out;
 }
 
-int RunAdviseCommand(std::span<const std::string> argv) {
-  OpsArgs args({"--json"}, {"--gpu", "--nic", "--node"});
-  if (Status s = args.Parse("advise", argv); !s.ok()) {
-    return Fail("advise", std::string(s.message()));
-  }
-  if (args.has("--help")) {
-    std::cout << kUsage;
-    return 0;
-  }
-  if (!args.positional().empty()) {
-    return Fail("advise", absl::StrCat("unexpected argument '", args.positional()[0],
-                                       "' (numarena advise --help lists the options)"));
-  }
+namespace {
+
+int RunAdviseCommand(const AdviseOptions& args) {
   AdviseRequest request;
-  request.gpu_bus_id = args.value("--gpu");
-  request.nic_bus_id = args.value("--nic");
-  if (auto node = args.value("--node")) {
+  if (!args.gpu.empty()) request.gpu_bus_id = args.gpu;
+  if (!args.nic.empty()) request.nic_bus_id = args.nic;
+  if (const std::string* node = args.node.empty() ? nullptr : &args.node) {
     int value = -1;
     auto [end, ec] = std::from_chars(node->data(), node->data() + node->size(), value);
     if (ec != std::errc() || end != node->data() + node->size() || value < 0) {
@@ -79,12 +71,12 @@ int RunAdviseCommand(std::span<const std::string> argv) {
     }
     request.node = value;
   }
-  auto reader = args.reader();
+  auto reader = args.roots.reader();
   auto topology = Topology::discover(*reader);
   if (!topology.ok()) return Fail("advise", std::string(topology.status().message()));
   auto advice = Advise(*topology, request);
   if (!advice.ok()) return Fail("advise", std::string(advice.status().message()));
-  if (args.has("--json")) {
+  if (args.json) {
     JsonWriter json(std::cout);
     json.BeginObject();
     json.Key("schema").String("numarena.advise/1");
@@ -108,7 +100,23 @@ int RunAdviseCommand(std::span<const std::string> argv) {
   return 0;
 }
 
+CommandRunner SetupAdvise(CLI::App& app) {
+  auto options = std::make_shared<AdviseOptions>();
+  app.footer(
+      "Prints how to run a server next to the device or node: numactl, taskset, docker run, a "
+      "Kubernetes pod spec and the numarena code.");
+  app.add_option("--gpu", options->gpu, "a GPU by PCI address (0000:41:00.0 or 41:00.0)")
+      ->type_name("GPU");
+  app.add_option("--nic", options->nic, "a NIC by PCI address")->type_name("BUS_ID");
+  app.add_option("--node", options->node, "a NUMA node")->type_name("N");
+  app.add_flag("--json", options->json, "one JSON object (schema numarena.advise/1)");
+  options->roots.AddTo(app);
+  return [options] { return RunAdviseCommand(*options); };
+}
+
+}  // namespace
+
 NUMARENA_COMMAND(advise, "how to run a server next to a GPU, NIC or node (numactl, docker, k8s)",
-                 RunAdviseCommand);
+                 SetupAdvise);
 
 }  // namespace numarena::cli
