@@ -31,6 +31,7 @@ PACKAGES=(
   clang libclang-rt-14-dev
   python3-matplotlib
   python3-numpy                  # the Python module's tests (tests/python/)
+  python3-yaml                   # parses `numarena advise --for k8s` (tests/cli/cli_advise_for_test)
 )
 
 log() { printf '==> %s\n' "$*" >&2; }

@@ -2,6 +2,7 @@
 // checked on every command it applies to.
 #include <catch2/catch.hpp>
 
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -53,10 +54,9 @@ TEST_CASE("cli: --help and help CMD print the same help on stdout, exit 0, no so
     CHECK(help_command.exit_code == 0);
     CHECK(help_command.out == help.out);
     // An installed user has no source tree: the help must not send them into it.
-    for (const char* path : {"tools/", "include/", "lib/", ".cpp", ".hpp"}) {
-      INFO(path);
-      CHECK(help.out.find(path) == std::string::npos);
-    }
+    // (llama.cpp, a server `advise --for` knows, is not a source file.)
+    const std::string text = std::regex_replace(help.out, std::regex(R"(llama\.cpp)"), "llama");
+    CHECK_FALSE(std::regex_search(text, std::regex(R"((tools|include|lib|tests)/|\w\.[ch]pp\b)")));
   }
   CliRun top = RunCli("--help");
   CHECK(top.exit_code == 0);

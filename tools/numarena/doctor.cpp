@@ -144,8 +144,10 @@ CommandRunner SetupDoctor(CLI::App& app) {
   app.add_flag("--check", options->check,
                "health check: exit 0 if all is well, 1 and one line per problem");
   app.add_flag("--json", options->json, "one JSON object (schema numarena.doctor/1)");
-  app.add_option("--gpu", options->gpu, "the GPU the process serves: a PCI address (0000:41:00.0 "
-                                        "or 41:00.0)")
+  app.add_option("--gpu", options->gpu,
+                 "the GPU the process serves: its PCI address (0000:41:00.0 or 41:00.0), or its "
+                 "index N or cuda:N counting the GPUs in PCI address order "
+                 "(CUDA_DEVICE_ORDER=PCI_BUS_ID); a device that is not a GPU is refused")
       ->type_name("GPU");
   app.add_option("--pid", options->pid, "the process to judge against --gpu (default: this one)")
       ->type_name("PID");
