@@ -39,7 +39,8 @@ function(numarena_compile_against_nje target)
   add_dependencies(${target} numarena_jemalloc_nje)
   target_include_directories(${target} BEFORE PRIVATE ${NUMARENA_NJE_DIR}/include)
   target_include_directories(${target}
-    PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/lib)
+    PRIVATE ${PROJECT_SOURCE_DIR}/include ${NUMARENA_GENERATED_INCLUDE_DIR}
+            ${PROJECT_SOURCE_DIR}/lib)
   target_compile_definitions(${target} PRIVATE JEMALLOC_MANGLE)
   target_compile_features(${target} PRIVATE cxx_std_20)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-missing-field-initializers)
@@ -64,7 +65,8 @@ add_library(numarena_shared SHARED $<TARGET_OBJECTS:numarena_nje_objects>)
 add_library(numarena::shared ALIAS numarena_shared)
 add_dependencies(numarena_shared numarena_jemalloc_nje)
 target_include_directories(numarena_shared
-  PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>)
+  PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+         $<BUILD_INTERFACE:${NUMARENA_GENERATED_INCLUDE_DIR}> $<INSTALL_INTERFACE:include>)
 target_link_libraries(numarena_shared PRIVATE ${NUMARENA_NJE_LINK_LIBRARIES})
 set(NUMARENA_SHARED_MAP ${PROJECT_SOURCE_DIR}/cmake/numarena.map)
 target_link_options(numarena_shared PRIVATE

@@ -26,12 +26,16 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   curl bzip2 xz-utils python3    # libnumarena.so's jemalloc (cmake/jemalloc/build.sh), its tests
   libnuma-dev libjemalloc-dev libabsl-dev catch2 libbenchmark-dev
+  libcli11-dev                   # the `numarena` tool's argument parser (header-only)
+  libcpp-httplib-dev             # `numarena exporter`'s HTTP server
+  prometheus                     # promtool: the alert rules' tests, `check metrics` on the exporter
   libmimalloc-dev libmemkind-dev
   libgoogle-perftools-dev        # tcmalloc, a benchmark peer (bench/peers_tcmalloc_bench)
   qemu-system-x86 busybox-static cpio
   clang libclang-rt-14-dev
   python3-matplotlib
   python3-numpy                  # the Python module's tests (tests/python/)
+  python3-yaml                   # parses `numarena advise --for k8s` (tests/cli/cli_advise_for_test)
 )
 
 log() { printf '==> %s\n' "$*" >&2; }

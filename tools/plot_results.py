@@ -102,8 +102,12 @@ def bandwidth_tables(doc):
 
 
 def plot_bandwidth(doc, out_dir, title_note=""):
+    """The heatmaps, or None on one node: a 1x1 matrix has nothing to compare (the table
+    still prints its numbers)."""
     rows = doc["rows"]
     cols = doc["memory_nodes"]
+    if len(rows) == 1 and len(cols) == 1:
+        return None
     panels = KERNELS + (["latency"] if doc.get("latency_measured") else [])
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 1, 3.2 + 0.4 * len(rows)))
     if len(panels) == 1:
@@ -125,8 +129,7 @@ def plot_bandwidth(doc, out_dir, title_note=""):
                 ax.text(j, i, fmt.format(value), ha="center", va="center",
                         color="white" if value > 0.6 * top else "black", fontsize=9)
         fig.colorbar(image, ax=ax, shrink=0.8)
-    note = " (one NUMA node: 1x1)" if len(rows) == 1 and len(cols) == 1 else ""
-    fig.suptitle(f"numarena bandwidth matrix {doc['timestamp_utc']}{note}, "
+    fig.suptitle(f"numarena bandwidth matrix {doc['timestamp_utc']}, "
                  f"{doc['buffer_bytes'] / 2**20:.0f} MiB per array{title_note}")
     fig.tight_layout()
     path = os.path.join(out_dir, "bandwidth_matrix.png")
@@ -189,26 +192,45 @@ def peer_table(groups):
     return "\n".join(out) + "\n"
 
 
+# The ratio axis of the peer charts is linear up to this; a larger ratio is drawn to the edge
+# and written as text, so one 2,000x bar does not squeeze the 1-4x range that matters.
+PEER_AXIS_LIMIT = 10.0
+
+
+def peer_order(groups):
+    """Every peer of every panel in one fixed order: numarena's first, then the rest, each
+    alphabetical, so a peer keeps its row from panel to panel."""
+    peers = {p for values in groups.values() for p in values}
+    return sorted(peers, key=lambda p: (not p.startswith("numarena"), p))
+
+
+def clipped(value, limit=PEER_AXIS_LIMIT):
+    """(bar length, label): the bar stops at `limit`; the label keeps the real ratio."""
+    return (min(value, limit), f" {value:.2f}" if value <= limit else f" {value:,.0f}x (off scale)")
+
+
 def plot_peers(groups, out_dir):
     ratios = peer_ratios(groups)
+    order = peer_order(groups)
     paths = []
     for threads in sorted({t for (_, t) in ratios}):
         keys = [k for k in ratios if k[1] == threads]
         fig, axes = plt.subplots(len(keys), 1, figsize=(9, 2.0 + 1.25 * len(keys) * 1.6), squeeze=False)
         for ax, key in zip(axes[:, 0], keys):
             best, r = ratios[key]
-            names = sorted(r, key=r.get)
-            values = [r[n] for n in names]
+            names = [n for n in order if n in r]
+            bars = [clipped(r[n]) for n in names]
             colors = ["#1f77b4" if n.startswith("numarena") else "#999999" for n in names]
-            ax.barh(names, values, color=colors)
-            ax.set_xscale("log")
+            ax.barh(names, [b for b, _ in bars], color=colors)
+            ax.invert_yaxis()  # the fixed order top to bottom: numarena first
+            ax.set_xlim(0, PEER_AXIS_LIMIT * 1.35)
             ax.axvline(1.0, color="black", linewidth=0.8)
             ax.set_title(f"{key[0]}  (threads: {threads}; x slower than the best peer, {best})", fontsize=9)
             ax.tick_params(labelsize=8)
-            for i, v in enumerate(values):
-                ax.text(v, i, f" {v:.2f}", va="center", fontsize=7)
-        fig.suptitle(f"allocator peers, {threads} thread(s): ratio to the best peer (1 = best, log scale; "
-                     "blue = numarena)", fontsize=10)
+            for i, (length, label) in enumerate(bars):
+                ax.text(length, i, label, va="center", fontsize=7)
+        fig.suptitle(f"allocator peers, {threads} thread(s): ratio to the best peer (1 = best, linear "
+                     f"to {PEER_AXIS_LIMIT:.0f}x, larger written as text; blue = numarena)", fontsize=10)
         fig.tight_layout(rect=(0, 0, 1, 0.985))
         path = os.path.join(out_dir, f"peers_threads{threads}.png")
         fig.savefig(path, dpi=100)
@@ -555,7 +577,7 @@ def main(argv):
     if args.command == "bandwidth":
         doc = load(args.file)
         print(bandwidth_tables(doc))
-        print(plot_bandwidth(doc, args.out_dir))
+        print(plot_bandwidth(doc, args.out_dir) or "no heatmap: one NUMA node (1x1)")
     elif args.command == "peers":
         groups, _ = peer_runs(args.files)
         if not groups:
@@ -576,7 +598,7 @@ def main(argv):
         if os.path.exists(bandwidth):
             doc = load(bandwidth)
             sections.append("### Bandwidth and latency matrix\n\n" + bandwidth_tables(doc))
-            print(plot_bandwidth(doc, d, title_note))
+            print(plot_bandwidth(doc, d, title_note) or "no heatmap: one NUMA node (1x1)")
         peers = [os.path.join(d, f) for f in ("peers_bench.json", "peers_glibc_bench.json",
                                               "peers_tcmalloc_bench.json")
                  if os.path.exists(os.path.join(d, f))]

@@ -31,6 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "numarena/version.h" /* NUMARENA_VERSION_STRING and the other version macros */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -61,7 +63,8 @@ const char* numarena_last_error_message(void);
 /* Forgets the calling thread's last error. */
 void numarena_clear_error(void);
 
-/* "0.1.0". */
+/* The library's version, "MAJOR.MINOR.PATCH" (NUMARENA_VERSION_STRING of the headers it was
+ * built with, <numarena/version.h>). */
 const char* numarena_version(void);
 
 /* ---- arenas ---------------------------------------------------------------------------- */

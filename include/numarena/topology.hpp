@@ -105,7 +105,8 @@ struct NodeInfo {
 
 // The PCI devices discovery reports, by 24-bit class code (base class, subclass, prog-if):
 //   kGpu         0x0300xx VGA, 0x0302xx 3D controller, 0x0380xx other display controller
-//                (AMD Instinct accelerators report the latter)
+//                (AMD Instinct accelerators report the latter), 0x1200xx processing
+//                accelerator (e.g. Intel Gaudi)
 //   kNic         0x0200xx Ethernet
 //   kInfiniband  0x0207xx InfiniBand
 // Every other class is ignored.

@@ -127,7 +127,7 @@ void numarena_clear_error(void) {
   last_error.message.clear();
 }
 
-const char* numarena_version(void) { return "0.1.0"; }
+const char* numarena_version(void) { return NUMARENA_VERSION_STRING; }
 
 numarena_arena* numarena_arena_for_node(int node) {
   auto arena = Arena::ForNode(node);

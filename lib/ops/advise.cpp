@@ -99,7 +99,8 @@ StatusOr<Advice> Advise(const Topology& topology, const AdviseRequest& request) 
     advice.target = absl::StrCat("node ", *request.node);
   } else {
     gpu = request.gpu_bus_id.has_value();
-    auto device = ops::FindDevice(topology, gpu ? *request.gpu_bus_id : *request.nic_bus_id);
+    auto device = gpu ? ops::FindGpu(topology, *request.gpu_bus_id)
+                      : ops::FindDevice(topology, *request.nic_bus_id);
     if (!device.ok()) return device.status();
     const PciDevice& d = **device;
     bool is_gpu = d.kind == DeviceKind::kGpu;

@@ -632,7 +632,7 @@ const std::vector<std::string>& ConfigurationNames() {
   return names;
 }
 
-StatusOr<DecodeTable> RunDecodeExperiment(const DecodeOptions& options) {
+StatusOr<DecodeTable> RunDecodeExperiment(const Topology& topology, const DecodeOptions& options) {
   const std::pair<const char*, int> sizes[] = {
       {"sequences", options.sequences},       {"prompt_tokens", options.prompt_tokens},
       {"decode_steps", options.decode_steps}, {"layers", options.layers},
@@ -678,9 +678,7 @@ StatusOr<DecodeTable> RunDecodeExperiment(const DecodeOptions& options) {
       chosen.push_back(&*it);
     }
   }
-  auto topology = Topology::system();
-  if (!topology.ok()) return topology.status();
-  auto plan = MakePlan(**topology, options);
+  auto plan = MakePlan(topology, options);
   if (!plan.ok()) return plan.status();
 
   DecodeTable table;
@@ -769,6 +767,12 @@ std::string RenderDecodeJson(const DecodeTable& t) {
   json.EndObject();
   out += '\n';
   return out;
+}
+
+StatusOr<DecodeTable> RunDecodeExperiment(const DecodeOptions& options) {
+  auto topology = Topology::system();
+  if (!topology.ok()) return topology.status();
+  return RunDecodeExperiment(**topology, options);
 }
 
 }  // namespace numarena::decode

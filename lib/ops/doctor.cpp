@@ -268,7 +268,7 @@ class Audit {
   }
 
   Status CheckProcess(const std::string& gpu_bus_id, const std::string& pid) {
-    auto device = ops::FindDevice(topology_, gpu_bus_id);
+    auto device = ops::FindGpu(topology_, gpu_bus_id);
     if (!device.ok()) return device.status();
     auto stat = StatProcess(reader_, topology_, pid);
     if (!stat.ok()) return stat.status();

@@ -1,7 +1,10 @@
 // Helpers shared by the operations components (see ops_common.hpp).
 #include "ops/ops_common.hpp"
 
+#include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <vector>
 #include <chrono>
 #include <ctime>
 
@@ -28,6 +31,45 @@ StatusOr<const PciDevice*> FindDevice(const Topology& topology, std::string_view
   return absl::NotFoundError(absl::StrCat("no GPU, NIC or InfiniBand device at PCI address '",
                                           wanted, "' (", topology.devices().size(),
                                           " such devices found; `numarena topo` lists them)"));
+}
+
+StatusOr<const PciDevice*> FindGpu(const Topology& topology, std::string_view spec) {
+  std::string_view index_text = spec;
+  if (index_text.substr(0, 5) == "cuda:") index_text.remove_prefix(5);
+  const bool is_index = !index_text.empty() && index_text.size() <= 4 &&
+                        index_text.find_first_not_of("0123456789") == std::string_view::npos;
+  if (is_index) {
+    std::vector<const PciDevice*> gpus;
+    for (const PciDevice& device : topology.devices()) {
+      if (device.kind == DeviceKind::kGpu) gpus.push_back(&device);
+    }
+    std::sort(gpus.begin(), gpus.end(), [](const PciDevice* a, const PciDevice* b) {
+      return Lower(a->bus_id) < Lower(b->bus_id);
+    });
+    std::size_t index = 0;
+    for (char c : index_text) index = index * 10 + static_cast<std::size_t>(c - '0');
+    if (index < gpus.size()) return gpus[index];
+    std::string known;
+    for (std::size_t i = 0; i < gpus.size(); ++i) {
+      absl::StrAppend(&known, i == 0 ? "" : ", ", "cuda:", i, " = ", gpus[i]->bus_id);
+    }
+    return absl::NotFoundError(absl::StrCat(
+        "no GPU of index ", index, ": ", gpus.size(), " GPU", gpus.size() == 1 ? "" : "s",
+        " found", gpus.empty() ? "" : absl::StrCat(" (", known, ")"),
+        "; indexes count GPUs in PCI address order, as CUDA_DEVICE_ORDER=PCI_BUS_ID does"));
+  }
+  auto device = FindDevice(topology, spec);
+  if (!device.ok()) return device.status();
+  if ((*device)->kind != DeviceKind::kGpu) {
+    char class_text[16];
+    std::snprintf(class_text, sizeof class_text, "0x%06x", (*device)->class_code);
+    return absl::InvalidArgumentError(absl::StrCat(
+        (*device)->bus_id, " is ", (*device)->kind == DeviceKind::kInfiniband ? "an " : "a ",
+        DeviceKindName((*device)->kind), " (PCI class ", class_text,
+        "), not a GPU: GPUs are display controllers (class 0x03xxxx) or processing "
+        "accelerators (0x12xxxx); `numarena topo` lists the devices"));
+  }
+  return device;
 }
 
 StatusOr<std::optional<std::string>> ReadOptional(const SystemReader& reader,

@@ -22,6 +22,13 @@ namespace numarena::ops {
 [[nodiscard]] StatusOr<const PciDevice*> FindDevice(const Topology& topology,
                                                     std::string_view bus_id);
 
+// The GPU `spec` names: a PCI address (as FindDevice takes it), an index "N" or "cuda:N".
+// Indexes count the GPUs (display controllers, class 0x03xxxx, and processing accelerators,
+// 0x12xxxx) in PCI address order, which is CUDA's numbering under CUDA_DEVICE_ORDER=PCI_BUS_ID
+// (CUDA's default order is fastest first and may differ). InvalidArgument when the address
+// is a NIC or InfiniBand device (its class in the message), NotFound when no such GPU.
+[[nodiscard]] StatusOr<const PciDevice*> FindGpu(const Topology& topology, std::string_view spec);
+
 // The file's text, nullopt when it does not exist; other errors are returned.
 [[nodiscard]] StatusOr<std::optional<std::string>> ReadOptional(const SystemReader& reader,
                                                                 const std::string& path);

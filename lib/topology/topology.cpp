@@ -224,6 +224,7 @@ std::optional<DeviceKind> DeviceKindOfClass(std::uint32_t class_code) {
     case 0x0300:
     case 0x0302:
     case 0x0380:
+    case 0x1200:  // processing accelerator (e.g. Intel Gaudi): served like a GPU
       return DeviceKind::kGpu;
     case 0x0200:
       return DeviceKind::kNic;

@@ -34,7 +34,7 @@ static int failures = 0;
 static void test_errors_start_clear(void) {
   CHECK(numarena_last_error() == NUMARENA_OK);
   CHECK(strcmp(numarena_last_error_message(), "") == 0);
-  CHECK(strcmp(numarena_version(), "0.1.0") == 0);
+  CHECK(strcmp(numarena_version(), NUMARENA_VERSION_STRING) == 0);
 }
 
 static void test_arenas(void) {

@@ -93,7 +93,7 @@ TEST_CASE("doctor: errors exit 2 with one line on stderr", "[cli][doctor]") {
   auto option = RunCli("doctor --frobnicate");
   CHECK(option.exit_code == 2);
   CHECK(option.err ==
-        "numarena doctor: unknown option '--frobnicate' (numarena doctor --help "
+        "numarena doctor: unknown option '--frobnicate' (numarena help doctor "
         "lists the options)\n");
   auto pid = RunCli("doctor --pid 4242 " + FixtureRoot("ops-good"));
   CHECK(pid.exit_code == 2);

@@ -8,24 +8,27 @@
 // --json: {"schema": "numarena.advise/1", "target": str, "memory_node": int,
 //          "cpu_node": int, "cpus": [int], "numactl": str, "taskset": str, "docker": str,
 //          "kubernetes": str, "code": str, "notes": [str]}
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <charconv>
+#include <memory>
 #include <iostream>
 
 #include "command.hpp"
 #include "numarena/format.hpp"
 #include "numarena/ops/advise.hpp"
 #include "numarena/ops/json.hpp"
-#include "ops_args.hpp"
+#include "cli_options.hpp"
 #include "ops_format.hpp"
 
 namespace numarena::cli {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: numarena advise (--gpu BUS_ID | --nic BUS_ID | --node N) [--json]\n"
-    "                       [--sysfs-root DIR] [--procfs-root DIR]\n"
-    "  Prints how to run a server next to the device or node: numactl, taskset,\n"
-    "  docker run, a Kubernetes pod spec and the numarena code.\n";
+struct AdviseOptions {
+  std::string gpu, nic, node, target;
+  bool json = false;
+  MachineRoots roots;
+};
 
 std::string Indent(const std::string& text) {
   std::string out;
@@ -55,23 +58,96 @@ std::string FormatAdvice(const Advice& a) {
   return out;
 }
 
-int RunAdviseCommand(std::span<const std::string> argv) {
-  OpsArgs args({"--json"}, {"--gpu", "--nic", "--node"});
-  if (Status s = args.Parse("advise", argv); !s.ok()) {
-    return Fail("advise", std::string(s.message()));
+namespace {
+
+constexpr const char* kTargets = "vllm, sglang, llama.cpp, torchrun, systemd, k8s";
+
+// The GPU's index among the machine's GPUs in PCI address order (CUDA's numbering under
+// CUDA_DEVICE_ORDER=PCI_BUS_ID), or -1 when the advice is not for a GPU.
+int GpuIndex(const Topology& topology, const Advice& advice) {
+  if (advice.target.rfind("GPU ", 0) != 0) return -1;
+  const std::string bus_id = advice.target.substr(4);
+  std::vector<std::string> gpus;
+  for (const PciDevice& d : topology.devices()) {
+    if (d.kind == DeviceKind::kGpu) gpus.push_back(d.bus_id);
   }
-  if (args.has("--help")) {
-    std::cout << kUsage;
-    return 0;
+  std::sort(gpus.begin(), gpus.end());
+  auto it = std::find(gpus.begin(), gpus.end(), bus_id);
+  return it == gpus.end() ? -1 : static_cast<int>(it - gpus.begin());
+}
+
+// What `advise --for TARGET` prints: the server's own flags and files for the advice's nodes
+// and CPUs. Shell for the launchers (bash -n accepts it), a systemd drop-in (INI), a
+// Kubernetes Pod (YAML). nullopt for an unknown target.
+std::optional<std::string> RenderFor(const std::string& target, const Topology& topology,
+                                     const Advice& a) {
+  const std::string cpus = FormatIdList(a.cpus);
+  const int m = a.memory_node;
+  const int c = a.cpu_node;
+  const int gpu = GpuIndex(topology, a);
+  const std::string numactl = absl::StrCat("numactl --cpunodebind=", c, " --membind=", m);
+  std::string head = absl::StrCat("# ", a.target, ": memory on node ", m, ", CPUs ", cpus,
+                                  " (node ", c, ")\n");
+  std::string gpu_env;
+  if (gpu >= 0) {
+    absl::StrAppend(&head, "# GPU index ", gpu,
+                    " counts the GPUs in PCI address order (CUDA_DEVICE_ORDER=PCI_BUS_ID)\n");
+    gpu_env = absl::StrCat("export CUDA_DEVICE_ORDER=PCI_BUS_ID\nexport CUDA_VISIBLE_DEVICES=",
+                           gpu, "\n");
   }
-  if (!args.positional().empty()) {
-    return Fail("advise", absl::StrCat("unexpected argument '", args.positional()[0],
-                                       "' (numarena advise --help lists the options)"));
+  if (target == "vllm") {
+    return absl::StrCat(
+        head, gpu_env,
+        "# vLLM binds its worker to the node itself (--numa-bind, one node per GPU worker)\n",
+        "vllm serve \"$MODEL\" --numa-bind --numa-bind-nodes ", m, "\n",
+        "# vLLM's CPU backend instead: its OpenMP threads on the node's CPUs, memory on the node\n",
+        "# VLLM_CPU_OMP_THREADS_BIND=", cpus, " ", numactl, " vllm serve \"$MODEL\"\n");
   }
+  if (target == "sglang") {
+    return absl::StrCat(head, gpu_env,
+                        "# the server process and its allocations on the node\n", numactl,
+                        " python3 -m sglang.launch_server --model-path \"$MODEL\"\n");
+  }
+  if (target == "llama.cpp") {
+    return absl::StrCat(
+        head,
+        "# --numa numactl: llama.cpp keeps to the CPU set numactl gives it (one node here);\n"
+        "# --numa distribute spreads threads over all nodes, --numa isolate keeps them on the\n"
+        "# node the program started on\n",
+        numactl, " llama-server -m \"$MODEL\" --numa numactl --threads ", a.cpus.size(), "\n");
+  }
+  if (target == "torchrun") {
+    return absl::StrCat(
+        head, gpu_env,
+        "# torchrun (PyTorch 2.9 and later) binds each worker to the node of the GPU of its\n"
+        "# local rank; with CUDA_VISIBLE_DEVICES above, rank 0 drives this GPU\n",
+        "torchrun --numa-binding=node --nproc_per_node=1 \"$SCRIPT\"\n",
+        "# older torchrun: the launcher under numactl (its workers inherit the binding)\n",
+        "# ", numactl, " torchrun --nproc_per_node=1 \"$SCRIPT\"\n");
+  }
+  if (target == "systemd") {
+    std::string check = "ExecStartPre=" NUMARENA_INSTALL_FULL_BINDIR "/numarena doctor --check";
+    if (gpu >= 0) absl::StrAppend(&check, " --gpu ", a.target.substr(4));
+    return absl::StrCat(
+        "# ", a.target, ": memory on node ", m, ", CPUs ", cpus, " (node ", c, ")\n",
+        "# a drop-in: /etc/systemd/system/<service>.service.d/numa.conf, then\n",
+        "# systemctl daemon-reload && systemctl restart <service>\n", "[Service]\n",
+        "CPUAffinity=", cpus, "\n", "NUMAPolicy=bind\n", "NUMAMask=", m, "\n",
+        gpu >= 0 ? absl::StrCat("Environment=CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=",
+                                gpu, "\n")
+                 : "",
+        "# refuse to start on a machine whose NUMA settings or device nodes are wrong\n", check,
+        "\n");
+  }
+  if (target == "k8s") return a.kubernetes;
+  return std::nullopt;
+}
+
+int RunAdviseCommand(const AdviseOptions& args) {
   AdviseRequest request;
-  request.gpu_bus_id = args.value("--gpu");
-  request.nic_bus_id = args.value("--nic");
-  if (auto node = args.value("--node")) {
+  if (!args.gpu.empty()) request.gpu_bus_id = args.gpu;
+  if (!args.nic.empty()) request.nic_bus_id = args.nic;
+  if (const std::string* node = args.node.empty() ? nullptr : &args.node) {
     int value = -1;
     auto [end, ec] = std::from_chars(node->data(), node->data() + node->size(), value);
     if (ec != std::errc() || end != node->data() + node->size() || value < 0) {
@@ -79,12 +155,20 @@ int RunAdviseCommand(std::span<const std::string> argv) {
     }
     request.node = value;
   }
-  auto reader = args.reader();
+  auto reader = args.roots.reader();
   auto topology = Topology::discover(*reader);
   if (!topology.ok()) return Fail("advise", std::string(topology.status().message()));
   auto advice = Advise(*topology, request);
   if (!advice.ok()) return Fail("advise", std::string(advice.status().message()));
-  if (args.has("--json")) {
+  if (!args.target.empty()) {
+    auto text = RenderFor(args.target, *topology, *advice);
+    if (!text) {
+      return Fail("advise", absl::StrCat("--for '", args.target, "': use one of ", kTargets));
+    }
+    std::cout << *text;
+    return 0;
+  }
+  if (args.json) {
     JsonWriter json(std::cout);
     json.BeginObject();
     json.Key("schema").String("numarena.advise/1");
@@ -108,7 +192,29 @@ int RunAdviseCommand(std::span<const std::string> argv) {
   return 0;
 }
 
+CommandRunner SetupAdvise(CLI::App& app) {
+  auto options = std::make_shared<AdviseOptions>();
+  app.footer(
+      "Prints how to run a server next to the device or node: numactl, taskset, docker run, a "
+      "Kubernetes pod spec and the numarena code.");
+  app.add_option("--gpu", options->gpu,
+                 "a GPU: its PCI address (0000:41:00.0 or 41:00.0), or its index N or cuda:N "
+                 "counting the GPUs in PCI address order (CUDA_DEVICE_ORDER=PCI_BUS_ID)")
+      ->type_name("GPU");
+  app.add_option("--nic", options->nic, "a NIC by PCI address")->type_name("BUS_ID");
+  app.add_option("--node", options->node, "a NUMA node")->type_name("N");
+  app.add_option("--for", options->target,
+                 "only the flags and files of one server or launcher: vllm, sglang, llama.cpp, "
+                 "torchrun (shell), systemd (a unit drop-in), k8s (a Pod)")
+      ->type_name("TARGET");
+  app.add_flag("--json", options->json, "one JSON object (schema numarena.advise/1)");
+  options->roots.AddTo(app);
+  return [options] { return RunAdviseCommand(*options); };
+}
+
+}  // namespace
+
 NUMARENA_COMMAND(advise, "how to run a server next to a GPU, NIC or node (numactl, docker, k8s)",
-                 RunAdviseCommand);
+                 SetupAdvise);
 
 }  // namespace numarena::cli

@@ -16,67 +16,29 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include <CLI/CLI.hpp>
+
 #include "budget_view.hpp"
+#include "cli_options.hpp"
 #include "command.hpp"
 #include "numarena/ops/json.hpp"
 
 namespace numarena::cli {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: numarena budget [--json] [--sysfs-root DIR] [--procfs-root DIR]\n"
-    "  --json              one JSON object (schema: tools/numarena/budget_view.hpp)\n"
-    "  --sysfs-root DIR    read a recorded sys tree instead of /sys\n"
-    "  --procfs-root DIR   read a recorded proc tree instead of /proc\n"
-    "                      (default with --sysfs-root: DIR/../proc)\n";
-
-int RunBudget(std::span<const std::string> args) {
+struct BudgetOptions {
   bool json = false;
-  std::string sysfs_root = "/sys", procfs_root = "/proc";
-  bool sysfs_given = false, procfs_given = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      return 0;
-    }
-    if (arg == "--json") {
-      json = true;
-      continue;
-    }
-    bool matched = false;
-    for (auto [option, target, given] : {std::tuple{"--sysfs-root", &sysfs_root, &sysfs_given},
-                                         {"--procfs-root", &procfs_root, &procfs_given}}) {
-      const std::string name = option;
-      std::optional<std::string> value;
-      if (arg == name) {
-        if (i + 1 < args.size()) value = args[++i];
-        matched = true;
-      } else if (arg.rfind(name + "=", 0) == 0) {
-        value = arg.substr(name.size() + 1);
-        matched = true;
-      }
-      if (!matched) continue;
-      if (!value || value->empty()) return Fail("budget", absl::StrCat(name, " needs a directory"));
-      *target = *value;
-      *given = true;
-      break;
-    }
-    if (!matched) {
-      return Fail("budget", absl::StrCat("unknown option '", arg,
-                                         "' (numarena budget --help lists the options)"));
-    }
-  }
-  if (sysfs_given && !procfs_given) {
-    procfs_root = (std::filesystem::path(sysfs_root) / ".." / "proc").lexically_normal().string();
-    while (procfs_root.size() > 1 && procfs_root.back() == '/') procfs_root.pop_back();
-  }
-  auto reader = MakeRootedReader(sysfs_root, procfs_root);
+  MachineRoots roots;
+  WatchOptions watch;
+};
+
+int BudgetOnce(const BudgetOptions& options) {
+  auto reader = options.roots.reader();
   auto topology = Topology::discover(*reader);
   if (!topology.ok()) return Fail("budget", std::string(topology.status().message()));
   auto snapshot = SystemBudgetSnapshot(*topology, *reader);
   if (!snapshot.ok()) return Fail("budget", std::string(snapshot.status().message()));
-  if (json) {
+  if (options.json) {
     JsonWriter writer(std::cout);
     WriteBudgetJson(writer, *snapshot);
     std::cout << "\n";
@@ -86,8 +48,20 @@ int RunBudget(std::span<const std::string> args) {
   return 0;
 }
 
+CommandRunner SetupBudget(CLI::App& app) {
+  auto options = std::make_shared<BudgetOptions>();
+  app.add_flag("--json", options->json,
+               "one JSON object (schema numarena.budget/1); with --watch one per line");
+  options->roots.AddTo(app);
+  options->watch.AddTo(app);
+  return [options] {
+    if (Status s = options->watch.Check(); !s.ok()) return Fail("budget", std::string(s.message()));
+    return Watch(options->watch, options->json, [&] { return BudgetOnce(*options); });
+  };
+}
+
 }  // namespace
 
-NUMARENA_COMMAND(budget, "per-node memory budget: capacity, usage and state", RunBudget);
+NUMARENA_COMMAND(budget, "per-node memory budget: capacity, usage and state", SetupBudget);
 
 }  // namespace numarena::cli

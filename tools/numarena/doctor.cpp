@@ -14,32 +14,34 @@
 //    "findings": [{"id", "severity": "info"|"warning"|"critical", "subject", "observed",
 //                  "expected", "explanation", "fix"}],
 //    "passed": [str], "skipped": [str]}
+#include <CLI/CLI.hpp>
 #include <iostream>
+#include <memory>
 #include <sstream>
 
 #include "absl/strings/str_join.h"
 #include "command.hpp"
 #include "numarena/ops/doctor.hpp"
 #include "numarena/ops/json.hpp"
-#include "ops_args.hpp"
+#include "cli_options.hpp"
 #include "ops_format.hpp"
 
 namespace numarena::cli {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: numarena doctor [--check] [--json] [--gpu BUS_ID] [--pid PID]\n"
-    "                       [--sysfs-root DIR] [--procfs-root DIR]\n"
-    "  Audits the NUMA settings of this machine, read-only: kernel.numa_balancing,\n"
-    "  vm.zone_reclaim_mode, transparent hugepages, vm.min_free_kbytes,\n"
-    "  vm.watermark_scale_factor, devices of unknown node, NIC IRQ affinity, and with\n"
-    "  --gpu whether the process runs and allocates on the GPU's node.\n"
-    "  --check            health check: exit 0 if all is well, 1 and one line per problem\n"
-    "  --json             one JSON object (schema: tools/numarena/doctor.cpp)\n"
-    "  --gpu BUS_ID       the GPU the process serves (0000:41:00.0 or 41:00.0)\n"
-    "  --pid PID          the process to judge against --gpu (default: this one)\n"
-    "  --sysfs-root DIR   read a recorded sys tree instead of /sys\n"
-    "  --procfs-root DIR  read a recorded proc tree (default with --sysfs-root: DIR/../proc)\n";
+constexpr const char* kDescription =
+    "Audits the NUMA settings of this machine, read-only: kernel.numa_balancing, "
+    "vm.zone_reclaim_mode, transparent hugepages, vm.min_free_kbytes, "
+    "vm.watermark_scale_factor, devices of unknown node, NIC IRQ affinity, and with --gpu "
+    "whether the process runs and allocates on the GPU's node.";
+
+struct DoctorCommandOptions {
+  bool check = false;
+  bool json = false;
+  std::string gpu;
+  std::string pid;
+  MachineRoots roots;
+};
 
 std::string Headline(const Finding& f) {
   return absl::StrCat(f.subject, ": ", f.observed, " (expected ", f.expected, ")");
@@ -100,36 +102,26 @@ std::string FormatDoctorReport(const DoctorReport& report) {
   return out;
 }
 
-int RunDoctorCommand(std::span<const std::string> argv) {
-  OpsArgs args({"--check", "--json"}, {"--gpu", "--pid"});
-  if (Status s = args.Parse("doctor", argv); !s.ok()) {
-    return Fail("doctor", std::string(s.message()));
-  }
-  if (args.has("--help")) {
-    std::cout << kUsage;
-    return 0;
-  }
-  if (!args.positional().empty()) {
-    return Fail("doctor", absl::StrCat("unexpected argument '", args.positional()[0],
-                                       "' (numarena doctor --help lists the options)"));
-  }
-  auto reader = args.reader();
+namespace {
+
+int RunDoctorCommand(const DoctorCommandOptions& args) {
+  auto reader = args.roots.reader();
   auto topology = Topology::discover(*reader);
   if (!topology.ok()) return Fail("doctor", std::string(topology.status().message()));
   DoctorOptions options;
-  options.gpu_bus_id = args.value("--gpu");
-  options.pid = args.value("--pid").value_or("self");
-  if (args.value("--pid") && !options.gpu_bus_id) {
+  if (!args.gpu.empty()) options.gpu_bus_id = args.gpu;
+  options.pid = args.pid.empty() ? "self" : args.pid;
+  if (!args.pid.empty() && !options.gpu_bus_id) {
     return Fail("doctor", "--pid needs --gpu (the process is judged against a GPU's node)");
   }
   auto report = RunDoctor(*reader, *topology, options);
   if (!report.ok()) return Fail("doctor", std::string(report.status().message()));
 
-  if (args.has("--json")) {
+  if (args.json) {
     PrintJson(*report);
-    return args.has("--check") && !report->healthy() ? 1 : 0;
+    return args.check && !report->healthy() ? 1 : 0;
   }
-  if (args.has("--check")) {
+  if (args.check) {
     if (report->healthy()) {
       std::cout << "numarena doctor: ok (" << report->passed.size() << " checks passed)\n";
       return 0;
@@ -146,7 +138,26 @@ int RunDoctorCommand(std::span<const std::string> argv) {
   return 0;
 }
 
+CommandRunner SetupDoctor(CLI::App& app) {
+  auto options = std::make_shared<DoctorCommandOptions>();
+  app.footer(kDescription);
+  app.add_flag("--check", options->check,
+               "health check: exit 0 if all is well, 1 and one line per problem");
+  app.add_flag("--json", options->json, "one JSON object (schema numarena.doctor/1)");
+  app.add_option("--gpu", options->gpu,
+                 "the GPU the process serves: its PCI address (0000:41:00.0 or 41:00.0), or its "
+                 "index N or cuda:N counting the GPUs in PCI address order "
+                 "(CUDA_DEVICE_ORDER=PCI_BUS_ID); a device that is not a GPU is refused")
+      ->type_name("GPU");
+  app.add_option("--pid", options->pid, "the process to judge against --gpu (default: this one)")
+      ->type_name("PID");
+  options->roots.AddTo(app);
+  return [options] { return RunDoctorCommand(*options); };
+}
+
+}  // namespace
+
 NUMARENA_COMMAND(doctor, "audit NUMA kernel settings, device nodes, IRQs (--check: health check)",
-                 RunDoctorCommand);
+                 SetupDoctor);
 
 }  // namespace numarena::cli

@@ -21,7 +21,9 @@
 //          "bandwidth": null | {"buffer_bytes", "cells": [{"cpu_node", "memory_node",
 //                       "distance", "read_bytes_per_second", "latency_ns"}]},
 //          "bindings": [{"target", "memory_node", "cpus": [int], "numactl", "docker"}]}
+#include <CLI/CLI.hpp>
 #include <chrono>
+#include <memory>
 #include <iostream>
 #include <sstream>
 
@@ -34,17 +36,17 @@
 #include "numarena/ops/bandwidth.hpp"
 #include "numarena/ops/doctor.hpp"
 #include "numarena/ops/json.hpp"
-#include "ops_args.hpp"
+#include "cli_options.hpp"
 #include "ops_format.hpp"
 
 namespace numarena::cli {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: numarena report [--json] [--no-bandwidth] [--sysfs-root DIR] [--procfs-root DIR]\n"
-    "  One screen: topology, devices and their nodes, what this process may use, the\n"
-    "  doctor's audit, the budget view, a quick bandwidth/latency matrix and the recommended\n"
-    "  binding of each GPU.\n";
+struct ReportOptions {
+  bool json = false;
+  bool no_bandwidth = false;
+  MachineRoots roots;
+};
 
 struct ReportData {
   DoctorReport doctor;
@@ -218,18 +220,10 @@ void PrintJson(std::ostream& out, const Topology& topo, const ReportData& d) {
 
 }  // namespace
 
-int RunReportCommand(std::span<const std::string> argv) {
-  OpsArgs args({"--json", "--no-bandwidth"}, {});
-  if (Status s = args.Parse("report", argv); !s.ok())
-    return Fail("report", std::string(s.message()));
-  if (args.has("--help")) {
-    std::cout << kUsage;
-    return 0;
-  }
-  if (!args.positional().empty()) {
-    return Fail("report", absl::StrCat("unexpected argument '", args.positional()[0], "'"));
-  }
-  auto reader = args.reader();
+namespace {
+
+int RunReportCommand(const ReportOptions& args) {
+  auto reader = args.roots.reader();
   auto topology = Topology::discover(*reader);
   if (!topology.ok()) return Fail("report", std::string(topology.status().message()));
 
@@ -245,7 +239,7 @@ int RunReportCommand(std::span<const std::string> argv) {
     data.budget_error = std::string(budget.status().message());
   }
 
-  if (args.has("--no-bandwidth")) {
+  if (args.no_bandwidth) {
     data.bandwidth_note = "skipped (--no-bandwidth)";
   } else if (!reader->is_live_system()) {
     data.bandwidth_note = "skipped: a recorded tree is not a machine to measure";
@@ -287,7 +281,7 @@ int RunReportCommand(std::span<const std::string> argv) {
     }
   }
 
-  if (args.has("--json")) {
+  if (args.json) {
     PrintJson(std::cout, *topology, data);
   } else {
     PrintText(std::cout, *topology, data);
@@ -295,7 +289,21 @@ int RunReportCommand(std::span<const std::string> argv) {
   return 0;
 }
 
+CommandRunner SetupReport(CLI::App& app) {
+  auto options = std::make_shared<ReportOptions>();
+  app.footer(
+      "One screen: topology, devices and their nodes, what this process may use, the doctor's "
+      "audit, the budget view, a quick bandwidth/latency matrix and the recommended binding of "
+      "each GPU.");
+  app.add_flag("--json", options->json, "one JSON object (schema numarena.report/1)");
+  app.add_flag("--no-bandwidth", options->no_bandwidth, "skip the bandwidth/latency matrix");
+  options->roots.AddTo(app);
+  return [options] { return RunReportCommand(*options); };
+}
+
+}  // namespace
+
 NUMARENA_COMMAND(report, "one screen: topology, devices, audit, budget, bandwidth, GPU bindings",
-                 RunReportCommand);
+                 SetupReport);
 
 }  // namespace numarena::cli

@@ -15,15 +15,18 @@
 // program cannot be executed.
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -42,29 +45,20 @@ namespace {
 
 constexpr const char* kPreloadName = "libnumarena_preload.so";
 
-constexpr const char* kUsage =
-    "usage: numarena run POLICY [--budget system|quota:SIZE] [--metrics-port P] -- PROGRAM ARGS\n"
-    "Runs PROGRAM with numarena as its malloc and operator new (LD_PRELOAD of\n"
-    "libnumarena_preload.so); its heap is placed by POLICY, one of:\n"
-    "  --membind NODES       pages only on NODES (e.g. 1, 0-1): bind(NODES)\n"
-    "  --preferred N         on node N while it has memory, then the nearest: preferred(N)\n"
-    "  --interleave NODES    pages round-robin over NODES: interleave(NODES)\n"
-    "  --weighted N=W,...    2 MiB chunks in proportion to the weights: weighted(N:W,...)\n"
-    "  --local               each allocation on the node of the CPU the thread runs on\n"
-    "  --policy POLICY       any policy string (syntax: include/numarena/policy.hpp), e.g.\n"
-    "                        'bind(0-1)/advisory', 'weighted(0:3,1:1)/chunk=64K'\n"
-    "  --budget system       a full node makes malloc return NULL (errno ENOMEM) and new\n"
-    "                        throw std::bad_alloc, instead of an OOM kill; capacity = the\n"
-    "                        node's memory, usage = what the kernel says is used\n"
-    "  --budget quota:SIZE   the same, with SIZE bytes of numarena memory per node (e.g. 8G)\n"
-    "  --metrics-port P      the program serves numarena's metrics (Prometheus text) at\n"
-    "                        http://HOST:P/metrics: node and process memory per node, the\n"
-    "                        arena, the budget (a child process that finds P taken serves none)\n"
-    "The program inherits LD_PRELOAD (prepended), NUMARENA_POLICY and NUMARENA_BUDGET, so\n"
-    "what it execs runs under numarena too. NUMARENA_PRELOAD_LIBRARY names the library if it\n"
-    "is not beside this binary or in ../" NUMARENA_INSTALL_LIBDIR
-    ".\n"
-    "Exit status: the program's; 2 for a usage error; 127 when PROGRAM cannot be run.\n";
+constexpr const char* kDescription =
+    "numarena run POLICY-OPTION [OPTIONS] -- PROGRAM [ARGS...] runs PROGRAM with numarena as its malloc and operator new (LD_PRELOAD of "
+    "libnumarena_preload.so); its heap is placed by one policy option. The program inherits "
+    "LD_PRELOAD (prepended), NUMARENA_POLICY and NUMARENA_BUDGET, so what it execs runs under "
+    "numarena too. NUMARENA_PRELOAD_LIBRARY names the library if it is not beside this binary "
+    "or in ../" NUMARENA_INSTALL_LIBDIR
+    ". Exit status: the program's; 2 for a usage error; 127 when PROGRAM cannot be run.";
+
+struct RunOptions {
+  // Each policy option given, in order, with its value: more than one is an error.
+  std::vector<std::pair<std::string, std::string>> policies;
+  bool local = false;
+  std::string budget, metrics_port;
+};
 
 // The policy option and its value, as a policy string.
 std::optional<std::string> PolicyFromOption(const std::string& option, const std::string& value) {
@@ -115,77 +109,43 @@ std::optional<std::string> FindPreload(std::string* tried) {
   return std::nullopt;
 }
 
-int RunRun(std::span<const std::string> args) {
+int RunRun(const RunOptions& options, const std::vector<std::string>& args) {
   std::optional<std::string> policy_text;
   std::string policy_option;
   std::optional<std::string> budget;
   std::optional<std::string> metrics_port;
-  std::size_t program_at = args.size();
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--") {
-      program_at = i + 1;
-      break;
-    }
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      return 0;
-    }
-    if (arg.empty() || arg[0] != '-') {  // the program, without "--"
-      program_at = i;
-      break;
-    }
-    std::string option = arg, value;
-    bool has_value = false;
-    if (const auto eq = arg.find('='); eq != std::string::npos && arg.rfind("--", 0) == 0) {
-      option = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      has_value = true;
-    }
-    const bool takes_value = option == "--membind" || option == "--preferred" ||
-                             option == "--interleave" || option == "--weighted" ||
-                             option == "--policy" || option == "--budget" ||
-                             option == "--metrics-port";
-    if (takes_value && !has_value) {
-      if (i + 1 >= args.size() || args[i + 1] == "--") {
-        return Fail("run", absl::StrCat(option, " needs a value (numarena run --help)"));
-      }
-      value = args[++i];
-    }
-    if (option == "--metrics-port") {
-      char* end = nullptr;
-      const long port = std::strtol(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || port < 1 || port > 65535) {
-        return Fail(
-            "run", absl::StrCat("--metrics-port '", value, "': a TCP port number from 1 to 65535"));
-      }
-      metrics_port = std::to_string(port);
-      continue;
-    }
-    if (option == "--budget") {
-      if (std::string problem = CheckBudget(value); !problem.empty()) return Fail("run", problem);
-      budget = value;
-      continue;
-    }
-    std::optional<std::string> text = option == "--local" && !has_value
-                                          ? std::optional<std::string>("local")
-                                      : takes_value ? PolicyFromOption(option, value)
-                                                    : std::nullopt;
-    if (!text) {
-      return Fail("run", absl::StrCat("unknown option '", arg,
-                                      "' (numarena run --help lists the options)"));
-    }
-    if (policy_text) {
+  const std::size_t program_at = 0;
+  if (!options.metrics_port.empty()) {
+    const std::string& value = options.metrics_port;
+    char* end = nullptr;
+    const long port = std::strtol(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || port < 1 || port > 65535) {
       return Fail("run",
-                  absl::StrCat(policy_option, " and ", option, ": give one placement policy"));
+                  absl::StrCat("--metrics-port '", value, "': a TCP port number from 1 to 65535"));
     }
-    policy_text = *text;
-    policy_option = option;
+    metrics_port = std::to_string(port);
+  }
+  if (!options.budget.empty()) {
+    if (std::string problem = CheckBudget(options.budget); !problem.empty()) {
+      return Fail("run", problem);
+    }
+    budget = options.budget;
+  }
+  auto policies = options.policies;
+  if (options.local) policies.emplace_back("--local", "");
+  if (policies.size() > 1) {
+    return Fail("run", absl::StrCat(policies[0].first, " and ", policies[1].first,
+                                    ": give one placement policy"));
+  }
+  if (policies.size() == 1) {
+    policy_option = policies[0].first;
+    policy_text = policy_option == "--local" ? std::optional<std::string>("local")
+                                             : PolicyFromOption(policy_option, policies[0].second);
   }
   if (!policy_text) {
     return Fail("run",
                 "no placement policy: give one of --membind, --preferred, --interleave, "
-                "--weighted, --local, --policy (numarena run --help)");
+                "--weighted, --local, --policy (numarena help run)");
   }
   if (program_at >= args.size()) {
     return Fail("run", "no program to run: numarena run POLICY -- PROGRAM [ARGS...]");
@@ -236,8 +196,54 @@ int RunRun(std::span<const std::string> args) {
   return 127;
 }
 
+CommandRunner SetupRun(CLI::App& app) {
+  auto options = std::make_shared<RunOptions>();
+  app.footer(kDescription);
+  // Without "--" the first word that is not an option starts the program.
+  app.prefix_command();
+  auto policy = [&](const char* flag, const char* type, const char* help) {
+    app.add_option_function<std::string>(
+           flag, [options, flag](const std::string& v) { options->policies.emplace_back(flag, v); },
+           help)
+        ->type_name(type);
+  };
+  policy("--membind", "NODES", "pages only on NODES (e.g. 1, 0-1): bind(NODES)");
+  policy("--preferred", "N", "on node N while it has memory, then the nearest: preferred(N)");
+  policy("--interleave", "NODES", "pages round-robin over NODES: interleave(NODES)");
+  policy("--weighted", "N=W,...", "2 MiB chunks in proportion to the weights: weighted(N:W,...)");
+  app.add_flag("--local", options->local,
+               "each allocation on the node of the CPU the thread runs on");
+  policy("--policy", "POLICY",
+         "any policy string: bind(NODES), preferred(N), interleave(NODES), weighted(N:W,...) "
+         "or local, optionally followed by /advisory or /chunk=SIZE, e.g. 'bind(0-1)/advisory', "
+         "'weighted(0:3,1:1)/chunk=64K'");
+  app.add_option("--budget", options->budget,
+                 "'system': a full node makes malloc return NULL (errno ENOMEM) and new throw "
+                 "std::bad_alloc, instead of an OOM kill; 'quota:SIZE': the same with SIZE bytes "
+                 "of numarena memory per node (e.g. quota:8G)")
+      ->type_name("system|quota:SIZE");
+  app.add_option("--metrics-port", options->metrics_port,
+                 "the program serves numarena's metrics (Prometheus text) at "
+                 "http://HOST:P/metrics (a child process that finds P taken serves none)")
+      ->type_name("P");
+  CLI::App* self = &app;
+  return [options, self] {
+    // The parser stopped at the first word it did not know. Without "--" that word starts
+    // the program, unless it looks like an option; with "--" it should not be there.
+    std::vector<std::string> rest = self->remaining();
+    if (!rest.empty() && ((rest[0].size() > 1 && rest[0][0] == '-') ||
+                          !ProgramArguments().empty())) {
+      bool option = rest[0].size() > 1 && rest[0][0] == '-';
+      return Fail("run", absl::StrCat(option ? "unknown option '" : "unexpected argument '",
+                                      rest[0], "' (numarena help run lists the options)"));
+    }
+    return RunRun(*options, ProgramArguments().empty() ? rest : ProgramArguments());
+  };
+}
+
 }  // namespace
 
-NUMARENA_COMMAND(run, "run a program with numarena as its malloc (LD_PRELOAD)", RunRun);
+NUMARENA_COMMAND_WITH_PROGRAM(run, "run a program with numarena as its malloc (LD_PRELOAD)",
+                              SetupRun);
 
 }  // namespace numarena::cli

@@ -13,7 +13,9 @@
 //          "running_nodes": [int], "local_fraction": number,
 //          "numastat": [{"node": int, "numa_hit": int, "numa_miss": int, "numa_foreign": int,
 //                        "interleave_hit": int, "local_node": int, "other_node": int}]}
+#include <CLI/CLI.hpp>
 #include <iostream>
+#include <memory>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -21,16 +23,18 @@
 #include "numarena/format.hpp"
 #include "numarena/ops/json.hpp"
 #include "numarena/ops/stat.hpp"
-#include "ops_args.hpp"
+#include "cli_options.hpp"
 #include "ops_format.hpp"
 
 namespace numarena::cli {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: numarena stat PID|self [--json] [--sysfs-root DIR] [--procfs-root DIR]\n"
-    "  Per-node memory of a process from /proc/PID/numa_maps (like numastat -p), the share\n"
-    "  on the nodes it runs on, and the kernel's per-node numastat counters.\n";
+struct StatOptions {
+  std::string pid;
+  bool json = false;
+  MachineRoots roots;
+  WatchOptions watch;
+};
 
 std::string Mib(std::uint64_t bytes) {
   return absl::StrFormat("%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0));
@@ -93,25 +97,18 @@ std::string FormatProcessStat(const ProcessNumaStat& s) {
   return out;
 }
 
-int RunStatCommand(std::span<const std::string> argv) {
-  OpsArgs args({"--json"}, {});
-  if (Status s = args.Parse("stat", argv); !s.ok()) return Fail("stat", std::string(s.message()));
-  if (args.has("--help")) {
-    std::cout << kUsage;
-    return 0;
-  }
-  if (args.positional().size() != 1) {
-    return Fail("stat", "give one process id (or 'self'): numarena stat PID");
-  }
-  auto reader = args.reader();
+namespace {
+
+int StatOnce(const StatOptions& args) {
+  auto reader = args.roots.reader();
   auto topology = Topology::discover(*reader);
   if (!topology.ok()) return Fail("stat", std::string(topology.status().message()));
-  auto stat = StatProcess(*reader, *topology, args.positional()[0]);
+  auto stat = StatProcess(*reader, *topology, args.pid);
   if (!stat.ok()) return Fail("stat", std::string(stat.status().message()));
   auto counters = ReadNodeCounters(*reader, *topology);
   if (!counters.ok()) return Fail("stat", std::string(counters.status().message()));
 
-  if (args.has("--json")) {
+  if (args.json) {
     JsonWriter json(std::cout);
     json.BeginObject();
     json.Key("schema").String("numarena.stat/1");
@@ -158,7 +155,28 @@ int RunStatCommand(std::span<const std::string> argv) {
   return 0;
 }
 
+CommandRunner SetupStat(CLI::App& app) {
+  auto options = std::make_shared<StatOptions>();
+  app.add_option("pid", options->pid, "the process id, or 'self'")->type_name("PID");
+  app.add_flag("--json", options->json,
+               "one JSON object (schema numarena.stat/1); with --watch one per line");
+  options->roots.AddTo(app);
+  options->watch.AddTo(app);
+  app.footer(
+      "per-node memory of a process from /proc/PID/numa_maps (like numastat -p), the share on "
+      "the nodes it runs on, and the kernel's per-node numastat counters");
+  return [options] {
+    if (options->pid.empty()) {
+      return Fail("stat", "give one process id (or 'self'): numarena stat PID");
+    }
+    if (Status s = options->watch.Check(); !s.ok()) return Fail("stat", std::string(s.message()));
+    return Watch(options->watch, options->json, [&] { return StatOnce(*options); });
+  };
+}
+
+}  // namespace
+
 NUMARENA_COMMAND(stat, "per-node memory of a process (numa_maps), local share, numastat",
-                 RunStatCommand);
+                 SetupStat);
 
 }  // namespace numarena::cli

@@ -42,7 +42,7 @@
 //     "warnings": [str],
 //     "budget": null | {...}                what a System-mode budget with the default
 //                                           thresholds makes of each node now (schema
-//                                           numarena.budget/1, tools/numarena/budget_view.hpp)
+//                                           numarena.budget/1, budget_view.hpp)
 //   }
 // New members may be added; existing ones keep their meaning while "schema" stays the same.
 #include <filesystem>
@@ -55,7 +55,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include <CLI/CLI.hpp>
+
 #include "budget_view.hpp"
+#include "cli_options.hpp"
 #include "command.hpp"
 #include "numarena/format.hpp"
 #include "numarena/memory_target.hpp"
@@ -65,65 +68,10 @@
 namespace numarena::cli {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: numarena topo [--json] [--sysfs-root DIR] [--procfs-root DIR]\n"
-    "  --json              one JSON object instead of text (schema: tools/numarena/topo.cpp)\n"
-    "  --sysfs-root DIR    read a recorded sys tree instead of /sys\n"
-    "  --procfs-root DIR   read a recorded proc tree instead of /proc\n"
-    "                      (default with --sysfs-root: DIR/../proc)\n";
-
 struct TopoOptions {
   bool json = false;
-  bool help = false;
-  std::string sysfs_root = "/sys";
-  std::string procfs_root = "/proc";
+  MachineRoots roots;
 };
-
-StatusOr<TopoOptions> ParseTopoArgs(std::span<const std::string> args) {
-  TopoOptions options;
-  bool sysfs_given = false, procfs_given = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    // "--opt DIR" or "--opt=DIR"
-    auto value_of = [&](std::string_view option) -> std::optional<std::string> {
-      if (arg == option) {
-        if (i + 1 >= args.size()) return std::nullopt;
-        return args[++i];
-      }
-      return arg.substr(option.size() + 1);
-    };
-    auto is = [&](std::string_view option) {
-      return arg == option || (arg.size() > option.size() + 1 && arg.starts_with(option) &&
-                               arg[option.size()] == '=');
-    };
-    if (arg == "--json") {
-      options.json = true;
-    } else if (arg == "--help" || arg == "-h") {
-      options.help = true;
-    } else if (is("--sysfs-root") || is("--procfs-root")) {
-      bool sysfs = is("--sysfs-root");
-      auto value = value_of(sysfs ? "--sysfs-root" : "--procfs-root");
-      if (!value || value->empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(arg, " needs a directory"));
-      }
-      (sysfs ? options.sysfs_root : options.procfs_root) = *value;
-      (sysfs ? sysfs_given : procfs_given) = true;
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown option '", arg, "' (numarena topo --help lists the options)"));
-    }
-  }
-  if (sysfs_given && !procfs_given) {
-    // The proc tree recorded beside the sys tree. When it does not exist, reads from it
-    // find nothing and discovery gives the process everything in the fixture.
-    std::filesystem::path sys(options.sysfs_root);
-    options.procfs_root = (sys / ".." / "proc").lexically_normal().string();
-    while (options.procfs_root.size() > 1 && options.procfs_root.back() == '/') {
-      options.procfs_root.pop_back();
-    }
-  }
-  return options;
-}
 
 const char* VendorName(std::uint16_t vendor) {
   switch (vendor) {
@@ -421,8 +369,8 @@ void WriteProcessJson(JsonWriter& json, const Topology& topo) {
 void WriteTopologyJsonMembers(JsonWriter& json, const Topology& topo, const TopoOptions& options) {
   json.Key("schema").String("numarena.topo/1");
   json.Key("source").BeginObject();
-  json.Key("sysfs_root").String(options.sysfs_root);
-  json.Key("procfs_root").String(options.procfs_root);
+  json.Key("sysfs_root").String(options.roots.sysfs_root());
+  json.Key("procfs_root").String(options.roots.procfs_root());
   json.EndObject();
   WriteNodesJson(json, topo);
   WriteMemoryTargetsJson(json, topo);
@@ -433,25 +381,18 @@ void WriteTopologyJsonMembers(JsonWriter& json, const Topology& topo, const Topo
   json.EndArray();
 }
 
-int RunTopo(std::span<const std::string> args) {
-  auto options = ParseTopoArgs(args);
-  if (!options.ok()) return Fail("topo", std::string(options.status().message()));
-  if (options->help) {
-    std::cout << kUsage;
-    return 0;
-  }
-  std::unique_ptr<SystemReader> reader =
-      MakeRootedReader(options->sysfs_root, options->procfs_root);
+int RunTopo(const TopoOptions& options) {
+  std::unique_ptr<SystemReader> reader = options.roots.reader();
   auto topo = Topology::discover(*reader);
   if (!topo.ok()) return Fail("topo", std::string(topo.status().message()));
   // The budget view (issue: "topo gains a budget view"): capacity, usage and state per node
   // under the default thresholds. A node whose meminfo cannot be read leaves the topology
   // output intact and says why instead.
   auto budget = SystemBudgetSnapshot(*topo, *reader);
-  if (options->json) {
+  if (options.json) {
     JsonWriter json(std::cout);
     json.BeginObject();
-    WriteTopologyJsonMembers(json, *topo, *options);
+    WriteTopologyJsonMembers(json, *topo, options);
     json.Key("budget");
     if (budget.ok()) {
       WriteBudgetJson(json, *budget);
@@ -474,8 +415,17 @@ int RunTopo(std::span<const std::string> args) {
   return 0;
 }
 
+CommandRunner SetupTopo(CLI::App& app) {
+  auto options = std::make_shared<TopoOptions>();
+  app.add_flag("--json", options->json,
+               "one JSON object instead of text (schema numarena.topo/1, README \"The numarena "
+               "tool\")");
+  options->roots.AddTo(app);
+  return [options] { return RunTopo(*options); };
+}
+
 }  // namespace
 }  // namespace numarena::cli
 
 NUMARENA_COMMAND(topo, "print NUMA nodes, distances, devices and what this process may use",
-                 numarena::cli::RunTopo);
+                 numarena::cli::SetupTopo);

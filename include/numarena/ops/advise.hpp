@@ -26,6 +26,8 @@ namespace numarena {
 
 // Exactly one of the three.
 struct AdviseRequest {
+  // A PCI address, or an index "N" / "cuda:N" among the GPUs in PCI address order; a device
+  // that is not a GPU is InvalidArgument.
   std::optional<std::string> gpu_bus_id;
   std::optional<std::string> nic_bus_id;
   std::optional<int> node;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "numarena/status.hpp"
+#include "numarena/topology.hpp"
 
 namespace numarena::decode {
 
@@ -81,6 +82,10 @@ const std::vector<std::string>& ConfigurationNames();
 // sizes need more memory at once (KV cache, worker scratch) than the CPU nodes have free,
 // with the sizes in the message; also when the system refuses to start a worker thread.
 [[nodiscard]] StatusOr<DecodeTable> RunDecodeExperiment(const DecodeOptions& options);
+// The same on the nodes of `topology` (e.g. discovered from a host's sys tree mounted in a
+// container); its nodes must be this machine's.
+[[nodiscard]] StatusOr<DecodeTable> RunDecodeExperiment(const Topology& topology,
+                                                        const DecodeOptions& options);
 
 // Seed-000-style text table, and the "numarena.decode/1" JSON object.
 std::string RenderDecodeTable(const DecodeTable& table);

@@ -69,7 +69,9 @@ struct Finding {
 };
 
 struct DoctorOptions {
-  // The GPU the process serves; enables the process_* checks.
+  // The GPU the process serves; enables the process_* checks. Its PCI address, or its index
+  // "N" / "cuda:N" among the GPUs in PCI address order (CUDA_DEVICE_ORDER=PCI_BUS_ID). A
+  // device that is not a GPU (class 0x03xxxx or 0x12xxxx) is InvalidArgument.
   std::optional<std::string> gpu_bus_id;
   // The process the process_* checks look at: "self" or a pid.
   std::string pid = "self";
