@@ -55,9 +55,12 @@
 // so those pages land there too; jemalloc offers no way to charge them, so they are placed
 // but not charged. Not placed: the few pages of its own metadata jemalloc touches after
 // numarena's hooks have returned (1-2 pages per thread's first use of an arena in the lab;
-// a thread cache's fresh pages, first touched as the cache fills, are among them)
-// and the process's one-time setup in its first ForPolicy call; those go on the calling
-// thread's node (tests/lab/arena_memory_lab.cpp).
+// a thread cache's fresh pages, first touched as the cache fills, are among them),
+// the process's one-time setup in its first ForPolicy call, and, now and then, a leaf of
+// jemalloc's extent map (2 MiB, one per GiB of address space it covers, shared by every
+// arena so no node is right for it) that jemalloc makes when it splits an extent it already
+// holds, with no hook call first; those go on the calling thread's node
+// (tests/lab/arena_memory_lab.cpp bounds them).
 //
 //   auto arena = numarena::Arena::ForNode(1);
 //   if (!arena.ok()) { std::cerr << arena.status() << "\n"; return; }
