@@ -102,8 +102,13 @@ def main():
             if p.returncode != 2 or r.get("ok") is not False:
                 fail("a 271 MiB model under quota:160M: status %d, %r; expected the driver's "
                      "error (status 2)" % (p.returncode, r))
-            if "failed to allocate" not in p.stderr:
-                fail("llama.cpp did not report the refused allocation on stderr")
+            # llama.cpp's loader refuses ("Failed to load model" in the driver's JSON); its log
+            # lines ("failed to allocate buffer", "unable to allocate CPU buffer") come through
+            # node-llama-cpp's logger, which sometimes has not flushed them when the driver
+            # exits, so they are accepted but not required.
+            said = p.stdout + p.stderr
+            if "load model" not in str(r.get("error", "")) and "allocate" not in said:
+                fail("neither the driver's error nor llama.cpp's log names the refused load")
             _, r = drive(tools, model, prefix=[cli, "run", "--membind", "0", "--budget",
                                                "quota:768M", "--"],
                          extra=["--prompt-tokens", "8", "--tokens", "4"])
