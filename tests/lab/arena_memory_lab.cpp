@@ -199,11 +199,6 @@ constexpr long kUnplacedPagesPerUse = 4;
 // gap, recorded in issue 14.
 constexpr long kExtentMapLeafPages = 512;
 
-// Not under ASan: its allocator serves numarena's own `new` (the arena registry, the Arena
-// objects) from its own mappings with its own metadata and quarantine, first touched by the
-// calling thread, so the pages this test counts would be ASan's, not numarena's. The
-// normal build (tools/dev.sh test) runs it in every topology listed above.
-#if !defined(__SANITIZE_ADDRESS__)
 TEST_CASE("a thread on another node that makes and uses an arena adds no page to its own node") {
   const auto& lab = lab::Expected();
   for (const auto& target : lab.nodes) {
@@ -264,7 +259,6 @@ TEST_CASE("a thread on another node that makes and uses an arena adds no page to
     }
   }
 }
-#endif  // !defined(__SANITIZE_ADDRESS__)
 
 TEST_CASE("what an arena adds on its node is charged, but for jemalloc's own metadata") {
   const auto& lab = lab::Expected();
