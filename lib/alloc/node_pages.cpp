@@ -305,6 +305,35 @@ bool NodeMemoryGuard::Admit(int node, std::size_t bytes, SpanFailure* failure) n
   return true;
 }
 
+namespace {
+
+// A priority outside the enum would index the gate's per-class figures and corrupt the page
+// states' bits: refused before anything is charged.
+bool CheckPriority(Priority priority, SpanFailure* failure) noexcept {
+  if (static_cast<unsigned>(priority) < static_cast<unsigned>(kPriorityCount)) return true;
+  failure->kind = SpanFailure::Kind::kBadPriority;
+  failure->err = static_cast<int>(priority);
+  return false;
+}
+
+// The node's free-memory guard, then the capacity gate (when one is installed); a gate
+// refusal takes the guard's admission back.
+bool AdmitAndCharge(int node, std::size_t bytes, Priority priority, CapacityGate* gate,
+                    SpanFailure* failure) noexcept {
+  if (!NodeMemoryGuard::Admit(node, bytes, failure)) return false;
+  if (gate == nullptr) return true;
+  Status status = gate->Charge(node, bytes, priority);
+  if (status.ok()) return true;
+  Unadmit(node, bytes);
+  failure->kind = SpanFailure::Kind::kGateRefused;
+  failure->node = node;
+  failure->bytes = bytes;
+  failure->gate_status = std::move(status);
+  return false;
+}
+
+}  // namespace
+
 std::int64_t NodeMemoryGuard::Total(int node) noexcept {
   if (node < 0 || node >= os::KernelNodeMask::kMaxNodes) return -1;
   NodeMemory& memory = g_node_memory[node];
@@ -782,31 +811,13 @@ bool NodePages::Commit(void* addr, std::size_t size) noexcept {
   if (new_pages == 0) return true;
 
   Priority priority = CurrentPriority();
-  if (static_cast<unsigned>(priority) >= static_cast<unsigned>(kPriorityCount)) {
-    // It would index the gate's per-class figures and corrupt the page states' bits.
-    failure->kind = SpanFailure::Kind::kBadPriority;
-    failure->err = static_cast<int>(priority);
-    return false;
-  }
+  if (!CheckPriority(priority, failure)) return false;
   CapacityGate* gate = GetCapacityGate();
   bool multi_bind = placement_.kind() == PolicyKind::kBind && node_count_ > 1;
   int charged_index = -1;  // multi-node bind: the node the pages are charged to
 
   auto charge = [&](int index, std::size_t bytes) -> bool {
-    int node = nodes_[index];
-    if (!NodeMemoryGuard::Admit(node, bytes, failure)) return false;
-    if (gate != nullptr) {
-      Status status = gate->Charge(node, bytes, priority);
-      if (!status.ok()) {
-        Unadmit(node, bytes);
-        failure->kind = SpanFailure::Kind::kGateRefused;
-        failure->node = node;
-        failure->bytes = bytes;
-        failure->gate_status = std::move(status);
-        return false;
-      }
-    }
-    return true;
+    return AdmitAndCharge(nodes_[index], bytes, priority, gate, failure);
   };
   auto uncharge = [&](int index, std::size_t bytes) {
     Unadmit(nodes_[index], bytes);
@@ -938,24 +949,9 @@ bool NodePages::ChargeMetadata(std::size_t bytes, SpanFailure* failure,
   // The tables' pages are placed (preferred) on the placement's first node and charged there.
   const int node = nodes_[0];
   const Priority priority = CurrentPriority();
-  if (static_cast<unsigned>(priority) >= static_cast<unsigned>(kPriorityCount)) {
-    failure->kind = SpanFailure::Kind::kBadPriority;
-    failure->err = static_cast<int>(priority);
-    return false;
-  }
-  if (!NodeMemoryGuard::Admit(node, bytes, failure)) return false;
+  if (!CheckPriority(priority, failure)) return false;
   CapacityGate* gate = GetCapacityGate();
-  if (gate != nullptr) {
-    Status status = gate->Charge(node, bytes, priority);
-    if (!status.ok()) {
-      Unadmit(node, bytes);
-      failure->kind = SpanFailure::Kind::kGateRefused;
-      failure->node = node;
-      failure->bytes = bytes;
-      failure->gate_status = std::move(status);
-      return false;
-    }
-  }
+  if (!AdmitAndCharge(node, bytes, priority, gate, failure)) return false;
   *bits = ((static_cast<std::uint32_t>(priority) + 1) << kTablePriorityShift) |
           (gate != nullptr ? kTableGated : 0);
   committed_bytes_.fetch_add(bytes, std::memory_order_relaxed);
