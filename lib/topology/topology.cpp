@@ -12,6 +12,7 @@
 // (a device without a known node, affinity over several nodes, a cpuset that hides
 // nodes) become warnings().
 #include <algorithm>
+#include <initializer_list>
 #include <iterator>
 #include <utility>
 
@@ -136,28 +137,38 @@ class TopologyBuilder {
       return files_.WithPath(entries.status(), dir);
     }
     AccessAttributes access;
-    struct Field {
-      const char* file;
-      std::uint64_t* value;
-    };
-    const Field fields[] = {{"read_bandwidth", &access.read_bandwidth_mbps},
-                            {"write_bandwidth", &access.write_bandwidth_mbps},
-                            {"read_latency", &access.read_latency_ns},
-                            {"write_latency", &access.write_latency_ns}};
-    for (const Field& field : fields) {
-      std::string path = absl::StrCat(dir, "/", field.file);
-      auto text = files_.ReadOptional(path);
-      if (!text.ok()) return text.status();
-      if (!text->has_value()) continue;  // the kernel leaves out attributes HMAT lacks
-      auto value = files_.Parse(path, **text, parse::ParseDecimalU64);
-      if (!value.ok()) return value.status();
-      *field.value = *value;
+    // The kernel leaves out attributes HMAT lacks: they stay 0.
+    if (Status s = ReadOptionalCounts(dir, {{"read_bandwidth", &access.read_bandwidth_mbps},
+                                            {"write_bandwidth", &access.write_bandwidth_mbps},
+                                            {"read_latency", &access.read_latency_ns},
+                                            {"write_latency", &access.write_latency_ns}});
+        !s.ok()) {
+      return s;
     }
     for (const std::string& name : *entries) {
       if (auto initiator = parse::ParseNodeEntryName(name)) access.initiators.push_back(*initiator);
     }
     std::sort(access.initiators.begin(), access.initiators.end());
     node.access = std::move(access);
+    return absl::OkStatus();
+  }
+
+  // Decimal counts in files of `dir`; a file that is absent leaves its value as it is,
+  // a malformed one is DataLoss naming it.
+  struct CountFile {
+    const char* file;
+    std::uint64_t* value;
+  };
+  Status ReadOptionalCounts(const std::string& dir, std::initializer_list<CountFile> counts) {
+    for (const CountFile& count : counts) {
+      std::string path = absl::StrCat(dir, "/", count.file);
+      auto text = files_.ReadOptional(path);
+      if (!text.ok()) return text.status();
+      if (!text->has_value()) continue;
+      auto value = files_.Parse(path, **text, parse::ParseDecimalU64);
+      if (!value.ok()) return value.status();
+      *count.value = *value;
+    }
     return absl::OkStatus();
   }
 
@@ -174,21 +185,12 @@ class TopologyBuilder {
       if (!kb) continue;  // not a pool directory
       HugePagePool pool;
       pool.page_bytes = static_cast<std::size_t>(*kb) << 10;
-      struct Field {
-        const char* file;
-        std::uint64_t* value;
-      };
-      const Field fields[] = {{"nr_hugepages", &pool.total},
-                              {"free_hugepages", &pool.free},
-                              {"surplus_hugepages", &pool.surplus}};
-      for (const Field& field : fields) {
-        std::string path = absl::StrCat(dir, "/", name, "/", field.file);
-        auto text = files_.ReadOptional(path);
-        if (!text.ok()) return text.status();
-        if (!text->has_value()) continue;
-        auto value = files_.Parse(path, **text, parse::ParseDecimalU64);
-        if (!value.ok()) return value.status();
-        *field.value = *value;
+      if (Status s = ReadOptionalCounts(absl::StrCat(dir, "/", name),
+                                        {{"nr_hugepages", &pool.total},
+                                         {"free_hugepages", &pool.free},
+                                         {"surplus_hugepages", &pool.surplus}});
+          !s.ok()) {
+        return s;
       }
       node.huge_pages.push_back(pool);
     }
