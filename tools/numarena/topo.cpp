@@ -166,12 +166,18 @@ void PrintHugePages(std::ostream& out, const Topology& topo) {
 
 // Where each memory target (Policy::Target, "target(ATTRIBUTE@FROM)") resolves on this
 // machine, from each node with CPUs and from any node.
-void PrintMemoryTargets(std::ostream& out, const Topology& topo) {
+// Every node with CPUs, then "any": where `topo` shows each memory target resolved from.
+std::vector<int> TargetOrigins(const Topology& topo) {
   std::vector<int> froms;
   for (const NodeInfo& node : topo.nodes()) {
     if (!node.memory_only()) froms.push_back(node.id);
   }
   froms.push_back(MemoryTarget::kAnyInitiator);
+  return froms;
+}
+
+void PrintMemoryTargets(std::ostream& out, const Topology& topo) {
+  const std::vector<int> froms = TargetOrigins(topo);
   std::optional<TargetBasis> basis;
   out << "memory targets (policy target(ATTRIBUTE@NODE); best nodes):\n";
   for (MemoryAttribute attribute :
@@ -313,12 +319,7 @@ void WriteMemoryTargetsJson(JsonWriter& json, const Topology& topo) {
   json.Key("memory_targets").BeginArray();
   for (MemoryAttribute attribute :
        {MemoryAttribute::kBandwidth, MemoryAttribute::kLatency, MemoryAttribute::kCapacity}) {
-    std::vector<int> froms;
-    for (const NodeInfo& node : topo.nodes()) {
-      if (!node.memory_only()) froms.push_back(node.id);
-    }
-    froms.push_back(MemoryTarget::kAnyInitiator);
-    for (int from : froms) {
+    for (int from : TargetOrigins(topo)) {
       auto choice = ResolveMemoryTarget(topo, {attribute, from}, -1);
       if (!choice.ok()) continue;
       json.BeginObject();
