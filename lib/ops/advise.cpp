@@ -15,13 +15,100 @@ namespace {
 // Share of a node's memory a pod should request: the budget's 15% headroom stays free.
 constexpr double kPodMemoryShare = 0.85;
 
-std::string KubernetesSpec(const Advice& a, const Topology& topology, bool gpu) {
+// What a server's huge pages need on its memory node: whole pages of one size, and the
+// pool's nr_hugepages that leaves that many free (0 when the pool already has them).
+struct HugePagePlan {
+  std::size_t page_bytes = 0;
+  std::uint64_t pages = 0;
+  std::uint64_t reserve_total = 0;
+};
+
+// A byte count as a Kubernetes quantity: "2Mi", "4Gi".
+std::string KubernetesQuantity(std::uint64_t bytes) {
+  constexpr std::uint64_t kGi = std::uint64_t{1} << 30;
+  return bytes % kGi == 0 ? absl::StrCat(bytes / kGi, "Gi") : absl::StrCat(bytes >> 20, "Mi");
+}
+
+const HugePagePool* PoolOfSize(const NodeInfo& node, std::size_t page_bytes) {
+  for (const HugePagePool& pool : node.huge_pages) {
+    if (pool.page_bytes == page_bytes) return &pool;
+  }
+  return nullptr;
+}
+
+StatusOr<std::optional<HugePagePlan>> PlanHugePages(const NodeInfo& node,
+                                                    const AdviseRequest& request) {
+  if (!request.huge_pages) return std::optional<HugePagePlan>();
+  const std::size_t page = request.huge_page_bytes;
+  const HugePagePool* pool = PoolOfSize(node, page);
+  if (page == 0 || pool == nullptr) {
+    std::vector<std::string> sizes;
+    for (const HugePagePool& p : node.huge_pages)
+      sizes.push_back(ops::FormatPageSize(p.page_bytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node ", node.id, " has no pool of ", ops::FormatPageSize(page), " huge pages (",
+        sizes.empty() ? "it has no hugetlbfs pools at all"
+                      : absl::StrCat("it has ", absl::StrJoin(sizes, ", ")),
+        "); choose one of its sizes"));
+  }
+  HugePagePlan plan;
+  plan.page_bytes = page;
+  plan.pages = *request.huge_pages / page + (*request.huge_pages % page != 0 ? 1 : 0);
+  if (plan.pages == 0) plan.pages = 1;
+  if (pool->free < plan.pages) plan.reserve_total = pool->total + (plan.pages - pool->free);
+  return std::optional<HugePagePlan>(plan);
+}
+
+// The node's pools as shell comments, and the reservation the plan needs.
+std::string HugePageLines(const NodeInfo& node, const std::optional<HugePagePlan>& plan) {
+  if (node.huge_pages.empty() && !plan) return "";
+  std::string out = absl::StrCat("# node ", node.id, "'s own huge page pools (memory bound to ",
+                                 "the node draws only from these):");
+  for (const HugePagePool& pool : node.huge_pages) {
+    absl::StrAppend(&out, " ", ops::FormatPageSize(pool.page_bytes), ": ", pool.free, " free of ",
+                    pool.total, ";");
+  }
+  out.back() = '\n';
+  const std::size_t page = plan ? plan->page_bytes : node.huge_pages.front().page_bytes;
+  const std::string nr = NodeHugePagePoolFile(node.id, page, "nr_hugepages");
+  if (!plan) {
+    absl::StrAppend(&out, "# reserve on node ", node.id, " (root): echo COUNT > ", nr, "\n");
+    return out;
+  }
+  if (plan->reserve_total == 0) {
+    absl::StrAppend(&out, "# enough free for ", plan->pages, " pages of ",
+                    ops::FormatPageSize(plan->page_bytes), "; nothing to reserve\n");
+    return out;
+  }
+  absl::StrAppend(&out, "# ", plan->pages, " pages of ", ops::FormatPageSize(plan->page_bytes),
+                  " needed: reserve on node ", node.id,
+                  " (root), then check free_hugepages "
+                  "(the kernel reserves fewer when the node's memory is fragmented)\n",
+                  "echo ", plan->reserve_total, " > ", nr, "\n", "cat ",
+                  NodeHugePagePoolFile(node.id, page, "free_hugepages"), "\n");
+  return out;
+}
+
+std::string KubernetesSpec(const Advice& a, const Topology& topology, bool gpu,
+                           const std::optional<HugePagePlan>& huge) {
   const NodeInfo* memory = topology.node(a.memory_node);
   std::uint64_t gib = static_cast<std::uint64_t>(static_cast<double>(memory->mem_total_bytes) *
                                                  kPodMemoryShare / (1024.0 * 1024 * 1024));
   if (gib == 0) gib = 1;
+  std::string huge_resource =
+      huge ? absl::StrCat(", hugepages-", KubernetesQuantity(huge->page_bytes), ": \"",
+                          KubernetesQuantity(huge->pages * huge->page_bytes), "\"")
+           : "";
   std::string resources = absl::StrCat("{cpu: \"", a.cpus.size(), "\", memory: \"", gib, "Gi\"",
-                                       gpu ? ", nvidia.com/gpu: \"1\"" : "", "}");
+                                       gpu ? ", nvidia.com/gpu: \"1\"" : "", huge_resource, "}");
+  // Huge pages reach the container through a HugePages emptyDir; the kubelet counts them per
+  // NUMA node (memory manager Static) once the host has reserved them on the node.
+  std::string huge_mount =
+      huge ? "    volumeMounts:\n    - {name: hugepages, mountPath: /hugepages}\n" : "";
+  std::string huge_volume =
+      huge ? absl::StrCat("  volumes:\n  - name: hugepages\n    emptyDir: {medium: HugePages-",
+                          KubernetesQuantity(huge->page_bytes), "}\n")
+           : "";
   return absl::StrCat(
       "# kubelet: cpuManagerPolicy: static, topologyManagerPolicy: single-numa-node,\n"
       "#          topologyManagerScope: pod, memoryManagerPolicy: Static (reservedMemory per "
@@ -46,7 +133,11 @@ std::string KubernetesSpec(const Advice& a, const Topology& topology, bool gpu) 
       resources,
       "\n"
       "      limits: ",
-      resources, "\n", gpu ? "    env:\n    - {name: CUDA_DEVICE_ORDER, value: PCI_BUS_ID}\n" : "");
+      resources, "\n", gpu ? "    env:\n    - {name: CUDA_DEVICE_ORDER, value: PCI_BUS_ID}\n" : "",
+      huge_mount, huge_volume,
+      huge ? absl::StrCat("# the host reserves the pages on node ", a.memory_node,
+                          " first (numarena advise --hugepages prints the command)\n")
+           : "");
 }
 
 std::string Code(const Advice& a, const std::optional<std::string>& bus_id) {
@@ -91,9 +182,9 @@ StatusOr<Advice> Advise(const Topology& topology, const AdviseRequest& request) 
   bool gpu = false;
   if (request.node) {
     if (!topology.has_node(*request.node)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "node ", *request.node,
-          " is not online (online nodes: ", FormatIdList(topology.node_ids()), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("node ", *request.node,
+                       " is not online (online nodes: ", FormatIdList(topology.node_ids()), ")"));
     }
     advice.memory_node = *request.node;
     advice.target = absl::StrCat("node ", *request.node);
@@ -151,7 +242,16 @@ StatusOr<Advice> Advise(const Topology& topology, const AdviseRequest& request) 
                                                   ">\"' -e CUDA_DEVICE_ORDER=PCI_BUS_ID")
                                    : "",
                                " <image>");
-  advice.kubernetes = KubernetesSpec(advice, topology, gpu);
+  const NodeInfo& memory = *topology.node(m);
+  auto huge = PlanHugePages(memory, request);
+  if (!huge.ok()) return huge.status();
+  advice.huge_pages = HugePageLines(memory, *huge);
+  if (*huge && (*huge)->reserve_total != 0) {
+    advice.huge_page_reserve =
+        absl::StrCat("echo ", (*huge)->reserve_total, " > ",
+                     NodeHugePagePoolFile(m, (*huge)->page_bytes, "nr_hugepages"));
+  }
+  advice.kubernetes = KubernetesSpec(advice, topology, gpu, *huge);
   advice.code = Code(advice, bus_id);
 
   for (const PciDevice& d : topology.devices()) {

@@ -189,6 +189,67 @@ class Audit {
     if (!found) Pass("device_node_unknown");
   }
 
+  // Per-node hugetlbfs pools, one finding per page size that has pages reserved anywhere.
+  // Memory bound to a node draws huge pages only from that node's pool, so a pool reserved on
+  // some nodes with CPUs and left empty on others makes the same server start on one node and
+  // fail on the next (a hugetlb arena refuses; a plain mmap(MAP_HUGETLB) under mbind dies of
+  // SIGBUS at first write). Pools on every node with CPUs (or none anywhere) pass; memory-only
+  // nodes (CXL) are listed but never asked to reserve. `topo` prints every pool.
+  void CheckHugePagePools() {
+    std::set<std::size_t> sizes;
+    for (const NodeInfo& node : topology_.nodes()) {
+      for (const HugePagePool& pool : node.huge_pages) sizes.insert(pool.page_bytes);
+    }
+    if (sizes.empty()) {
+      report_.skipped.push_back("hugetlb_node_pools: no node has hugetlbfs pools in sysfs");
+      return;
+    }
+    bool balanced = true;
+    for (std::size_t page_bytes : sizes) {
+      std::uint64_t most = 0;
+      std::vector<std::string> per_node;
+      for (const NodeInfo& node : topology_.nodes()) {
+        const HugePagePool* pool = PoolOf(node, page_bytes);
+        std::uint64_t total = pool ? pool->total : 0;
+        std::uint64_t free = pool ? pool->free : 0;
+        most = std::max(most, total);
+        per_node.push_back(absl::StrCat("node ", node.id, ": ", free, " free of ", total));
+      }
+      if (most == 0) continue;
+      std::vector<std::string> fixes;
+      std::vector<int> short_nodes;
+      for (const NodeInfo& node : topology_.nodes()) {
+        const HugePagePool* pool = PoolOf(node, page_bytes);
+        if (node.memory_only() || (pool && pool->total > 0)) continue;
+        short_nodes.push_back(node.id);
+        fixes.push_back(absl::StrCat("echo ", most, " > ",
+                                     NodeHugePagePoolFile(node.id, page_bytes, "nr_hugepages")));
+      }
+      const std::string subject = absl::StrCat(ops::FormatPageSize(page_bytes), " huge pages");
+      const std::string observed = absl::StrJoin(per_node, ", ");
+      if (short_nodes.empty()) continue;
+      balanced = false;
+      Add({"hugetlb_node_pools", Severity::kWarning, subject, observed,
+           "a pool on every node with CPUs",
+           absl::StrCat(
+               "Huge pages are reserved on some nodes but none on node",
+               short_nodes.size() == 1 ? " " : "s ", FormatIdList(short_nodes),
+               ". Memory bound to a node draws only from that node's pool, so a server started "
+               "there with huge pages fails (numarena's hugetlb arenas refuse with the node's "
+               "pool named; a plain MAP_HUGETLB mapping under mbind dies of SIGBUS at first "
+               "write), although the machine-wide count looks sufficient."),
+           absl::StrJoin(fixes, "; ")});
+    }
+    if (balanced) Pass("hugetlb_node_pools");
+  }
+
+  static const HugePagePool* PoolOf(const NodeInfo& node, std::size_t page_bytes) {
+    for (const HugePagePool& pool : node.huge_pages) {
+      if (pool.page_bytes == page_bytes) return &pool;
+    }
+    return nullptr;
+  }
+
   // IRQ numbers of a device: msi_irqs/ entries, else the legacy irq file.
   StatusOr<std::vector<int>> DeviceIrqs(const PciDevice& device) {
     std::string dir = absl::StrCat("/sys/bus/pci/devices/", device.bus_id);
@@ -347,8 +408,7 @@ class Audit {
     for (const auto& [node, usage] : stat->by_node) {
       if (node == gpu_node || usage.private_bytes() == 0) continue;
       other_nodes.push_back(node);
-      elsewhere.push_back(
-          absl::StrCat("node ", node, ": ", FormatBytes(usage.private_bytes())));
+      elsewhere.push_back(absl::StrCat("node ", node, ": ", FormatBytes(usage.private_bytes())));
     }
     Add({"process_memory_remote", Severity::kWarning, subject,
          absl::StrCat(FormatPercent(fraction), " of ", FormatBytes(stat->private_bytes),
@@ -404,6 +464,7 @@ StatusOr<DoctorReport> RunDoctor(const SystemReader& reader, const Topology& top
                      &Audit::CheckThpDefrag, &Audit::CheckMinFree, &Audit::CheckWatermarkScale}) {
     if (Status s = (audit.*check)(); !s.ok()) return s;
   }
+  audit.CheckHugePagePools();
   audit.CheckDeviceNodes();
   if (Status s = audit.CheckNicIrqs(); !s.ok()) return s;
   if (options.gpu_bus_id) {

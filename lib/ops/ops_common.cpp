@@ -3,10 +3,11 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
-#include <vector>
 #include <chrono>
+#include <cstdio>
 #include <ctime>
+#include <iterator>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -54,8 +55,8 @@ StatusOr<const PciDevice*> FindGpu(const Topology& topology, std::string_view sp
       absl::StrAppend(&known, i == 0 ? "" : ", ", "cuda:", i, " = ", gpus[i]->bus_id);
     }
     return absl::NotFoundError(absl::StrCat(
-        "no GPU of index ", index, ": ", gpus.size(), " GPU", gpus.size() == 1 ? "" : "s",
-        " found", gpus.empty() ? "" : absl::StrCat(" (", known, ")"),
+        "no GPU of index ", index, ": ", gpus.size(), " GPU", gpus.size() == 1 ? "" : "s", " found",
+        gpus.empty() ? "" : absl::StrCat(" (", known, ")"),
         "; indexes count GPUs in PCI address order, as CUDA_DEVICE_ORDER=PCI_BUS_ID does"));
   }
   auto device = FindDevice(topology, spec);
@@ -90,6 +91,16 @@ Status ThreadStartError(const char* what, int index, int count, const std::syste
       "could not start ", what, " ", index + 1, " of ", count, ": ", error.what(),
       "; the system refused another thread (its thread or memory limit), so ask for fewer "
       "threads"));
+}
+
+std::string FormatPageSize(std::size_t bytes) {
+  constexpr const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  std::size_t unit = 0;
+  while (unit + 1 < std::size(kUnits) && bytes >= 1024 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return absl::StrCat(bytes, " ", kUnits[unit]);
 }
 
 std::string UtcNow() {

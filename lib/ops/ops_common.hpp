@@ -59,6 +59,10 @@ template <typename Body>
 // timestamp_utc of the bandwidth matrix and the decode table.
 std::string UtcNow();
 
+// A huge page size the way the kernel's documentation names them: "2 MiB", "1 GiB", "64 KiB"
+// (whole units, unlike FormatBytes's "2.0 MiB"; sizes that are not whole KiB in bytes).
+std::string FormatPageSize(std::size_t bytes);
+
 // True when "/proc/<pid>" names a plausible process: "self" or a positive decimal number.
 bool IsPidArgument(std::string_view pid);
 

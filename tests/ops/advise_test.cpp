@@ -119,3 +119,71 @@ TEST_CASE("advise: errors", "[advise]") {
   CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK(Contains(std::string(refused.status().message()), "numa_node is -1"));
 }
+
+TEST_CASE("advise: huge pages from the memory node's own pool", "[advise][hugetlb]") {
+  // cxl-hmat: node 0 has 500 of 512 2 MiB pages free and 4 of 4 1 GiB pages; node 1 has
+  // empty pools; node 2 (CXL, memory only) has no hugetlbfs pools at all.
+  numarena::Topology topo = Load("cxl-hmat");
+  const std::string node0_2m = "/sys/devices/system/node/node0/hugepages/hugepages-2048kB/";
+  const std::string node1_2m = "/sys/devices/system/node/node1/hugepages/hugepages-2048kB/";
+
+  numarena::AdviseRequest plain;
+  plain.node = 0;
+  auto shown = numarena::Advise(topo, plain);
+  REQUIRE(shown.ok());
+  CHECK(shown->huge_pages ==
+        "# node 0's own huge page pools (memory bound to the node draws only from these): "
+        "2 MiB: 500 free of 512; 1 GiB: 4 free of 4\n"
+        "# reserve on node 0 (root): echo COUNT > " +
+            node0_2m + "nr_hugepages\n");
+  CHECK(shown->huge_page_reserve.empty());
+  CHECK_FALSE(Contains(shown->kubernetes, "hugepages"));
+
+  // 1000 MiB is exactly the 500 free pages; 1 GiB is 512 pages, 12 more than are free.
+  numarena::AdviseRequest fits = plain;
+  fits.huge_pages = std::uint64_t{1000} << 20;
+  auto enough = numarena::Advise(topo, fits);
+  REQUIRE(enough.ok());
+  CHECK(Contains(enough->huge_pages, "# enough free for 500 pages of 2 MiB; nothing to reserve\n"));
+  CHECK(enough->huge_page_reserve.empty());
+  numarena::AdviseRequest more = plain;
+  more.huge_pages = std::uint64_t{1} << 30;
+  auto short_by_12 = numarena::Advise(topo, more);
+  REQUIRE(short_by_12.ok());
+  CHECK(short_by_12->huge_page_reserve == "echo 524 > " + node0_2m + "nr_hugepages");
+  CHECK(Contains(short_by_12->huge_pages, "echo 524 > " + node0_2m + "nr_hugepages\n"));
+  CHECK(Contains(short_by_12->kubernetes, "      requests: {cpu: \"8\", memory: \""));
+  CHECK(Contains(short_by_12->kubernetes, ", hugepages-2Mi: \"1Gi\"}\n"));
+  CHECK(Contains(short_by_12->kubernetes, "    emptyDir: {medium: HugePages-2Mi}\n"));
+
+  // Node 1's pool is empty: every page is reserved there, never counted from node 0's.
+  numarena::AdviseRequest node1 = more;
+  node1.node = 1;
+  auto empty = numarena::Advise(topo, node1);
+  REQUIRE(empty.ok());
+  CHECK(empty->huge_page_reserve == "echo 512 > " + node1_2m + "nr_hugepages");
+
+  // A size rounds up to whole pages; 1 GiB pages come from their own pool.
+  numarena::AdviseRequest gig = plain;
+  gig.huge_pages = (std::uint64_t{5} << 30) + 1;
+  gig.huge_page_bytes = std::size_t{1} << 30;
+  auto six = numarena::Advise(topo, gig);
+  REQUIRE(six.ok());
+  CHECK(six->huge_page_reserve ==
+        "echo 6 > /sys/devices/system/node/node0/hugepages/hugepages-1048576kB/nr_hugepages");
+  CHECK(Contains(six->kubernetes, ", hugepages-1Gi: \"6Gi\"}\n"));
+
+  // Sizes the node has no pool of are refused with the sizes it has.
+  numarena::AdviseRequest odd = plain;
+  odd.huge_pages = std::uint64_t{1} << 30;
+  odd.huge_page_bytes = std::size_t{16} << 20;
+  auto no_pool = numarena::Advise(topo, odd);
+  CHECK(no_pool.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(no_pool.status().message()) ==
+        "node 0 has no pool of 16 MiB huge pages (it has 2 MiB, 1 GiB); choose one of its sizes");
+  numarena::AdviseRequest cxl = more;
+  cxl.node = 2;
+  auto none = numarena::Advise(topo, cxl);
+  CHECK(none.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(std::string(none.status().message()), "it has no hugetlbfs pools at all"));
+}

@@ -3,11 +3,13 @@
 // observed values and fix commands an operator would see.
 #include "numarena/ops/doctor.hpp"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
 #include "fixture_machine.hpp"
+#include "map_reader.hpp"
 #include "numarena/topology.hpp"
 
 namespace {
@@ -59,10 +61,11 @@ TEST_CASE("doctor: seed 000's settings and a bound server give no finding", "[do
   DoctorReport report = Run("ops-good", ForGpu("0000:41:00.0"));
   CHECK(Summary(report).empty());
   CHECK(report.healthy());
-  CHECK(report.passed == std::vector<std::string>{
-                             "numa_balancing", "zone_reclaim_mode", "thp_enabled", "thp_defrag",
-                             "min_free_kbytes", "watermark_scale_factor", "device_node_unknown",
-                             "nic_irq_remote", "process_cpus", "process_mems", "process_memory"});
+  CHECK(report.passed ==
+        std::vector<std::string>{"numa_balancing", "zone_reclaim_mode", "thp_enabled", "thp_defrag",
+                                 "min_free_kbytes", "watermark_scale_factor", "hugetlb_node_pools",
+                                 "device_node_unknown", "nic_irq_remote", "process_cpus",
+                                 "process_mems", "process_memory"});
   CHECK(report.skipped.empty());
 }
 
@@ -162,4 +165,71 @@ TEST_CASE("doctor: a kernel without the files skips the checks instead of failin
   CHECK(report->skipped.size() >= 6);
   CHECK(report->skipped[0].rfind("numa_balancing: ", 0) == 0);
   CHECK(report->skipped[0].find("/proc/sys/kernel/numa_balancing not found") != std::string::npos);
+}
+
+TEST_CASE("doctor: huge pages reserved on one node with CPUs and not the other", "[doctor]") {
+  // cxl-hmat: node 0 (CPUs 0-7) has 512 2 MiB and 4 1 GiB pages, node 1 (CPUs 8-15) none,
+  // node 2 is a memory-only CXL expander without pools.
+  Machine m = Load("cxl-hmat");
+  auto report = numarena::RunDoctor(*m.reader, m.topology);
+  REQUIRE(report.ok());
+  std::vector<std::string> pools;
+  for (const std::string& line : Summary(*report)) {
+    if (line.rfind("hugetlb_node_pools/", 0) == 0) pools.push_back(line);
+  }
+  CHECK(pools == std::vector<std::string>{
+                     "hugetlb_node_pools/warning/2 MiB huge pages/node 0: 500 free of 512, "
+                     "node 1: 0 free of 0, node 2: 0 free of 0",
+                     "hugetlb_node_pools/warning/1 GiB huge pages/node 0: 4 free of 4, node 1: "
+                     "0 free of 0, node 2: 0 free of 0"});
+  const Finding& two_mib = Find(*report, "hugetlb_node_pools");
+  // Only node 1 is asked to reserve: node 2 has no CPUs.
+  CHECK(two_mib.fix ==
+        "echo 512 > /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages");
+  CHECK(two_mib.explanation.find("none on node 1.") != std::string::npos);
+  CHECK(report->problem_count() >= 2);
+}
+
+TEST_CASE("doctor: huge page pools on every node with CPUs, or none anywhere, pass", "[doctor]") {
+  numarena::testing::MapReader r = numarena::testing::MapReader::TwoNodes();
+  r.AddHugePool(0, 2048, 64, 60);
+  r.AddHugePool(1, 2048, 64, 64);
+  auto topology = numarena::Topology::discover(r);
+  REQUIRE(topology.ok());
+  auto report = numarena::RunDoctor(r, *topology);
+  REQUIRE(report.ok());
+  CHECK(std::count(report->passed.begin(), report->passed.end(), "hugetlb_node_pools") == 1);
+  for (const Finding& f : report->findings) CHECK(f.id != "hugetlb_node_pools");
+
+  // The same machine with node 1's pool emptied is a warning naming node 1.
+  r.AddHugePool(1, 2048, 0, 0);
+  auto uneven_topology = numarena::Topology::discover(r);
+  REQUIRE(uneven_topology.ok());
+  auto uneven = numarena::RunDoctor(r, *uneven_topology);
+  REQUIRE(uneven.ok());
+  const Finding& warning = Find(*uneven, "hugetlb_node_pools");
+  CHECK(warning.severity == Severity::kWarning);
+  CHECK(warning.observed == "node 0: 60 free of 64, node 1: 0 free of 0");
+  CHECK(warning.fix ==
+        "echo 64 > /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages");
+
+  numarena::testing::MapReader empty = numarena::testing::MapReader::TwoNodes();
+  empty.AddHugePool(0, 2048, 0, 0);
+  empty.AddHugePool(1, 2048, 0, 0);
+  auto bare = numarena::Topology::discover(empty);
+  REQUIRE(bare.ok());
+  auto none = numarena::RunDoctor(empty, *bare);
+  REQUIRE(none.ok());
+  CHECK(std::count(none->passed.begin(), none->passed.end(), "hugetlb_node_pools") == 1);
+  for (const Finding& f : none->findings) CHECK(f.id != "hugetlb_node_pools");
+
+  // No hugetlbfs at all: skipped and said so.
+  numarena::testing::MapReader no_fs = numarena::testing::MapReader::TwoNodes();
+  auto plain = numarena::Topology::discover(no_fs);
+  REQUIRE(plain.ok());
+  auto skipped = numarena::RunDoctor(no_fs, *plain);
+  REQUIRE(skipped.ok());
+  CHECK(std::count_if(skipped->skipped.begin(), skipped->skipped.end(), [](const std::string& s) {
+          return s.rfind("hugetlb_node_pools: ", 0) == 0;
+        }) == 1);
 }

@@ -80,6 +80,14 @@ class MapReader : public SystemReader {
     put("write_latency", hmat.write_latency);
   }
 
+  // Node `id`'s pool of `page_kb` pages: nr, free and surplus (0) files.
+  void AddHugePool(int id, std::uint64_t page_kb, std::uint64_t total, std::uint64_t free) {
+    std::string dir = NodeDir(id) + "/hugepages/hugepages-" + std::to_string(page_kb) + "kB/";
+    files[dir + "nr_hugepages"] = std::to_string(total) + "\n";
+    files[dir + "free_hugepages"] = std::to_string(free) + "\n";
+    files[dir + "surplus_hugepages"] = "0\n";
+  }
+
   // Two nodes: 0 with CPUs 0-3, 1 with CPUs 4-7, distance 21.
   static MapReader TwoNodes() {
     MapReader r;

@@ -2,30 +2,32 @@
 // (numarena/advise.hpp): numactl, taskset, docker, a Kubernetes pod and numarena code.
 //
 //   numarena advise (--gpu BUS_ID | --nic BUS_ID | --node N) [--json]
+//                   [--hugepages SIZE [--hugepage-size 2M|1G]]
 //                   [--sysfs-root DIR] [--procfs-root DIR]
 //
 // Exit 0, or 2 with one line on stderr (unknown device, device of unknown node, ...).
 // --json: {"schema": "numarena.advise/1", "target": str, "memory_node": int,
 //          "cpu_node": int, "cpus": [int], "numactl": str, "taskset": str, "docker": str,
-//          "kubernetes": str, "code": str, "notes": [str]}
+//          "kubernetes": str, "code": str, "huge_pages": str, "huge_page_reserve": str,
+//          "notes": [str]}
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <charconv>
-#include <memory>
 #include <iostream>
+#include <memory>
 
+#include "cli_options.hpp"
 #include "command.hpp"
 #include "numarena/format.hpp"
 #include "numarena/ops/advise.hpp"
 #include "numarena/ops/json.hpp"
-#include "cli_options.hpp"
 #include "ops_format.hpp"
 
 namespace numarena::cli {
 namespace {
 
 struct AdviseOptions {
-  std::string gpu, nic, node, target;
+  std::string gpu, nic, node, target, huge_pages, huge_page_size;
   bool json = false;
   MachineRoots roots;
 };
@@ -54,6 +56,7 @@ std::string FormatAdvice(const Advice& a) {
   out += absl::StrCat("docker:\n    ", a.docker, "\n");
   out += "kubernetes:\n" + Indent(a.kubernetes);
   out += "numarena (C++):\n" + Indent(a.code);
+  if (!a.huge_pages.empty()) out += "huge pages:\n" + Indent(a.huge_pages);
   for (const std::string& note : a.notes) out += "note: " + note + "\n";
   return out;
 }
@@ -86,14 +89,14 @@ std::optional<std::string> RenderFor(const std::string& target, const Topology& 
   const int c = a.cpu_node;
   const int gpu = GpuIndex(topology, a);
   const std::string numactl = absl::StrCat("numactl --cpunodebind=", c, " --membind=", m);
-  std::string head = absl::StrCat("# ", a.target, ": memory on node ", m, ", CPUs ", cpus,
-                                  " (node ", c, ")\n");
+  std::string head =
+      absl::StrCat("# ", a.target, ": memory on node ", m, ", CPUs ", cpus, " (node ", c, ")\n");
   std::string gpu_env;
   if (gpu >= 0) {
     absl::StrAppend(&head, "# GPU index ", gpu,
                     " counts the GPUs in PCI address order (CUDA_DEVICE_ORDER=PCI_BUS_ID)\n");
-    gpu_env = absl::StrCat("export CUDA_DEVICE_ORDER=PCI_BUS_ID\nexport CUDA_VISIBLE_DEVICES=",
-                           gpu, "\n");
+    gpu_env = absl::StrCat("export CUDA_DEVICE_ORDER=PCI_BUS_ID\nexport CUDA_VISIBLE_DEVICES=", gpu,
+                           "\n");
   }
   if (target == "vllm") {
     return absl::StrCat(
@@ -104,9 +107,8 @@ std::optional<std::string> RenderFor(const std::string& target, const Topology& 
         "# VLLM_CPU_OMP_THREADS_BIND=", cpus, " ", numactl, " vllm serve \"$MODEL\"\n");
   }
   if (target == "sglang") {
-    return absl::StrCat(head, gpu_env,
-                        "# the server process and its allocations on the node\n", numactl,
-                        " python3 -m sglang.launch_server --model-path \"$MODEL\"\n");
+    return absl::StrCat(head, gpu_env, "# the server process and its allocations on the node\n",
+                        numactl, " python3 -m sglang.launch_server --model-path \"$MODEL\"\n");
   }
   if (target == "llama.cpp") {
     return absl::StrCat(
@@ -122,8 +124,8 @@ std::optional<std::string> RenderFor(const std::string& target, const Topology& 
         "# torchrun (PyTorch 2.9 and later) binds each worker to the node of the GPU of its\n"
         "# local rank; with CUDA_VISIBLE_DEVICES above, rank 0 drives this GPU\n",
         "torchrun --numa-binding=node --nproc_per_node=1 \"$SCRIPT\"\n",
-        "# older torchrun: the launcher under numactl (its workers inherit the binding)\n",
-        "# ", numactl, " torchrun --nproc_per_node=1 \"$SCRIPT\"\n");
+        "# older torchrun: the launcher under numactl (its workers inherit the binding)\n", "# ",
+        numactl, " torchrun --nproc_per_node=1 \"$SCRIPT\"\n");
   }
   if (target == "systemd") {
     std::string check = "ExecStartPre=" NUMARENA_INSTALL_FULL_BINDIR "/numarena doctor --check";
@@ -133,9 +135,14 @@ std::optional<std::string> RenderFor(const std::string& target, const Topology& 
         "# a drop-in: /etc/systemd/system/<service>.service.d/numa.conf, then\n",
         "# systemctl daemon-reload && systemctl restart <service>\n", "[Service]\n",
         "CPUAffinity=", cpus, "\n", "NUMAPolicy=bind\n", "NUMAMask=", m, "\n",
-        gpu >= 0 ? absl::StrCat("Environment=CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=",
-                                gpu, "\n")
+        gpu >= 0 ? absl::StrCat(
+                       "Environment=CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=", gpu, "\n")
                  : "",
+        a.huge_page_reserve.empty()
+            ? ""
+            : absl::StrCat("# reserve the server's huge pages in the node's own pool ('+': as "
+                           "root)\nExecStartPre=+/bin/sh -c '",
+                           a.huge_page_reserve, "'\n"),
         "# refuse to start on a machine whose NUMA settings or device nodes are wrong\n", check,
         "\n");
   }
@@ -154,6 +161,23 @@ int RunAdviseCommand(const AdviseOptions& args) {
       return Fail("advise", absl::StrCat("--node needs a node id, not '", *node, "'"));
     }
     request.node = value;
+  }
+  if (!args.huge_pages.empty()) {
+    auto bytes = ParseByteSize(args.huge_pages);
+    if (!bytes.ok() || *bytes == 0) {
+      return Fail("advise",
+                  absl::StrCat("--hugepages needs a size such as 4G, not '", args.huge_pages, "'"));
+    }
+    request.huge_pages = *bytes;
+  }
+  if (!args.huge_page_size.empty()) {
+    auto bytes = ParseByteSize(args.huge_page_size);
+    if (!bytes.ok() || *bytes == 0) {
+      return Fail("advise", absl::StrCat("--hugepage-size needs a page size such as 2M or 1G, "
+                                         "not '",
+                                         args.huge_page_size, "'"));
+    }
+    request.huge_page_bytes = *bytes;
   }
   auto reader = args.roots.reader();
   auto topology = Topology::discover(*reader);
@@ -181,6 +205,8 @@ int RunAdviseCommand(const AdviseOptions& args) {
     json.Key("docker").String(advice->docker);
     json.Key("kubernetes").String(advice->kubernetes);
     json.Key("code").String(advice->code);
+    json.Key("huge_pages").String(advice->huge_pages);
+    json.Key("huge_page_reserve").String(advice->huge_page_reserve);
     json.Key("notes").BeginArray();
     for (const auto& note : advice->notes) json.String(note);
     json.EndArray();
@@ -207,6 +233,14 @@ CommandRunner SetupAdvise(CLI::App& app) {
                  "only the flags and files of one server or launcher: vllm, sglang, llama.cpp, "
                  "torchrun (shell), systemd (a unit drop-in), k8s (a Pod)")
       ->type_name("TARGET");
+  app.add_option("--hugepages", options->huge_pages,
+                 "huge pages the server maps on its node (4G): the node's own pool is checked, "
+                 "the command that reserves the rest is printed, and the Pod asks for "
+                 "hugepages-2Mi")
+      ->type_name("SIZE");
+  app.add_option("--hugepage-size", options->huge_page_size,
+                 "the page size for --hugepages: 2M (default) or 1G")
+      ->type_name("SIZE");
   app.add_flag("--json", options->json, "one JSON object (schema numarena.advise/1)");
   options->roots.AddTo(app);
   return [options] { return RunAdviseCommand(*options); };

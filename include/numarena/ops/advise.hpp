@@ -31,6 +31,13 @@ struct AdviseRequest {
   std::optional<std::string> gpu_bus_id;
   std::optional<std::string> nic_bus_id;
   std::optional<int> node;
+
+  // Huge pages the server will map on its memory node, in bytes (rounded up to whole pages
+  // of `huge_page_bytes`, 2 MiB unless set to another size the node has a pool of). When set,
+  // the advice says whether the node's own pool holds them, gives the exact command that
+  // reserves the rest on that node, and asks Kubernetes for the `hugepages-<size>` resource.
+  std::optional<std::uint64_t> huge_pages;
+  std::size_t huge_page_bytes = std::size_t{2} << 20;
 };
 
 struct Advice {
@@ -43,11 +50,20 @@ struct Advice {
   std::string docker;      // one line
   std::string kubernetes;  // a pod spec (YAML) with the kubelet settings as comments
   std::string code;        // C++ using numarena
+  // The memory node's hugetlbfs pools and, with AdviseRequest::huge_pages, the reservation:
+  // shell lines (comments and `echo N > .../nodeM/hugepages/.../nr_hugepages`); empty when
+  // the node has no pools and none were asked for.
+  std::string huge_pages;
+  // The one command that reserves what AdviseRequest::huge_pages needs on the memory node,
+  // e.g. "echo 520 > /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages";
+  // empty when nothing was asked or the pool already has the pages free.
+  std::string huge_page_reserve;
   std::vector<std::string>
       notes;  // facts worth knowing: cpuset limits, devices that share the node
 };
 
-// InvalidArgument unless exactly one target is set, or for a node that is not online;
+// InvalidArgument unless exactly one target is set, for a node that is not online, or for
+// huge pages of a size the memory node has no pool of (the error lists the sizes it has);
 // NotFound for an unknown bus id (or a GPU asked as a NIC and the reverse);
 // FailedPrecondition for a device whose node is unknown, or a memory-only node when no
 // node has CPUs.
