@@ -216,7 +216,7 @@ class Arena {
   // Preferred / Local, per node: when a failed heap creation may be retried, and why it failed.
   struct NodeHeapRetry;
   NodeHeapRetry* node_heap_retry_ = nullptr;
-  // Preferred: the preferred node, then the others allowed to this process by distance.
+  // Preferred: Policy::FallbackOrder, the listed nodes in order, then the others by distance.
   std::vector<int> fallback_order_;
   std::atomic<std::uint64_t> fallbacks_{0};
 };

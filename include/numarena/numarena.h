@@ -80,7 +80,7 @@ numarena_arena* numarena_arena_for_node(int node);
 
 /* The arena for a policy string (the syntax of numarena::Policy::Parse, shared with the
  * CLI and `numarena run`):
- *   "bind(1)"  "bind(0-1)/advisory"  "preferred(2)"  "interleave(0-3)"
+ *   "bind(1)"  "bind(0-1)/advisory"  "preferred(2)"  "preferred(2,0)"  "interleave(0-3)"
  *   "weighted(0:3,1:1)"  "weighted(0:1,1:1)/chunk=64K"  "local"
  * NULL with NUMARENA_INVALID_ARGUMENT for a malformed string or a node the machine does
  * not have (the message shows the syntax), NUMARENA_PERMISSION_DENIED or

@@ -31,7 +31,8 @@ class Topology;
 
 enum class PolicyKind : unsigned char {
   kBind,                // pages only on these nodes (MPOL_BIND)
-  kPreferred,           // pages on this node while it has memory, else nearest (MPOL_PREFERRED)
+  kPreferred,           // pages on the first node while it has memory, then the next listed,
+                        // then the nearest others (MPOL_PREFERRED for one node)
   kInterleave,          // pages round-robin over the nodes (MPOL_INTERLEAVE)
   kWeightedInterleave,  // successive chunks bound to nodes in proportion to weights
   kLocal,               // the calling thread's node at allocation time
@@ -61,13 +62,27 @@ class Policy {
   static Policy Bind(int node, BindMode mode = BindMode::kStrict);
   static Policy Bind(std::vector<int> nodes, BindMode mode = BindMode::kStrict);
   static Policy Preferred(int node, BindMode mode = BindMode::kAdvisory);
+  // An ordered preference: memory on nodes[0] while it has room, then nodes[1], ..., then
+  // the remaining nodes by distance from nodes[0] (FallbackOrder). This is numarena's form of
+  // MPOL_PREFERRED_MANY, with one difference kept on purpose: the kernel's mode takes a set
+  // and picks, at each page fault, the member nearest the faulting CPU, so which node a page
+  // lands on (and which node's budget it should be charged to) is known only afterwards.
+  // numarena's arenas keep a heap per node and walk the list in order, so every allocation
+  // is charged to the node it is on. The kernel's MPOL_PREFERRED_MANY (Linux 5.15+) is used
+  // where numarena hands a node set to the kernel without a heap per node: the advisory
+  // fallback of a multi-node bind (membind -> preferred-many over the set -> none); kernels
+  // without it get MPOL_PREFERRED on the set's first node there.
+  //
+  //   auto fast_then_big = numarena::Policy::Preferred(std::vector<int>{2, 0});
+  static Policy Preferred(std::vector<int> nodes, BindMode mode = BindMode::kAdvisory);
   static Policy Interleave(std::vector<int> nodes, BindMode mode = BindMode::kStrict);
   static Policy WeightedInterleave(std::vector<NodeWeight> weights,
                                    BindMode mode = BindMode::kStrict,
                                    std::size_t chunk_bytes = kDefaultWeightedChunk);
   static Policy Local(BindMode mode = BindMode::kAdvisory);
   // Memory chosen by what it is (numarena/memory_target.hpp). Advisory (the default): prefer
-  // the best node (the first of `TargetChoice::ranked`) and spill by distance when it is full.
+  // the candidates in rank order (Preferred(TargetChoice::ranked): the best node, then the
+  // next best, ...), then the other nodes by distance when all of them are full.
   // Strict: bind to every node tied for best. The choice is made when the policy is resolved:
   // `Arena::ForPolicy` (and everything built on it: allocator<T>, memory_resource, the C API,
   // `numarena run`) resolves it once, when it creates the arena, from the creating thread's
@@ -79,8 +94,8 @@ class Policy {
 
   PolicyKind kind() const { return kind_; }
   BindMode mode() const { return mode_; }
-  // Nodes of the policy, ascending and unique (for weighted interleave: the weighted nodes
-  // in the order given). Empty for kLocal.
+  // Nodes of the policy, ascending and unique (for weighted interleave: the weighted nodes,
+  // and for Preferred the preferred nodes, in the order given). Empty for kLocal.
   const std::vector<int>& nodes() const { return nodes_; }
   // Weights for kWeightedInterleave, empty otherwise.
   const std::vector<NodeWeight>& weights() const { return weights_; }
@@ -88,11 +103,18 @@ class Policy {
   // The memory target of a kTarget policy (meaningless for the other kinds).
   const MemoryTarget& target() const { return target_; }
 
-  // The one node of a single-node Bind or a Preferred policy, else -1.
+  // The node memory goes to first: the one node of a single-node Bind, the first node of a
+  // Preferred policy; else -1.
   int single_node() const;
 
+  // For kPreferred: the order in which nodes are tried, the listed nodes first (in order) and
+  // then every other node the process may use, nearest to the first listed node first (ties
+  // by id). Listed nodes outside the process's cpuset are left out. Empty for other kinds.
+  std::vector<int> FallbackOrder(const Topology& topology) const;
+
   // OK, or InvalidArgument naming the problem: empty node set, unknown/offline node,
-  // node outside the process's allowed memory nodes, zero or all-zero weights, weights that
+  // node outside the process's allowed memory nodes, a node listed twice in a Preferred
+  // list, zero or all-zero weights, weights that
   // add up to more than kMaxWeightTotal, a chunk that is not a multiple of the page size or
   // is larger than kMaxWeightedChunk.
   // For kTarget: `from` is not an online node, kCallingThread or kAnyInitiator.
@@ -113,18 +135,19 @@ class Policy {
   // A policy from text: the one syntax numarena's C API, the CLI and `numarena run` share.
   //
   //   policy  := kind ( "/" option )*
-  //   kind    := "bind(" NODES ")" | "preferred(" NODE ")" | "interleave(" NODES ")"
+  //   kind    := "bind(" NODES ")" | "preferred(" NODES ")" | "interleave(" NODES ")"
   //            | "weighted(" NODE ":" WEIGHT ( "," NODE ":" WEIGHT )* ")" | "local"
   //            | "target(" ATTRIBUTE [ "@" ( NODE | "any" ) ] ")"
   //   ATTRIBUTE := "bandwidth" | "latency" | "capacity"    (no "@": the calling thread's node)
   //   option  := "strict" | "advisory" | "chunk=" SIZE        (chunk: weighted only)
-  //   NODES   := the kernel's list syntax, e.g. "0", "0-3", "0,2-3"
+  //   NODES   := the kernel's list syntax, e.g. "0", "0-3", "0,2-3" (for preferred the
+  //              order is kept: "preferred(2,0)" tries 2 first)
   //   SIZE    := bytes with an optional K/M/G suffix (numarena::ParseByteSize), e.g. "64K"
   //
   // "membind" is accepted for "bind". No spaces. Modes default as the factories do (Bind,
-  // Interleave and WeightedInterleave strict; Preferred, Local and Target advisory). InvalidArgument
-  // names what is wrong and where; the result is not validated against a machine (use
-  // Validate).
+  // Interleave and WeightedInterleave strict; Preferred, Local and Target advisory).
+  // InvalidArgument names what is wrong and where; the result is not validated against a machine
+  // (use Validate).
   //
   //   auto policy = numarena::Policy::Parse("interleave(0-3)/advisory");
   //   auto kv = numarena::Policy::Parse("weighted(0:3,2:1)/chunk=2M");

@@ -220,10 +220,12 @@ Status Arena::Init() {
   node_heap_retry_ = new NodeHeapRetry[node_heap_count_];
 
   if (policy_.kind() == PolicyKind::kPreferred) {
-    int preferred = policy_.single_node();
-    for (int node : topology->nodes_by_distance(preferred)) {
-      if (topology->memory_allowed(node)) fallback_order_.push_back(node);
+    fallback_order_ = policy_.FallbackOrder(*topology);
+    if (fallback_order_.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "arena ", policy_.ToString(), ": none of its nodes is one this process may use"));
     }
+    int preferred = fallback_order_.front();
     Status error;
     int heap = HeapForNode(preferred, &error);
     if (heap >= 0) {

@@ -654,13 +654,19 @@ bool NodePages::BindWithFallback(std::uintptr_t begin, std::uintptr_t end,
     failure->bytes = end - begin;
     return false;
   }
-  // Advisory: membind -> preferred -> none, each step counted.
+  // Advisory: membind -> preferred -> none, each step counted. A set of several nodes is
+  // preferred as a set (MPOL_PREFERRED_MANY; the OS layer gives kernels before 5.15 the
+  // set's lowest node), a single node as itself.
   fallbacks_.fetch_add(1, std::memory_order_relaxed);
-  if (mode != os::PolicyMode::kPreferred) {
+  if (mode != os::PolicyMode::kPreferred && mode != os::PolicyMode::kPreferredMany) {
+    int set_nodes = 0;
+    for (unsigned long word : mask.words) set_nodes += __builtin_popcountl(word);
+    const bool several = set_nodes > 1;
     os::KernelNodeMask one;
-    if (os::MakeKernelNodeMask(std::span<const int>(&first_node, 1), &one) == 0 &&
-        os::BindRangeNoAlloc(ToPointer(begin), end - begin, os::PolicyMode::kPreferred, one) ==
-            0) {
+    if ((several || os::MakeKernelNodeMask(std::span<const int>(&first_node, 1), &one) == 0) &&
+        os::BindRangeNoAlloc(ToPointer(begin), end - begin,
+                             several ? os::PolicyMode::kPreferredMany : os::PolicyMode::kPreferred,
+                             several ? mask : one) == 0) {
       return true;
     }
     fallbacks_.fetch_add(1, std::memory_order_relaxed);

@@ -94,8 +94,15 @@ void Unmap(void* addr, std::size_t bytes);
 // id + 1; often the kernel's MAX_NUMNODES, e.g. 1024). Node masks are sized from it.
 int PossibleNodeCount();
 
-enum class PolicyMode { kDefault, kBind, kPreferred, kInterleave, kLocal };
+// kPreferredMany is MPOL_PREFERRED_MANY (Linux 5.15+): pages on the node of the set nearest
+// the faulting CPU while the set has memory, then anywhere. On a kernel without it (the call
+// fails with EINVAL) BindRange, BindRangeNoAlloc and SetThreadPolicy apply MPOL_PREFERRED
+// instead, which the kernel gives the set's lowest node, and KernelHasPreferredMany() says so.
+enum class PolicyMode { kDefault, kBind, kPreferred, kInterleave, kLocal, kPreferredMany };
 const char* PolicyModeName(PolicyMode mode);
+// 1 when the kernel accepted MPOL_PREFERRED_MANY, 0 when it refused it and MPOL_PREFERRED
+// was used instead, -1 before the first kPreferredMany call.
+int KernelHasPreferredMany();
 
 // mbind(2) over a range. `nodes` are node ids; flags may include MPOL_MF_STRICT/MOVE.
 [[nodiscard]] Status BindRange(void* addr, std::size_t bytes, PolicyMode mode,

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -23,6 +24,10 @@
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
+#endif
+
+#ifndef MPOL_PREFERRED_MANY
+#define MPOL_PREFERRED_MANY 5  // <linux/mempolicy.h> since 5.15; older headers lack it
 #endif
 
 namespace numarena::os {
@@ -48,8 +53,31 @@ int ToKernelMode(PolicyMode mode) {
       return MPOL_INTERLEAVE;
     case PolicyMode::kLocal:
       return MPOL_LOCAL;
+    case PolicyMode::kPreferredMany:
+      return MPOL_PREFERRED_MANY;
   }
   return MPOL_DEFAULT;
+}
+
+std::atomic<int> g_kernel_has_preferred_many{-1};
+
+// Runs `call(kernel_mode)`; for kPreferredMany, a kernel that does not know the mode (EINVAL
+// before 5.15) gets MPOL_PREFERRED instead, which it applies to the mask's lowest node. An
+// EINVAL that MPOL_PREFERRED repeats was about the nodes, not the mode, and is returned.
+template <typename Call>
+long WithPreferredManyFallback(PolicyMode mode, Call call) {
+  long rc = call(ToKernelMode(mode));
+  if (mode != PolicyMode::kPreferredMany) return rc;
+  if (rc == 0) {
+    g_kernel_has_preferred_many.store(1, std::memory_order_relaxed);
+    return rc;
+  }
+  if (errno != EINVAL || g_kernel_has_preferred_many.load(std::memory_order_relaxed) == 1) {
+    return rc;
+  }
+  rc = call(MPOL_PREFERRED);
+  if (rc == 0) g_kernel_has_preferred_many.store(0, std::memory_order_relaxed);
+  return rc;
 }
 
 // A node mask sized for the kernel: at least the possible node count, and large enough for
@@ -365,9 +393,13 @@ const char* PolicyModeName(PolicyMode mode) {
       return "MPOL_INTERLEAVE";
     case PolicyMode::kLocal:
       return "MPOL_LOCAL";
+    case PolicyMode::kPreferredMany:
+      return "MPOL_PREFERRED_MANY";
   }
   return "MPOL_?";
 }
+
+int KernelHasPreferredMany() { return g_kernel_has_preferred_many.load(std::memory_order_relaxed); }
 
 // The kernel has no notion of a negative node: a NodeMask would silently drop it, and an
 // empty mask means "local" to MPOL_PREFERRED, so a bad id must be refused here.
@@ -388,8 +420,10 @@ Status BindRange(void* addr, std::size_t bytes, PolicyMode mode, std::span<const
     if (Status s = CheckNodeIds(nodes, "mbind"); !s.ok()) return s;
   }
   NodeMask mask(without_nodes ? std::span<const int>() : nodes);
-  long rc = mbind(addr, bytes, ToKernelMode(mode), without_nodes ? nullptr : mask.words.data(),
-                  without_nodes ? 0 : mask.max_node, flags);
+  long rc = WithPreferredManyFallback(mode, [&](int kernel_mode) {
+    return mbind(addr, bytes, kernel_mode, without_nodes ? nullptr : mask.words.data(),
+                 without_nodes ? 0 : mask.max_node, flags);
+  });
   if (rc != 0) {
     return ErrnoToStatus(errno,
                          absl::StrCat("mbind(", Hex(addr), ", ", bytes, ", ", PolicyModeName(mode),
@@ -404,8 +438,10 @@ Status SetThreadPolicy(PolicyMode mode, std::span<const int> nodes) {
     if (Status s = CheckNodeIds(nodes, "set_mempolicy"); !s.ok()) return s;
   }
   NodeMask mask(without_nodes ? std::span<const int>() : nodes);
-  long rc = set_mempolicy(ToKernelMode(mode), without_nodes ? nullptr : mask.words.data(),
-                          without_nodes ? 0 : mask.max_node);
+  long rc = WithPreferredManyFallback(mode, [&](int kernel_mode) {
+    return set_mempolicy(kernel_mode, without_nodes ? nullptr : mask.words.data(),
+                         without_nodes ? 0 : mask.max_node);
+  });
   if (rc != 0) {
     return ErrnoToStatus(errno, absl::StrCat("set_mempolicy(", PolicyModeName(mode),
                                              ", nodes=", absl::StrJoin(nodes, ","), ")"));
@@ -519,8 +555,10 @@ int MakeKernelNodeMask(std::span<const int> nodes, KernelNodeMask* mask) {
 
 int BindRangeNoAlloc(void* addr, std::size_t bytes, PolicyMode mode, const KernelNodeMask& mask) {
   bool without_nodes = mode == PolicyMode::kDefault || mode == PolicyMode::kLocal;
-  long rc = mbind(addr, bytes, ToKernelMode(mode), without_nodes ? nullptr : mask.words,
-                  without_nodes ? 0 : mask.max_node, 0);
+  long rc = WithPreferredManyFallback(mode, [&](int kernel_mode) {
+    return mbind(addr, bytes, kernel_mode, without_nodes ? nullptr : mask.words,
+                 without_nodes ? 0 : mask.max_node, 0);
+  });
   return rc == 0 ? 0 : errno;
 }
 
@@ -612,8 +650,8 @@ int ReadLinesNoAlloc(const char* path, bool (*on_line)(void* context, std::strin
   int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno;
   char buffer[4096];
-  std::size_t length = 0;     // bytes in buffer not yet passed on
-  bool cutting = false;       // inside a line already passed on cut to kMaxLineNoAlloc
+  std::size_t length = 0;  // bytes in buffer not yet passed on
+  bool cutting = false;    // inside a line already passed on cut to kMaxLineNoAlloc
   bool more = true;
   int err = 0;
   while (more) {

@@ -63,9 +63,32 @@ Policy Policy::Bind(std::vector<int> nodes, BindMode mode) {
 }
 
 Policy Policy::Preferred(int node, BindMode mode) {
+  return Preferred(std::vector<int>{node}, mode);
+}
+
+Policy Policy::Preferred(std::vector<int> nodes, BindMode mode) {
   Policy p(PolicyKind::kPreferred, mode);
-  p.nodes_ = {node};
+  p.nodes_ = std::move(nodes);  // the order is the preference
   return p;
+}
+
+std::vector<int> Policy::FallbackOrder(const Topology& topology) const {
+  std::vector<int> order;
+  if (kind_ != PolicyKind::kPreferred || nodes_.empty()) return order;
+  for (int node : nodes_) {
+    if (topology.has_node(node) && topology.memory_allowed(node) &&
+        std::find(order.begin(), order.end(), node) == order.end()) {
+      order.push_back(node);
+    }
+  }
+  if (!topology.has_node(nodes_[0])) return order;
+  for (int node : topology.nodes_by_distance(nodes_[0])) {
+    if (topology.memory_allowed(node) &&
+        std::find(order.begin(), order.end(), node) == order.end()) {
+      order.push_back(node);
+    }
+  }
+  return order;
 }
 
 Policy Policy::Interleave(std::vector<int> nodes, BindMode mode) {
@@ -96,13 +119,12 @@ StatusOr<Policy> Policy::Resolve(const Topology& topology, int calling_node) con
   StatusOr<TargetChoice> choice = ResolveMemoryTarget(topology, target_, calling_node);
   if (!choice.ok()) return choice.status();
   if (mode_ == BindMode::kStrict) return Bind(choice->best, BindMode::kStrict);
-  return Preferred(choice->ranked.front(), BindMode::kAdvisory);
+  return Preferred(choice->ranked, BindMode::kAdvisory);
 }
 
 int Policy::single_node() const {
-  if ((kind_ == PolicyKind::kBind || kind_ == PolicyKind::kPreferred) && nodes_.size() == 1) {
-    return nodes_[0];
-  }
+  if (kind_ == PolicyKind::kBind && nodes_.size() == 1) return nodes_[0];
+  if (kind_ == PolicyKind::kPreferred && !nodes_.empty()) return nodes_[0];
   return -1;
 }
 
@@ -114,15 +136,21 @@ Status Policy::Validate(const Topology& topology) const {
       return absl::OkStatus();
     }
     return absl::InvalidArgumentError(absl::StrCat(
-        "policy ", ToString(), ": node ", target_.from, " is not an online NUMA node (online: ",
-        absl::StrJoin(topology.node_ids(), ","), ")"));
+        "policy ", ToString(), ": node ", target_.from,
+        " is not an online NUMA node (online: ", absl::StrJoin(topology.node_ids(), ","), ")"));
   }
   if (nodes_.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("policy ", ToString(), ": the node set is empty; name at least one node"));
   }
-  for (int node : nodes_) {
-    if (Status s = CheckNode(topology, node, *this); !s.ok()) return s;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    if (Status s = CheckNode(topology, nodes_[i], *this); !s.ok()) return s;
+    if (kind_ == PolicyKind::kPreferred &&
+        std::find(nodes_.begin(), nodes_.begin() + i, nodes_[i]) != nodes_.begin() + i) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "policy ", ToString(), ": node ", nodes_[i],
+          " is listed twice; a preference lists each node once, most preferred first"));
+    }
   }
   if (kind_ == PolicyKind::kWeightedInterleave) {
     std::vector<int> seen;

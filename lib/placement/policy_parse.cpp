@@ -19,7 +19,8 @@ namespace {
 
 constexpr const char* kSyntax =
     "expected bind(NODES), preferred(NODE), interleave(NODES), weighted(NODE:WEIGHT,...), "
-    "target(bandwidth|latency|capacity[@NODE|@any]) or local, optionally followed by /strict, /advisory or (weighted) /chunk=SIZE; NODES as "
+    "target(bandwidth|latency|capacity[@NODE|@any]) or local, optionally followed by /strict, "
+    "/advisory or (weighted) /chunk=SIZE; NODES as "
     "in 0-3,5";
 
 absl::string_view Abs(std::string_view s) { return absl::string_view(s.data(), s.size()); }
@@ -127,10 +128,20 @@ StatusOr<Policy> Policy::Parse(std::string_view text) {
     return Policy::Interleave(*std::move(list), mode.value_or(BindMode::kStrict));
   }
   if (kind == "preferred") {
-    if (!has_body) return Invalid(text, "preferred needs one node in parentheses");
-    auto node = ParseNode(text, body);
-    if (!node.ok()) return node.status();
-    return Policy::Preferred(*node, mode.value_or(BindMode::kAdvisory));
+    if (!has_body || body.empty()) {
+      return Invalid(text, "preferred needs nodes in parentheses, most preferred first");
+    }
+    // Order matters here, so each comma-separated piece (a node or a range) is parsed on
+    // its own: "preferred(2,0-1)" is 2, then 0, then 1.
+    std::vector<int> ordered;
+    for (absl::string_view piece :
+         absl::StrSplit(absl::string_view(body.data(), body.size()), ',')) {
+      auto list = parse::ParseNodeList(std::string_view(piece.data(), piece.size()));
+      if (!list.ok()) return Invalid(text, std::string(list.status().message()));
+      if (list->empty()) return Invalid(text, "preferred has an empty entry in its node list");
+      ordered.insert(ordered.end(), list->begin(), list->end());
+    }
+    return Policy::Preferred(std::move(ordered), mode.value_or(BindMode::kAdvisory));
   }
   if (kind == "weighted") {
     if (!has_body || body.empty()) return Invalid(text, "weighted needs NODE:WEIGHT pairs");

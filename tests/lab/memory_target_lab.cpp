@@ -5,6 +5,11 @@
 // and reported. The expected nodes come from the topology QEMU was given and from the kernel's
 // own MemTotal, never from numarena's discovery; pages are written from the CPU node farthest
 // from the chosen node, so a page on the chosen node proves the policy, not first touch.
+//
+// The same file proves the two forms of "preferred over several nodes": numarena's ordered
+// Preferred list (what an advisory target resolves to), which spills down the list in order
+// when a node's budget is spent, and the kernel's MPOL_PREFERRED_MANY through the OS layer,
+// which puts each page on the member of the set nearest the CPU that faults it.
 // lab-topologies: cxl snc4
 #include <catch2/catch.hpp>
 
@@ -19,6 +24,7 @@
 
 #include "lab_support.hpp"
 #include "numarena/arena.hpp"
+#include "numarena/budget.hpp"
 #include "numarena/memory_target.hpp"
 #include "numarena/page_nodes.hpp"
 #include "numarena/topology.hpp"
@@ -182,6 +188,113 @@ TEST_CASE("a strict target binds to every node tied for best") {
       deallocate(p);
     }
   }
+}
+
+// The list order, not distance, decides where memory goes next: the second listed node is
+// the one farthest from the first, and a quota on the first node stands in for it filling.
+TEST_CASE("a Preferred list spills down the list in order, not by distance") {
+  const auto& lab = lab::Expected();
+  const int first = lab.cpu_node_ids().front();
+  int second = first;
+  for (int n : lab.node_ids()) {
+    if (n != first && lab.distance(first, n) >= lab.distance(first, second)) second = n;
+  }
+  REQUIRE(second != first);
+  int nearest_other = -1;
+  for (int n : lab.node_ids()) {
+    if (n == first) continue;
+    if (nearest_other < 0 || lab.distance(first, n) < lab.distance(first, nearest_other))
+      nearest_other = n;
+  }
+  INFO("list {" << first << ", " << second << "}; nearest other node " << nearest_other);
+  // Only meaningful where distance would have chosen differently.
+  REQUIRE(lab.distance(first, nearest_other) < lab.distance(first, second));
+
+  auto topology = Topology::system();
+  REQUIRE(topology.ok());
+  BudgetOptions options;
+  options.mode = BudgetMode::kQuota;
+  options.quotas = {{first, 96 * kMiB}};
+  options.default_quota_bytes = std::uint64_t{4} << 30;
+  options.refresh_interval = std::chrono::milliseconds(0);
+  auto budget = Budget::Create(options, **topology);
+  INFO((budget.ok() ? std::string() : std::string(budget.status().message())));
+  REQUIRE(budget.ok());
+  REQUIRE(InstallProcessBudget(budget->get()).ok());
+
+  auto arena = Arena::ForPolicy(Policy::Preferred(std::vector<int>{first, second}));
+  INFO(arena.status().ToString());
+  REQUIRE(arena.ok());
+  (*arena)->purge();
+  std::vector<void*> held;
+  std::vector<int> placed;        // the one node of each block, or -1 when mixed
+  for (int i = 0; i < 12; ++i) {  // 12 x 16 MiB: twice the first node's quota
+    void* p = (*arena)->allocate(16 * kMiB);
+    INFO(last_allocation_error().ToString());
+    REQUIRE(p != nullptr);
+    held.push_back(p);
+    std::memset(p, 0x11, 16 * kMiB);
+    auto nodes = page_node_list(p, 16 * kMiB);
+    REQUIRE(nodes.ok());
+    int node = (*nodes)[0];
+    for (int n : *nodes) {
+      if (n != node) node = -1;
+    }
+    placed.push_back(node);
+  }
+  for (void* p : held) deallocate(p);
+  (*arena)->purge();
+  REQUIRE(InstallProcessBudget(nullptr).ok());
+
+  std::string trace;
+  for (int n : placed) absl::StrAppend(&trace, n, " ");
+  INFO("node of each block: " << trace);
+  CHECK(placed.front() == first);
+  CHECK(placed.back() == second);
+  // Every block sits whole on one of the two listed nodes, first ones first.
+  std::size_t switched = std::find(placed.begin(), placed.end(), second) - placed.begin();
+  CHECK(switched > 0);
+  for (std::size_t i = 0; i < placed.size(); ++i) {
+    CHECK(placed[i] == (i < switched ? first : second));
+  }
+}
+
+// MPOL_PREFERRED_MANY through the OS layer: a page goes to the member of the set nearest the
+// CPU that touches it. Checked from every CPU node whose nearest member is unique.
+TEST_CASE("MPOL_PREFERRED_MANY puts each page on the set member nearest the faulting CPU") {
+  const auto& lab = lab::Expected();
+  const std::vector<int> ids = lab.node_ids();
+  const std::vector<int> set = {ids.front(), ids.back()};
+  int checked = 0;
+  for (int cpu_node : lab.cpu_node_ids()) {
+    int nearest = -1;
+    bool unique = true;
+    for (int member : set) {
+      if (nearest < 0 || lab.distance(cpu_node, member) < lab.distance(cpu_node, nearest)) {
+        nearest = member;
+        unique = true;
+      } else if (lab.distance(cpu_node, member) == lab.distance(cpu_node, nearest)) {
+        unique = false;
+      }
+    }
+    if (!unique) continue;
+    DYNAMIC_SECTION("set {" << set[0] << "," << set[1] << "} touched from node " << cpu_node) {
+      lab::Mapping map(8 * kMiB);
+      REQUIRE(os::BindRange(map.data(), map.size(), os::PolicyMode::kPreferredMany, set).ok());
+      CHECK(os::KernelHasPreferredMany() == 1);  // the lab kernel is 6.1
+      {
+        lab::PinnedTo pin(lab.node(cpu_node).cpus);
+        std::memset(map.data(), 0x22, map.size());
+      }
+      auto nodes = page_node_list(map.data(), map.size());
+      REQUIRE(nodes.ok());
+      INFO(lab::SummarizePageNodes(*nodes));
+      CHECK(std::count(nodes->begin(), nodes->end(), nearest) ==
+            static_cast<std::ptrdiff_t>(map.pages()));
+    }
+    ++checked;
+  }
+  CHECK(checked >= 1);
 }
 
 }  // namespace

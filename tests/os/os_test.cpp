@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <numaif.h>
 #include <sys/mman.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -361,6 +362,38 @@ TEST_CASE("policy mode names are the kernel's") {
   CHECK(std::string(os::PolicyModeName(os::PolicyMode::kPreferred)) == "MPOL_PREFERRED");
   CHECK(std::string(os::PolicyModeName(os::PolicyMode::kInterleave)) == "MPOL_INTERLEAVE");
   CHECK(std::string(os::PolicyModeName(os::PolicyMode::kLocal)) == "MPOL_LOCAL");
+  CHECK(std::string(os::PolicyModeName(os::PolicyMode::kPreferredMany)) == "MPOL_PREFERRED_MANY");
+}
+
+// MPOL_PREFERRED_MANY is in every kernel since 5.15; the OS layer says whether this one took
+// it, and the range's policy as the kernel reports it matches (get_mempolicy MPOL_F_ADDR).
+TEST_CASE(
+    "BindRange(MPOL_PREFERRED_MANY) places pages on the set and reports the kernel's "
+    "support") {
+  const int node = HostNode();
+  Mapping map(64);
+  const int nodes[] = {node};
+  Status s = os::BindRange(map.data, map.bytes, os::PolicyMode::kPreferredMany, nodes);
+  INFO(s);
+  REQUIRE(s.ok());
+  int mode = -1;
+  REQUIRE(get_mempolicy(&mode, nullptr, 0, map.data, MPOL_F_ADDR) == 0);
+  struct utsname uts;
+  REQUIRE(uname(&uts) == 0);
+  int major = 0, minor = 0;
+  std::sscanf(uts.release, "%d.%d", &major, &minor);
+  const bool has_mode = major > 5 || (major == 5 && minor >= 15);
+  CHECK(os::KernelHasPreferredMany() == (has_mode ? 1 : 0));
+  CHECK(mode == (has_mode ? 5 /* MPOL_PREFERRED_MANY */ : MPOL_PREFERRED));
+  std::memset(map.data, 1, map.bytes);
+  auto counts = page_nodes(map.data, map.bytes);
+  REQUIRE(counts.ok());
+  CHECK(counts->on(node) == 64);
+  // A bad id is still an error, not a silent fallback to MPOL_PREFERRED.
+  const int bad[] = {OnlineNodes().back() + 7};
+  Status refused = os::BindRange(map.data, map.bytes, os::PolicyMode::kPreferredMany, bad);
+  CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(refused, "MPOL_PREFERRED_MANY"));
 }
 
 TEST_CASE("BindRange to the host node places every page there") {
@@ -384,8 +417,7 @@ TEST_CASE("BindRange to the host node places every page there") {
   REQUIRE(where.ok());
   CHECK(*where == node);
   // MPOL_MF_STRICT: every page already conforms.
-  REQUIRE(
-      os::BindRange(map.data, map.bytes, os::PolicyMode::kBind, nodes, MPOL_MF_STRICT).ok());
+  REQUIRE(os::BindRange(map.data, map.bytes, os::PolicyMode::kBind, nodes, MPOL_MF_STRICT).ok());
 }
 
 TEST_CASE("BindRange with a node id the machine lacks is InvalidArgument naming it") {
@@ -486,7 +518,7 @@ TEST_CASE("QueryPageNodes and MovePages report per page, check their arguments")
 
   std::vector<int> target(8, node);
   REQUIRE(os::MovePages(std::span<void* const>(pages.data(), 4),
-                          std::span<const int>(target.data(), 4), std::span<int>(status.data(), 4))
+                        std::span<const int>(target.data(), 4), std::span<int>(status.data(), 4))
               .ok());
   for (std::size_t i = 0; i < 4; ++i) CHECK(status[i] == node);
 

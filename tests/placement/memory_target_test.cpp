@@ -94,16 +94,16 @@ TEST_CASE("memory targets on the recorded CXL machine (HMAT)") {
     CHECK_THAT(c.explanation, Catch::Contains("the calling thread's node is unknown"));
     CHECK(Resolve(t, MemoryAttribute::kCapacity, kThread, 2).initiator == 0);  // no CPUs
   }
-  SECTION("policies resolve: advisory prefers the first, strict binds the tied set") {
+  SECTION("policies resolve: advisory prefers in rank order, strict binds the tied set") {
     auto p = Policy::Target({MemoryAttribute::kCapacity, 0}).Resolve(t, 1);
     REQUIRE(p.ok());
-    CHECK(*p == Policy::Preferred(2));
+    CHECK(*p == Policy::Preferred(Ids{2, 0}));  // the CXL expander, then node 0's DRAM
     p = Policy::Target({MemoryAttribute::kLatency, kAny}, BindMode::kStrict).Resolve(t, 1);
     REQUIRE(p.ok());
     CHECK(*p == Policy::Bind({0, 1}));
     p = Policy::Target({MemoryAttribute::kLatency, kAny}).Resolve(t, 1);
     REQUIRE(p.ok());
-    CHECK(*p == Policy::Preferred(0));
+    CHECK(*p == Policy::Preferred(Ids{0, 1, 2}));
     p = Policy::Target({MemoryAttribute::kBandwidth, kThread}).Resolve(t, 1);
     REQUIRE(p.ok());
     CHECK(*p == Policy::Preferred(1));
@@ -173,7 +173,7 @@ TEST_CASE("memory targets: half-described HMAT, ties, cpusets and bad initiators
     CHECK(c.ranked == Ids{1, 0});
     auto p = Policy::Target({MemoryAttribute::kBandwidth, 0}).Resolve(t, 0);
     REQUIRE(p.ok());
-    CHECK(*p == Policy::Preferred(1));  // the first of the full order
+    CHECK(*p == Policy::Preferred(Ids{1, 0}));  // the full order: write bandwidth breaks the tie
   }
   SECTION("the cpuset removes candidates") {
     MapReader r = TwoSocketsAndExpander();

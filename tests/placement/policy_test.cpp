@@ -175,8 +175,7 @@ TEST_CASE("Policy::Parse reads every kind, mode and chunk") {
   CHECK(Policy::Parse("preferred(2)").value() == Policy::Preferred(2));
   CHECK(Policy::Parse("preferred(2)/strict").value() == Policy::Preferred(2, BindMode::kStrict));
   CHECK(Policy::Parse("interleave(0-3)").value() == Policy::Interleave({0, 1, 2, 3}));
-  CHECK(Policy::Parse("weighted(0:3,1:1)").value() ==
-        Policy::WeightedInterleave({{0, 3}, {1, 1}}));
+  CHECK(Policy::Parse("weighted(0:3,1:1)").value() == Policy::WeightedInterleave({{0, 3}, {1, 1}}));
   CHECK(Policy::Parse("weighted(1:1,0:2)/chunk=64K/advisory").value() ==
         Policy::WeightedInterleave({{1, 1}, {0, 2}}, BindMode::kAdvisory, 65536));
   CHECK(Policy::Parse("local").value() == Policy::Local());
@@ -203,20 +202,74 @@ TEST_CASE("Policy::Parse reads back what ToString writes") {
 }
 
 TEST_CASE("Policy::Parse refuses malformed text with the syntax in the message") {
-  for (const char* bad :
-       {"", "bind", "bind()", "bind(", "bind(1", "bind(x)", "bind(-1)", "bind(1)/", "bind(1)/fast",
-        "bind(1)/strict/advisory", "bind(1)/chunk=4K", "preferred(0,1)", "preferred()",
-        "interleave()", "weighted()", "weighted(0)", "weighted(0:)", "weighted(0:1:2)",
-        "weighted(0:-1)", "weighted(0:4294967296)", "weighted(0:1)/chunk=0",
-        "weighted(0:1)/chunk=1Q", "weighted(0:1)/chunk=4K/chunk=8K", "local(0)", "Bind(1)",
-        "bind (1)", "bind((1))", "bind(99999999999)", "random(0)", "bind(\n\n)",
-        "interleave(\n)"}) {
+  for (const char* bad : {"",
+                          "bind",
+                          "bind()",
+                          "bind(",
+                          "bind(1",
+                          "bind(x)",
+                          "bind(-1)",
+                          "bind(1)/",
+                          "bind(1)/fast",
+                          "bind(1)/strict/advisory",
+                          "bind(1)/chunk=4K",
+                          "preferred(0,,1)",
+                          "preferred()",
+                          "preferred(,)",
+                          "preferred(1-)",
+                          "interleave()",
+                          "weighted()",
+                          "weighted(0)",
+                          "weighted(0:)",
+                          "weighted(0:1:2)",
+                          "weighted(0:-1)",
+                          "weighted(0:4294967296)",
+                          "weighted(0:1)/chunk=0",
+                          "weighted(0:1)/chunk=1Q",
+                          "weighted(0:1)/chunk=4K/chunk=8K",
+                          "local(0)",
+                          "Bind(1)",
+                          "bind (1)",
+                          "bind((1))",
+                          "bind(99999999999)",
+                          "random(0)",
+                          "bind(\n\n)",
+                          "interleave(\n)"}) {
     INFO(bad);
     auto parsed = Policy::Parse(bad);
     REQUIRE(!parsed.ok());
     CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument);
     CHECK(std::string(parsed.status().message()).find("policy '") == 0);
-    CHECK(std::string(parsed.status().message()).find("expected bind(NODES)") !=
-          std::string::npos);
+    CHECK(std::string(parsed.status().message()).find("expected bind(NODES)") != std::string::npos);
   }
+}
+
+TEST_CASE("a Preferred list keeps its order: parsed, printed, validated and walked") {
+  const Policy two_then_zero = Policy::Preferred(std::vector<int>{2, 0});
+  CHECK(two_then_zero.nodes() == std::vector<int>{2, 0});
+  CHECK(two_then_zero.single_node() == 2);  // where memory goes first
+  CHECK(two_then_zero.ToString() == "preferred(2,0)");
+  CHECK(Policy::Parse("preferred(2,0)").value() == two_then_zero);
+  CHECK(Policy::Parse("preferred(3,0-1)").value().nodes() == std::vector<int>{3, 0, 1});
+  CHECK(Policy::Parse("preferred(1)").value() == Policy::Preferred(1));
+  CHECK_FALSE(two_then_zero == Policy::Preferred(std::vector<int>{0, 2}));
+
+  // EPYC 9654 SNC4: nodes 0-3; 0,1 and 2,3 at distance 12, across at 32.
+  const numarena::Topology& epyc = Fixture("epyc9654-snc4");
+  CHECK(two_then_zero.Validate(epyc).ok());
+  // The rest by distance from node 2: 3 in its socket (12), then 1 (32).
+  CHECK(two_then_zero.FallbackOrder(epyc) == std::vector<int>{2, 0, 3, 1});
+  CHECK(Policy::Preferred(std::vector<int>{3, 1}).FallbackOrder(epyc) ==
+        std::vector<int>{3, 1, 2, 0});
+  CHECK(Policy::Preferred(1).FallbackOrder(epyc) == epyc.nodes_by_distance(1));
+  CHECK(Policy::Bind(1).FallbackOrder(epyc).empty());
+
+  auto twice = Policy::Preferred(std::vector<int>{1, 0, 1}).Validate(epyc);
+  CHECK(twice.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Message(twice) ==
+        "policy preferred(1,0,1): node 1 is listed twice; a preference lists each node once, "
+        "most preferred first");
+  auto offline = Policy::Preferred(std::vector<int>{1, 9}).Validate(epyc);
+  CHECK(offline.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Message(offline).find("node 9") != std::string::npos);
 }

@@ -2,7 +2,7 @@
 // (libnumarena_preload.so through LD_PRELOAD; lib/preload/preload.cpp), placing its heap by
 // one policy, optionally under a per-node budget.
 //
-//   numarena run [--membind NODES | --preferred N | --interleave NODES | --weighted N=W,... |
+//   numarena run [--membind NODES | --preferred NODES | --interleave NODES | --weighted N=W,... |
 //                 --local | --policy POLICY] [--budget system|quota:SIZE] [--metrics-port P]
 //                 -- PROGRAM ARGS...
 //
@@ -46,7 +46,8 @@ namespace {
 constexpr const char* kPreloadName = "libnumarena_preload.so";
 
 constexpr const char* kDescription =
-    "numarena run POLICY-OPTION [OPTIONS] -- PROGRAM [ARGS...] runs PROGRAM with numarena as its malloc and operator new (LD_PRELOAD of "
+    "numarena run POLICY-OPTION [OPTIONS] -- PROGRAM [ARGS...] runs PROGRAM with numarena as its "
+    "malloc and operator new (LD_PRELOAD of "
     "libnumarena_preload.so); its heap is placed by one policy option. The program inherits "
     "LD_PRELOAD (prepended), NUMARENA_POLICY and NUMARENA_BUDGET, so what it execs runs under "
     "numarena too. NUMARENA_PRELOAD_LIBRARY names the library if it is not beside this binary "
@@ -208,13 +209,15 @@ CommandRunner SetupRun(CLI::App& app) {
         ->type_name(type);
   };
   policy("--membind", "NODES", "pages only on NODES (e.g. 1, 0-1): bind(NODES)");
-  policy("--preferred", "N", "on node N while it has memory, then the nearest: preferred(N)");
+  policy("--preferred", "NODES",
+         "on the first node while it has memory, then the next listed, then the nearest: "
+         "preferred(NODES), e.g. --preferred 2,0");
   policy("--interleave", "NODES", "pages round-robin over NODES: interleave(NODES)");
   policy("--weighted", "N=W,...", "2 MiB chunks in proportion to the weights: weighted(N:W,...)");
   app.add_flag("--local", options->local,
                "each allocation on the node of the CPU the thread runs on");
   policy("--policy", "POLICY",
-         "any policy string: bind(NODES), preferred(N), interleave(NODES), weighted(N:W,...) "
+         "any policy string: bind(NODES), preferred(NODES), interleave(NODES), weighted(N:W,...) "
          "or local, optionally followed by /advisory or /chunk=SIZE, e.g. 'bind(0-1)/advisory', "
          "'weighted(0:3,1:1)/chunk=64K'");
   app.add_option("--budget", options->budget,
@@ -231,8 +234,8 @@ CommandRunner SetupRun(CLI::App& app) {
     // The parser stopped at the first word it did not know. Without "--" that word starts
     // the program, unless it looks like an option; with "--" it should not be there.
     std::vector<std::string> rest = self->remaining();
-    if (!rest.empty() && ((rest[0].size() > 1 && rest[0][0] == '-') ||
-                          !ProgramArguments().empty())) {
+    if (!rest.empty() &&
+        ((rest[0].size() > 1 && rest[0][0] == '-') || !ProgramArguments().empty())) {
       bool option = rest[0].size() > 1 && rest[0][0] == '-';
       return Fail("run", absl::StrCat(option ? "unknown option '" : "unexpected argument '",
                                       rest[0], "' (numarena help run lists the options)"));
