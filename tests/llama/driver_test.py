@@ -46,10 +46,16 @@ def drive(tools, model, prefix=(), extra=(), expect_ok=True):
 
 
 def check_run(result, prompt_tokens, tokens):
-    for key in ("ttft_ms", "ms_per_token", "load_ms", "tokens_per_s"):
+    for key in ("ttft_ms", "ms_per_token", "load_ms", "tokens_per_s", "cpu_ttft_ms",
+                "cpu_ms_per_token"):
         v = result.get(key)
         if not isinstance(v, (int, float)) or not v > 0:
             fail("%s is %r, not a positive number" % (key, v))
+    # CPU time of one thread's decode cannot exceed its wall time by more than the process's
+    # other threads add (node's own, llama.cpp's pool of --threads); 4x is far outside that.
+    if result["cpu_ms_per_token"] > 4 * result["ms_per_token"] * max(1, result["threads"]):
+        fail("CPU ms/token %r is not plausible next to wall ms/token %r" % (
+            result["cpu_ms_per_token"], result["ms_per_token"]))
     if result["prompt_tokens"] != prompt_tokens or result["generated_tokens"] != tokens:
         fail("asked for %d prompt and %d generated tokens, got %d and %d" % (
             prompt_tokens, tokens, result["prompt_tokens"], result["generated_tokens"]))

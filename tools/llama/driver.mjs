@@ -10,7 +10,11 @@
 // same allocator.
 //
 // ttft_ms is from the start of the prompt's evaluation to the first generated token;
-// ms_per_token is the mean time between the later tokens. peak_rss_kb is the kernel's VmHWM.
+// ms_per_token is the mean time between the later tokens. cpu_ttft_ms and cpu_ms_per_token are
+// the same spans in CPU time (user + system, every thread of the process: process.cpuUsage()):
+// on a shared machine wall time also counts the time other programs held the CPU, CPU time
+// counts only this process's work, including the page faults an allocator causes or saves.
+// peak_rss_kb is the kernel's VmHWM.
 // On failure (e.g. no memory for the weights) it prints {"ok": false, "error": ...} and exits
 // with status 2.
 //
@@ -91,20 +95,31 @@ async function run(opts) {
         throw new Error(`the prompt tokenized to ${prompt.length} tokens, fewer than ${opts.promptTokens}`);
 
     const stamps = [];
+    const cpuStamps = [];
     const generated = [];
+    const cpuMs = () => {
+        const u = process.cpuUsage();
+        return (u.user + u.system) / 1000;
+    };
+    let cpuPaused = 0;  // CPU the pause's polling used: not decode work
+    const cpuStart = cpuMs();
     const start = performance.now();
     for await (const token of sequence.evaluate(prompt, {temperature: 0})) {
         stamps.push(performance.now());
+        cpuStamps.push(cpuMs() - cpuPaused);
         generated.push(token);
         if (generated.length === opts.pauseAfter) {
+            const before = cpuMs();
             fs.writeFileSync(opts.pauseFile, `${process.pid}\n`);
             await waitWhileExists(opts.pauseFile);
             stamps[stamps.length - 1] = performance.now(); // the pause is not decode time
+            cpuPaused += cpuMs() - before;
         }
         if (generated.length >= opts.tokens) break;
     }
     const ttft = stamps[0] - start;
     const perToken = (stamps[stamps.length - 1] - stamps[0]) / (stamps.length - 1);
+    const cpuPerToken = (cpuStamps[cpuStamps.length - 1] - cpuStamps[0]) / (cpuStamps.length - 1);
     const result = {
         ok: true,
         model: opts.model,
@@ -117,6 +132,8 @@ async function run(opts) {
         ttft_ms: round(ttft),
         ms_per_token: round(perToken),
         tokens_per_s: round(1000 / perToken),
+        cpu_ttft_ms: round(cpuStamps[0] - cpuStart),
+        cpu_ms_per_token: round(cpuPerToken),
         peak_rss_kb: statusKb("VmHWM"),
         rss_kb: statusKb("VmRSS"),
         first_tokens: generated.slice(0, 8),
