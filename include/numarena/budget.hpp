@@ -10,11 +10,19 @@
 //            usage    = what numarena has committed there.
 //   kSystem  capacity = the node's MemTotal, or the process's cgroup v2 memory.max when
 //                       that is lower;
-//            usage    = the node's used memory (MemTotal - MemFree of
+//            usage    = the node's used memory (MemTotal - MemFree - Inactive(file) of
 //                       /sys/devices/system/node/nodeN/meminfo; with a cgroup limit, the
 //                       tighter of the node's free memory and the cgroup's remaining
 //                       memory.max - memory.current decides), re-read at most
 //                       `refresh_interval` apart, plus numarena's own commits since then.
+//
+// Page cache (System mode). A server that has just read its model files has most of a node
+// in page cache; counting it as used would trip the budget on memory the kernel hands out on
+// demand. The inactive file pages are the cache the kernel reclaims first, so they count as
+// free (`BudgetOptions::inactive_file_is_free`, on by default); active file pages (a model
+// that is mmap'd and read every token, the server's own binaries) stay counted as used,
+// since reclaiming them costs refaults. NodeBudgetSnapshot::inactive_file shows the amount.
+// The cgroup side is unchanged: memory.current includes the cgroup's own page cache.
 //
 // Free pages on per-CPU lists (System mode). A CPU that frees pages keeps up to a limit of
 // them on its own per-CPU list for the zone (the zone's low watermark divided by the node's
@@ -168,6 +176,9 @@ struct BudgetOptions {
   // kSystem: also respect the cgroup v2 memory.max of the process's cgroup (and its
   // ancestors) when it is lower than a node's MemTotal.
   bool respect_cgroup_limit = true;
+  // kSystem: count the node's Inactive(file) page cache as free (see the header comment).
+  // Off: usage is MemTotal - MemFree, every cached page counted as used.
+  bool inactive_file_is_free = true;
 };
 
 // A state change of one node, delivered to listeners.
@@ -206,7 +217,10 @@ struct NodeBudgetSnapshot {
   // the node's per-CPU lists ("count:" under "pagesets" in /proc/zoneinfo), which MemFree
   // leaves out and usage counts as used (see the header comment): the most by which usage
   // may overstate the node's used memory.
+  // inactive_file: the node's Inactive(file) page cache, counted as free when
+  // BudgetOptions::inactive_file_is_free (then system_used leaves it out).
   std::uint64_t mem_total = 0, mem_free = 0, per_cpu_free = 0, system_used = 0;
+  std::uint64_t inactive_file = 0;
   std::uint64_t refusals = 0;       // Charge calls answered ResourceExhausted
   std::uint64_t fallbacks_out = 0;  // RecordFallback(from = this node)
   std::uint64_t fallbacks_in = 0;   // RecordFallback(to = this node)

@@ -197,6 +197,7 @@ struct alignas(64) Budget::Node {
   // System mode: written by Refresh under refresh_mutex_.
   std::int64_t system_base = 0;
   std::atomic<std::uint64_t> mem_total{0}, mem_free{0}, per_cpu_free{0}, system_used{0};
+  std::atomic<std::uint64_t> inactive_file{0};
 
   // The state usage `u` calls for, starting from `s`: down while usage is a margin below
   // the current state's threshold, then up while it reaches the next one.
@@ -736,6 +737,7 @@ BudgetSnapshot Budget::Snapshot() const {
     v.mem_total = n.mem_total.load();
     v.mem_free = n.mem_free.load();
     v.per_cpu_free = n.per_cpu_free.load();
+    v.inactive_file = n.inactive_file.load();
     v.system_used = n.system_used.load();
     v.refusals = n.refusals.load();
     v.fallbacks_out = n.fallbacks_out.load();
@@ -805,7 +807,7 @@ Status Budget::Refresh() {
       const budget_internal::NodeMemory& m = memory[i];
       std::uint64_t capacity = m.total;
       // Free pages on per-CPU lists count as used, as MemFree has them: see budget.hpp.
-      std::uint64_t available = m.free;
+      std::uint64_t available = m.free + (options_.inactive_file_is_free ? m.inactive_file : 0);
       if (cgroup.limit) {
         capacity = std::min(capacity, *cgroup.limit);
         const std::uint64_t current = cgroup.current.value_or(0);
@@ -815,6 +817,7 @@ Status Budget::Refresh() {
       SetCapacity(n, capacity);
       n.mem_total.store(m.total, std::memory_order_relaxed);
       n.mem_free.store(m.free, std::memory_order_relaxed);
+      n.inactive_file.store(m.inactive_file, std::memory_order_relaxed);
       n.per_cpu_free.store((*per_cpu)[i], std::memory_order_relaxed);
       n.system_used.store(static_cast<std::uint64_t>(used), std::memory_order_relaxed);
       // usage = base + since_refresh  ->  used + (charges after the exchange).

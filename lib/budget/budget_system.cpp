@@ -55,7 +55,7 @@ Status ParseCgroupValue(std::string_view text, const std::string& display_path, 
 }  // namespace
 
 StatusOr<NodeMemory> ParseNodeMeminfo(std::string_view text, const std::string& display_path) {
-  std::optional<std::uint64_t> total, free;
+  std::optional<std::uint64_t> total, free, inactive_file;
   for (absl::string_view line : absl::StrSplit(AsAbsl(text), '\n')) {
     // "Node 0 MemTotal:       16333412 kB"
     std::vector<absl::string_view> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
@@ -63,6 +63,7 @@ StatusOr<NodeMemory> ParseNodeMeminfo(std::string_view text, const std::string& 
     std::optional<std::uint64_t>* field = nullptr;
     if (words[2] == "MemTotal:") field = &total;
     if (words[2] == "MemFree:") field = &free;
+    if (words[2] == "Inactive(file):") field = &inactive_file;
     if (field == nullptr) continue;
     auto kib = ParseUnsigned(std::string_view(words[3].data(), words[3].size()));
     std::uint64_t unit = 1;
@@ -80,7 +81,12 @@ StatusOr<NodeMemory> ParseNodeMeminfo(std::string_view text, const std::string& 
     return absl::DataLossError(
         absl::StrCat(display_path, ": MemFree ", *free, " exceeds MemTotal ", *total));
   }
-  return NodeMemory{*total, *free};
+  if (inactive_file && *inactive_file > *total - *free) {
+    return absl::DataLossError(absl::StrCat(display_path, ": Inactive(file) ", *inactive_file,
+                                            " exceeds the used memory MemTotal - MemFree ",
+                                            *total - *free));
+  }
+  return NodeMemory{*total, *free, inactive_file.value_or(0)};
 }
 
 StatusOr<NodeMemory> ReadNodeMemory(const SystemReader& reader, int node) {

@@ -20,10 +20,12 @@ namespace numarena::budget_internal {
 struct NodeMemory {
   std::uint64_t total = 0;  // bytes
   std::uint64_t free = 0;   // bytes
+  std::uint64_t inactive_file = 0;  // bytes of Inactive(file); 0 when the file has no line
 };
 
 // Parses a node meminfo file ("Node 0 MemTotal:  16333412 kB" lines). DataLoss naming
-// `display_path` when MemTotal or MemFree is missing or malformed, or free > total.
+// `display_path` when MemTotal or MemFree is missing or malformed, or free > total, or when
+// an Inactive(file) line is malformed or larger than MemTotal - MemFree.
 [[nodiscard]] StatusOr<NodeMemory> ParseNodeMeminfo(std::string_view text,
                                                     const std::string& display_path);
 

@@ -685,6 +685,43 @@ TEST_CASE("System mode: free pages on per-CPU lists are reported apart and count
   CHECK(b.usage(0) == 400 * kMiB);
 }
 
+TEST_CASE("System mode: inactive page cache counts as free, active page cache as used") {
+  // Node 0: 1000 MiB, 100 MiB free, 500 MiB Inactive(file) (a model file just read), 200 MiB
+  // Active(file). Node 1 without the lines: a kernel or fixture that lacks them.
+  auto reader = std::make_shared<FakeReader>();
+  reader->Set("/sys/devices/system/node/node0/meminfo",
+              "Node 0 MemTotal:        1024000 kB\nNode 0 MemFree:          102400 kB\n"
+              "Node 0 Active(file):     204800 kB\nNode 0 Inactive(file):   512000 kB\n");
+  reader->SetNode(1, 1000 * kMiB, 900 * kMiB);
+  auto created = Budget::Create(SystemOptions(reader, milliseconds(0)), {0, 1});
+  REQUIRE(created.ok());
+  Budget& b = **created;
+  CHECK(b.usage(0) == 400 * kMiB);  // 1000 - 100 free - 500 inactive cache
+  CHECK(b.Snapshot().node(0)->inactive_file == 500 * kMiB);
+  CHECK(b.Snapshot().node(0)->system_used == 400 * kMiB);
+  CHECK(b.Snapshot().node(0)->state == NodeState::kNormal);
+  CHECK(b.usage(1) == 100 * kMiB);
+  CHECK(b.Snapshot().node(1)->inactive_file == 0);
+
+  // Off: every cached page is used, and the node is past its trip line (900 of 1000 MiB).
+  BudgetOptions strict = SystemOptions(reader, milliseconds(0));
+  strict.inactive_file_is_free = false;
+  auto counted = Budget::Create(strict, {0, 1});
+  REQUIRE(counted.ok());
+  CHECK((*counted)->usage(0) == 900 * kMiB);
+  CHECK((*counted)->Snapshot().node(0)->state == NodeState::kTripped);
+
+  // More inactive cache than used memory is a malformed file, named.
+  reader->Set("/sys/devices/system/node/node0/meminfo",
+              "Node 0 MemTotal: 1024000 kB\nNode 0 MemFree: 102400 kB\n"
+              "Node 0 Inactive(file): 1000000 kB\n");
+  Status s = b.Refresh();
+  CHECK(s.code() == absl::StatusCode::kDataLoss);
+  CHECK(Message(s).find("Inactive(file)") != std::string::npos);
+  CHECK(Message(s).find("node0/meminfo") != std::string::npos);
+  CHECK(b.usage(0) == 400 * kMiB);  // the figures of the last good reading stay
+}
+
 TEST_CASE("System mode: unreadable meminfo fails Create naming the file") {
   auto reader = std::make_shared<FakeReader>();
   reader->SetNode(0, 1000 * kMiB, 900 * kMiB);

@@ -371,8 +371,8 @@ TEST_CASE("system mode: memory another thread freed makes room before a refusal"
   CHECK(b_got == chunks);
 }
 
-// The kernel's figures for one node, read by the test itself: MemTotal - MemFree from the
-// node's meminfo, and the free pages waiting on per-CPU lists ("count:" under "pagesets" in
+// The kernel's figures for one node, read by the test itself: MemTotal - MemFree -
+// Inactive(file) from the node's meminfo, and the free pages waiting on per-CPU lists ("count:" under "pagesets" in
 // each of the node's zones in /proc/zoneinfo, which MemFree leaves out) with the lists'
 // limits ("high:").
 struct KernelUsage {
@@ -387,7 +387,7 @@ KernelUsage ReadKernelUsage(int node) {
   KernelUsage k;
   auto meminfo = os::ReadFile(absl::StrCat("/sys/devices/system/node/node", node, "/meminfo"));
   REQUIRE(meminfo.ok());
-  std::uint64_t total = 0, free = 0;
+  std::uint64_t total = 0, free = 0, inactive_file = 0;
   std::istringstream lines(*meminfo);
   for (std::string line; std::getline(lines, line);) {
     std::istringstream words(line);
@@ -396,8 +396,10 @@ KernelUsage ReadKernelUsage(int node) {
     words >> word_node >> id >> key >> kb;
     if (key == "MemTotal:") total = kb << 10;
     if (key == "MemFree:") free = kb << 10;
+    if (key == "Inactive(file):") inactive_file = kb << 10;
   }
-  k.total_minus_free = total - free;
+  // The budget counts the inactive page cache as free (BudgetOptions::inactive_file_is_free).
+  k.total_minus_free = total - free - inactive_file;
   auto zoneinfo = os::ReadFile("/proc/zoneinfo");
   REQUIRE(zoneinfo.ok());
   std::istringstream zones(*zoneinfo);
@@ -431,7 +433,8 @@ void ParkFreedPages(int node) {
   std::memset(parked.data(), 0x11, parked.size());
 }
 
-TEST_CASE("system-mode usage is MemTotal - MemFree and shows the per-CPU free pages apart") {
+TEST_CASE("system-mode usage is MemTotal - MemFree - Inactive(file) and shows the per-CPU free "
+          "pages apart") {
   // Free pages waiting on per-CPU lists are not in MemFree. The budget counts them as used,
   // as the kernel's watermark checks do (near a full node they are not drained for a bound
   // allocation), and reports them in per_cpu_free, which bounds the error: at most the
