@@ -54,8 +54,10 @@ std::string FormatMetricValue(double value) {
   if (value == std::floor(value) && std::fabs(value) < 1e15) {
     return absl::StrCat(static_cast<std::int64_t>(value));
   }
+  // The shortest text that reads back as `value`, in %g style as Prometheus's own clients
+  // write it ("0.0005", "1e+20"; the plain shortest form would give "5e-04").
   char buffer[32];
-  auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  auto result = std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::general);
   return std::string(buffer, result.ptr);
 }
 

@@ -472,6 +472,9 @@ TEST_CASE("metrics: histogram buckets are cumulative, le is inclusive, NaN is ig
   auto buckets = numarena::ExponentialBuckets(0.001, 2, 4);
   REQUIRE(buckets.ok());
   CHECK(*buckets == std::vector<double>{0.001, 0.002, 0.004, 0.008});
+  // Bounds as Prometheus's clients write them: %g style, not the shortest "5e-04".
+  CHECK(numarena::FormatMetricValue(0.0005) == "0.0005");
+  CHECK(numarena::FormatMetricValue(1.5e-7) == "1.5e-07");
 }
 
 TEST_CASE("metrics: histogram misuse is an error naming it", "[metrics][histogram]") {
