@@ -41,10 +41,17 @@ def fail(message):
     sys.exit(1)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(count):
+    """`count` distinct ports free on loopback now (all held open while picking, so the
+    kernel cannot hand out the same one twice)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def get(url, timeout=5):
@@ -124,7 +131,7 @@ def main():
         total_kb = 64 << 20  # 64 GiB, as the fixture's node 0
         write_meminfo(meminfo, total_kb, 0.50)
 
-        exporter_port, prometheus_port = free_port(), free_port()
+        exporter_port, prometheus_port = free_ports(2)
         exporter_log = os.path.join(work, "exporter.log")
         exporter = subprocess.Popen(
             [numarena, "exporter", "--port", str(exporter_port),
