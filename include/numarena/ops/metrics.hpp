@@ -61,8 +61,8 @@ struct HistogramSnapshot {
 // A Prometheus histogram: counts of observations per bucket, their number and their sum.
 //
 // Observe() may be called from any number of threads at once, and Snapshot() (a scrape)
-// concurrently with them: it takes no lock and allocates nothing (one binary search over
-// the bounds, two relaxed atomic additions and one compare-and-swap loop for the sum).
+// concurrently with them. Observe() takes no lock and allocates nothing: one binary search
+// over the bounds, a relaxed atomic increment of its bucket and an atomic add to the sum.
 // A snapshot taken while observations are in flight is consistent where Prometheus needs it
 // to be: its buckets are cumulative and `count` equals the +Inf bucket (both are summed from
 // the same per-bucket reads); `sum` may include or miss the in-flight observations. Moving a
@@ -106,8 +106,8 @@ class ExpositionWriter {
  public:
   // Declares (or re-opens) the family `name`. A name must match [a-zA-Z_:][a-zA-Z0-9_:]*;
   // a counter's name must end in "_total"; a histogram's may not end in "_bucket", "_sum",
-  // "_count" or "_total" (its series add the first three). Re-declaring a family with another type or help
-  // is an error reported by Finish().
+  // "_count" or "_total" (its series add the first three). Re-declaring a family with
+  // another type or help is an error reported by Finish().
   ExpositionWriter& Family(std::string_view name, MetricType type, std::string_view help);
   // A sample of the most recently declared family. Label names must match
   // [a-zA-Z_][a-zA-Z0-9_]* and not start with "__"; values may hold any bytes.
