@@ -195,14 +195,15 @@ case "$cmd" in
   test-tsan)
     # The concurrent parts: arenas and their provider, the budget, the KV pool, first-touch
     # and interleave (threads pinned per node), topology's shared instance, the bandwidth
-    # workers, and allocators used from several threads.
+    # workers, allocators used from several threads, and metrics' Histogram (observed from
+    # many threads while a scrape reads it).
     install_deps
     # kv_pool_concurrency_test was left out for a while: TSan found a full span published in
     # the prefix index before its K/V rows were written. Spans are now indexed only by
     # KvPool::MarkComputed, after the caller has written them.
     concurrent=(arena_test node_pages_test budget_test kv_pool_concurrency_test
                 kv_read_mostly_map_test first_touch_test interleave_test topology_test
-                bandwidth_test allocator_test)
+                bandwidth_test allocator_test metrics_test)
     reset_if_other_generator "$ROOT/build-tsan"
     configure "$ROOT/build-tsan" -DNUMARENA_SANITIZE=thread \
       -DNUMARENA_BUILD_BENCH=OFF -DNUMARENA_BUILD_EXAMPLES=OFF

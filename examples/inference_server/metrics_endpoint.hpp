@@ -1,11 +1,13 @@
-// A minimal HTTP endpoint serving `GET /metrics` on 127.0.0.1, for Prometheus to scrape.
+// The HTTP endpoint serving `/metrics` on 127.0.0.1, for Prometheus to scrape.
 //
-// One thread, plain POSIX sockets, one request per connection (`Connection: close`): enough
-// for a scraper that calls every few seconds, and short enough to read. It listens on the
-// loopback address only, never on other interfaces: the figures describe the machine and
-// the process, so exposing them further is a decision for a real server's configuration.
-// `GET /metrics` answers 200 with the Prometheus text format (version 0.0.4); any other
-// request line answers 404; a render error answers 500 with the error text.
+// An HTTP server from a maintained library (cpp-httplib, Debian's libcpp-httplib-dev, as
+// `numarena exporter` uses) on its own threads: HTTP/1.1 with keep-alive, several scrapers
+// at once. It listens on the loopback address only, never on other interfaces: the figures
+// describe the machine and the process, so exposing them further is a decision for a real
+// server's configuration. `GET /metrics` answers 200 with the Prometheus text format
+// (version 0.0.4); `HEAD /metrics` the same status and headers without the body; any other
+// path 404; a render error 500 with the error text. `render` may be called from several
+// threads at once.
 #pragma once
 
 #include <atomic>
@@ -16,35 +18,38 @@
 
 #include "numarena/status.hpp"
 
+namespace httplib {
+class Server;
+}
+
 namespace inference_server {
 
 class MetricsEndpoint {
  public:
   using Render = std::function<numarena::StatusOr<std::string>()>;
 
-  // Binds 127.0.0.1:`port` (0: a free port the kernel picks) and starts serving. Errors name
-  // the socket call that failed and the port.
+  // Binds 127.0.0.1:`port` (0: a free port the kernel picks) and starts serving.
+  // Unavailable naming the port when it cannot be bound (in use, or not allowed).
   [[nodiscard]] static numarena::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(int port,
                                                                                   Render render);
-  ~MetricsEndpoint() { Stop(); }
+  ~MetricsEndpoint();
   MetricsEndpoint(const MetricsEndpoint&) = delete;
   MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
 
-  // Stops within about 100 ms (the accept loop polls the stop flag) and closes the socket.
+  // Stops serving, within about a tenth of a second, and closes the socket; idempotent.
   void Stop();
   int port() const { return port_; }
+  // GET /metrics requests answered 200 (HEAD requests are not scrapes).
   std::uint64_t scrapes() const { return scrapes_.load(std::memory_order_relaxed); }
 
  private:
-  MetricsEndpoint(int listener, int port, Render render);
-  void Serve();
-  void Answer(int connection);
+  MetricsEndpoint(Render render);
 
-  int listener_ = -1;
+  std::unique_ptr<httplib::Server> server_;
   int port_ = 0;
   Render render_;
-  std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> scrapes_{0};
+  std::atomic<bool> listen_returned_{false};
   std::thread thread_;
 };
 

@@ -5,8 +5,10 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <utility>
 
 namespace inference_server {
 namespace {
@@ -68,7 +70,15 @@ struct NodeServer::Active {
   bool has_sequence = false;
   std::size_t reserved = 0;  // bytes charged to the budget
   int generated = 0;
+  std::chrono::steady_clock::time_point last_token;  // when the latest token was generated
 };
+
+namespace {
+double SecondsSince(std::chrono::steady_clock::time_point then,
+                    std::chrono::steady_clock::time_point now) {
+  return std::chrono::duration<double>(now - then).count();
+}
+}  // namespace
 
 NodeServer::NodeServer(NodeServerOptions options) : options_(std::move(options)) {}
 
@@ -93,6 +103,16 @@ numarena::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(NodeServerOpt
 
   auto server = std::unique_ptr<NodeServer>(new NodeServer(std::move(options)));
   server->pool_ = *std::move(pool);
+  // Bounds from 0.5 ms (50 us between tokens) doubling 16 times: up to 16 s (1.6 s).
+  for (auto [histogram, start] : {std::pair{&server->ttft_, 0.0005},
+                                  {&server->tbt_, 0.00005},
+                                  {&server->admission_wait_, 0.0005}}) {
+    auto bounds = numarena::ExponentialBuckets(start, 2, 16);
+    if (!bounds.ok()) return bounds.status();
+    auto created = numarena::Histogram::Create(*std::move(bounds));
+    if (!created.ok()) return created.status();
+    histogram->emplace(*std::move(created));
+  }
   server->span_bytes_ = server->pool_->block_bytes() * std::size_t(server->pool_->head_groups()) *
                         std::size_t(server->pool_->layer_ranges());
   // The system prompts' K/V is computed once, before any worker runs, and held: every request
@@ -203,6 +223,7 @@ void NodeServer::AdmitFromQueue(std::vector<Active>& batch) {
         }
         return;
       }
+      admission_wait_->Observe(SecondsSince(next.arrived, std::chrono::steady_clock::now()));
       active.request = std::move(next);
       active.reserved = bytes;
       queue_.pop_front();
@@ -297,7 +318,13 @@ bool NodeServer::DecodeStep(Active& active) {
   rows_checked_.fetch_add(checked, std::memory_order_relaxed);
   row_mismatches_.fetch_add(mismatches, std::memory_order_relaxed);
   generated_tokens_.fetch_add(1, std::memory_order_relaxed);
-  ++active.generated;
+  const auto now = std::chrono::steady_clock::now();
+  if (++active.generated == 1) {
+    ttft_->Observe(SecondsSince(active.request.arrived, now));
+  } else {
+    tbt_->Observe(SecondsSince(active.last_token, now));
+  }
+  active.last_token = now;
   // The new token's K/V is written in every layer: a span it completes may be shared.
   return pool_->MarkComputed(active.sequence, active.tokens.size()).ok();
 }
@@ -331,6 +358,10 @@ NodeCounters NodeServer::counters() const {
     c.queued = queue_.size();
   }
   return c;
+}
+
+NodeLatencies NodeServer::latencies() const {
+  return {ttft_->Snapshot(), tbt_->Snapshot(), admission_wait_->Snapshot()};
 }
 
 void AppendServerMetrics(numarena::ExpositionWriter& out,
@@ -367,6 +398,27 @@ void AppendServerMetrics(numarena::ExpositionWriter& out,
   for (const auto& [s, c] : all) out.Sample({{"node", std::to_string(s->node())}}, c.queued);
   out.Family("inference_server_active_sequences", MetricType::kGauge, "Requests being decoded.");
   for (const auto& [s, c] : all) out.Sample({{"node", std::to_string(s->node())}}, c.active);
+  struct Latency {
+    const char* name;
+    numarena::HistogramSnapshot NodeLatencies::*field;
+    const char* help;
+  };
+  static constexpr Latency kLatencies[] = {
+      {"inference_server_time_to_first_token_seconds", &NodeLatencies::ttft,
+       "From a request's arrival to its first generated token."},
+      {"inference_server_time_between_tokens_seconds", &NodeLatencies::tbt,
+       "Between two generated tokens of the same request."},
+      {"inference_server_admission_wait_seconds", &NodeLatencies::admission_wait,
+       "From a request's arrival until the budget admitted it."},
+  };
+  std::vector<NodeLatencies> latencies;
+  for (const NodeServer* s : servers) latencies.push_back(s->latencies());
+  for (const Latency& l : kLatencies) {
+    out.Family(l.name, MetricType::kHistogram, l.help);
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      out.HistogramSample({{"node", std::to_string(servers[i]->node())}}, latencies[i].*(l.field));
+    }
+  }
 }
 
 }  // namespace inference_server

@@ -25,6 +25,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -58,6 +59,17 @@ struct NodeCounters {
   std::size_t queued = 0, active = 0;
 };
 
+// Latency distributions of one node since start, in seconds:
+//   ttft            request arrival -> its first generated token (queueing, admission, prefill
+//                   and one decode step);
+//   tbt             between two generated tokens of the same request (one decode step of the
+//                   whole batch, so it grows with the batch);
+//   admission_wait  request arrival -> the budget admitted and charged it (0 when it fit at
+//                   once and no request was ahead of it).
+struct NodeLatencies {
+  numarena::HistogramSnapshot ttft, tbt, admission_wait;
+};
+
 class NodeServer {
  public:
   // Builds the node's KV pool and warms the system prompts' K/V. Does not start threads.
@@ -77,6 +89,7 @@ class NodeServer {
   int node() const { return options_.node; }
   const numarena::KvPool& pool() const { return *pool_; }
   NodeCounters counters() const;
+  NodeLatencies latencies() const;
 
  private:
   struct Active;  // a running request
@@ -109,12 +122,17 @@ class NodeServer {
   std::atomic<std::uint64_t> prefill_tokens_{0}, reused_tokens_{0}, generated_tokens_{0};
   std::atomic<std::uint64_t> rows_checked_{0}, row_mismatches_{0};
   std::atomic<std::size_t> active_{0};
+  // Set by Create (never empty after it); observed by the workers, read by scrapes.
+  std::optional<numarena::Histogram> ttft_, tbt_, admission_wait_;
 };
 
 // The server's own families (requests, admission, tokens, queue) for the /metrics scrape:
 // inference_server_requests_total{node,outcome}, inference_server_admission_later_total{node},
 // inference_server_tokens_total{node,kind}, inference_server_queue_depth{node},
-// inference_server_active_sequences{node}.
+// inference_server_active_sequences{node}, and the histograms (NodeLatencies)
+// inference_server_time_to_first_token_seconds{node},
+// inference_server_time_between_tokens_seconds{node},
+// inference_server_admission_wait_seconds{node}.
 void AppendServerMetrics(numarena::ExpositionWriter& out,
                          const std::vector<const NodeServer*>& servers);
 

@@ -9,6 +9,7 @@
 // previous one, so the time per step is the load-to-use latency of wherever the lines live.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -32,6 +33,15 @@ void TriadKernel(double* __restrict a, const double* __restrict b, const double*
 // called through a function pointer the compiler cannot see through.
 void LibcMemset(void* a, int value, std::size_t bytes);
 void LibcMemcpy(void* dst, const void* src, std::size_t bytes);
+
+// Whether a timed figure starts another pass after one that took `last_pass` and ended at
+// `now`: only when a pass as long still ends by `deadline`. (Going on while now < deadline
+// overran each figure's share by up to a pass.) The first pass always runs.
+inline bool AnotherPassFits(std::chrono::steady_clock::time_point now,
+                            std::chrono::steady_clock::duration last_pass,
+                            std::chrono::steady_clock::time_point deadline) {
+  return now + last_pass <= deadline;
+}
 
 // Size of the largest cache of CPU 0 in bytes (sysfs cache/index*/size), 0 when unknown.
 std::size_t LastLevelCacheBytes();

@@ -361,7 +361,11 @@ double Percentile(std::vector<double> values, double p) {
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 StatusOr<ConfigurationResult> RunConfiguration(const Configuration& config, const Plan& plan,
-                                               const DecodeOptions& o) {
+                                               const DecodeOptions& o, std::size_t index,
+                                               std::size_t total) {
+  auto report = [&](const char* phase, int step) {
+    if (o.progress) o.progress({config.name, phase, step, o.decode_steps, index, total});
+  };
   ConfigurationResult result;
   result.name = config.name;
   result.description = config.description;
@@ -445,6 +449,7 @@ StatusOr<ConfigurationResult> RunConfiguration(const Configuration& config, cons
   // Final hidden state per (sequence, group) after the last decode step.
   std::vector<float> final_h(static_cast<std::size_t>(o.sequences) * groups * dim, 0.0f);
 
+  report("prefill", 0);
   const auto batch_begin = Clock::now();
   for (int s = 0; s < o.sequences; ++s) {
     prompts[s].resize(prompt);
@@ -518,6 +523,7 @@ StatusOr<ConfigurationResult> RunConfiguration(const Configuration& config, cons
   std::vector<double> tbt_ms;
   Clock::duration decode_total{0};
   for (int step = 0; step < o.decode_steps; ++step) {
+    report("decode", step);
     const auto step_begin = Clock::now();
     for (int s = 0; s < o.sequences; ++s) {
       const std::int32_t token[] = {next_token[s]};
@@ -694,12 +700,16 @@ StatusOr<DecodeTable> RunDecodeExperiment(const Topology& topology, const Decode
         "'wrong' node is the right one), so differences between rows are run-to-run noise"));
   }
   for (const Configuration* config : chosen) {
-    auto result = RunConfiguration(*config, *plan, options);
+    auto result = RunConfiguration(*config, *plan, options, table.configurations.size(),
+                                   chosen.size());
     if (!result.ok()) {
       return Status(result.status().code(),
                     absl::StrCat(config->name, ": ", result.status().message()));
     }
     table.configurations.push_back(std::move(*result));
+  }
+  if (options.progress) {
+    options.progress({"", "", 0, options.decode_steps, chosen.size(), chosen.size()});
   }
   return table;
 }

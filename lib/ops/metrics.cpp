@@ -54,8 +54,10 @@ std::string FormatMetricValue(double value) {
   if (value == std::floor(value) && std::fabs(value) < 1e15) {
     return absl::StrCat(static_cast<std::int64_t>(value));
   }
+  // The shortest text that reads back as `value`, in %g style as Prometheus's own clients
+  // write it ("0.0005", "1e+20"; the plain shortest form would give "5e-04").
   char buffer[32];
-  auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  auto result = std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::general);
   return std::string(buffer, result.ptr);
 }
 
@@ -68,6 +70,15 @@ ExpositionWriter& ExpositionWriter::Family(std::string_view name, MetricType typ
   if (type == MetricType::kCounter &&
       (name.size() < 6 || name.substr(name.size() - 6) != "_total") && error_.empty()) {
     error_ = absl::StrCat("counter '", key, "' must end in _total");
+  }
+  if (type == MetricType::kHistogram && error_.empty()) {
+    for (std::string_view suffix : {"_bucket", "_sum", "_count", "_total"}) {
+      if (name.size() > suffix.size() && name.substr(name.size() - suffix.size()) == suffix) {
+        error_ = absl::StrCat("histogram '", key, "' must not end in ", std::string(suffix),
+                              " (its series add _bucket, _sum and _count)");
+        break;
+      }
+    }
   }
   auto it = index_.find(key);
   if (it != index_.end()) {
@@ -83,13 +94,10 @@ ExpositionWriter& ExpositionWriter::Family(std::string_view name, MetricType typ
   return *this;
 }
 
-ExpositionWriter& ExpositionWriter::Sample(const MetricLabels& labels, double value) {
-  if (current_ == nullptr) {
-    if (error_.empty()) error_ = "Sample() before any Family()";
-    return *this;
-  }
-  std::string line = current_->name;
-  if (!labels.empty()) {
+std::string ExpositionWriter::SeriesLine(std::string_view suffix, const MetricLabels& labels,
+                                         const std::string* le, double value) {
+  std::string line = current_->name + std::string(suffix);
+  if (!labels.empty() || le != nullptr) {
     line += '{';
     for (std::size_t i = 0; i < labels.size(); ++i) {
       const auto& [label, label_value] = labels[i];
@@ -98,11 +106,139 @@ ExpositionWriter& ExpositionWriter::Sample(const MetricLabels& labels, double va
       }
       absl::StrAppend(&line, i ? "," : "", label, "=\"", Escape(label_value, true), "\"");
     }
+    if (le != nullptr) absl::StrAppend(&line, labels.empty() ? "" : ",", "le=\"", *le, "\"");
     line += '}';
   }
   absl::StrAppend(&line, " ", FormatMetricValue(value));
-  current_->samples.push_back(std::move(line));
+  return line;
+}
+
+ExpositionWriter& ExpositionWriter::Sample(const MetricLabels& labels, double value) {
+  if (current_ == nullptr) {
+    if (error_.empty()) error_ = "Sample() before any Family()";
+    return *this;
+  }
+  if (current_->type == MetricType::kHistogram && error_.empty()) {
+    error_ = absl::StrCat("Sample() on histogram '", current_->name, "': use HistogramSample()");
+  }
+  current_->samples.push_back(SeriesLine("", labels, nullptr, value));
   return *this;
+}
+
+ExpositionWriter& ExpositionWriter::HistogramSample(const MetricLabels& labels,
+                                                    const HistogramSnapshot& h) {
+  if (current_ == nullptr || current_->type != MetricType::kHistogram) {
+    if (error_.empty()) {
+      error_ = current_ == nullptr
+                   ? std::string("HistogramSample() before any Family()")
+                   : absl::StrCat("HistogramSample() on '", current_->name,
+                                  "', which is not a histogram");
+    }
+    return *this;
+  }
+  for (const auto& [label, value] : labels) {
+    if (label == "le" && error_.empty()) {
+      error_ = absl::StrCat("histogram '", current_->name, "' has a label 'le', which its ",
+                            "buckets use");
+    }
+  }
+  bool valid = h.upper_bounds.size() == h.bucket_counts.size();
+  for (std::size_t i = 0; valid && i < h.upper_bounds.size(); ++i) {
+    valid = std::isfinite(h.upper_bounds[i]) && h.bucket_counts[i] <= h.count &&
+            (i == 0 || (h.upper_bounds[i] > h.upper_bounds[i - 1] &&
+                        h.bucket_counts[i] >= h.bucket_counts[i - 1]));
+  }
+  if (!valid && error_.empty()) {
+    error_ = absl::StrCat("histogram '", current_->name, "': the snapshot's bounds are not "
+                          "finite and increasing, or its counts not cumulative");
+  }
+  for (std::size_t i = 0; i < h.upper_bounds.size() && i < h.bucket_counts.size(); ++i) {
+    const std::string le = FormatMetricValue(h.upper_bounds[i]);
+    current_->samples.push_back(
+        SeriesLine("_bucket", labels, &le, static_cast<double>(h.bucket_counts[i])));
+  }
+  const std::string inf = "+Inf";
+  current_->samples.push_back(SeriesLine("_bucket", labels, &inf, static_cast<double>(h.count)));
+  current_->samples.push_back(SeriesLine("_sum", labels, nullptr, h.sum));
+  current_->samples.push_back(SeriesLine("_count", labels, nullptr, static_cast<double>(h.count)));
+  return *this;
+}
+
+namespace {
+bool ValidBounds(const std::vector<double>& bounds, std::string* why) {
+  if (bounds.empty()) {
+    *why = "a histogram needs at least one bucket bound";
+    return false;
+  }
+  for (std::size_t i = 0; i < bounds.size(); ++i) {
+    if (!std::isfinite(bounds[i])) {
+      *why = absl::StrCat("histogram bound ", i, " is not finite (+Inf is implicit)");
+      return false;
+    }
+    if (i > 0 && !(bounds[i] > bounds[i - 1])) {
+      *why = absl::StrCat("histogram bound ", i, " (", FormatMetricValue(bounds[i]),
+                          ") is not above the one before (", FormatMetricValue(bounds[i - 1]),
+                          "): bounds must increase strictly");
+      return false;
+    }
+  }
+  return true;
+}
+}  // namespace
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : upper_bounds_(std::move(upper_bounds)),
+      counts_(new std::atomic<std::uint64_t>[upper_bounds_.size() + 1]),
+      sum_(std::make_unique<std::atomic<double>>(0.0)) {
+  for (std::size_t i = 0; i <= upper_bounds_.size(); ++i) {
+    counts_[i].store(0, std::memory_order_relaxed);
+  }
+}
+
+StatusOr<Histogram> Histogram::Create(std::vector<double> upper_bounds) {
+  std::string why;
+  if (!ValidBounds(upper_bounds, &why)) return absl::InvalidArgumentError(why);
+  return Histogram(std::move(upper_bounds));
+}
+
+void Histogram::Observe(double value) {
+  if (std::isnan(value)) return;
+  const auto bucket = static_cast<std::size_t>(
+      std::lower_bound(upper_bounds_.begin(), upper_bounds_.end(), value) - upper_bounds_.begin());
+  counts_[bucket].fetch_add(1, std::memory_order_relaxed);
+  sum_->fetch_add(value, std::memory_order_relaxed);
+}
+
+HistogramSnapshot Histogram::Snapshot() const {
+  HistogramSnapshot h;
+  h.upper_bounds = upper_bounds_;
+  h.bucket_counts.reserve(upper_bounds_.size());
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < upper_bounds_.size(); ++i) {
+    cumulative += counts_[i].load(std::memory_order_relaxed);
+    h.bucket_counts.push_back(cumulative);
+  }
+  h.count = cumulative + counts_[upper_bounds_.size()].load(std::memory_order_relaxed);
+  h.sum = sum_->load(std::memory_order_relaxed);
+  return h;
+}
+
+StatusOr<std::vector<double>> ExponentialBuckets(double start, double factor, int count) {
+  if (!(start > 0) || !(factor > 1) || count < 1 || count > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("exponential buckets need start > 0, factor > 1 and 1 to 1000 buckets; got "
+                     "start ", FormatMetricValue(start), ", factor ", FormatMetricValue(factor),
+                     ", count ", count));
+  }
+  std::vector<double> bounds;
+  bounds.reserve(static_cast<std::size_t>(count));
+  double bound = start;
+  for (int i = 0; i < count; ++i, bound *= factor) bounds.push_back(bound);
+  std::string why;
+  if (!ValidBounds(bounds, &why)) {
+    return absl::InvalidArgumentError(absl::StrCat("exponential buckets: ", why));
+  }
+  return bounds;
 }
 
 StatusOr<std::string> ExpositionWriter::Finish() const {
@@ -111,8 +247,10 @@ StatusOr<std::string> ExpositionWriter::Finish() const {
   for (const FamilyData& f : families_) {
     if (f.samples.empty()) continue;
     absl::StrAppend(&out, "# HELP ", f.name, " ", Escape(f.help, false), "\n");
-    absl::StrAppend(&out, "# TYPE ", f.name, " ",
-                    f.type == MetricType::kCounter ? "counter" : "gauge", "\n");
+    const char* type = f.type == MetricType::kCounter     ? "counter"
+                       : f.type == MetricType::kHistogram ? "histogram"
+                                                          : "gauge";
+    absl::StrAppend(&out, "# TYPE ", f.name, " ", type, "\n");
     for (const std::string& line : f.samples) absl::StrAppend(&out, line, "\n");
   }
   return out;

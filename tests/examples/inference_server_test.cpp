@@ -1,6 +1,6 @@
 // The inference server example end to end: the built program (NUMARENA_EXAMPLE_SERVER) is
-// started, its /metrics endpoint is scraped once over loopback and checked line by line,
-// and it is stopped, by SIGTERM or by its own --seconds, with exit status 0 and a summary
+// started, its /metrics endpoint (cpp-httplib) is scraped over loopback with GET and HEAD,
+// checked line by line and by Prometheus's promtool, and it is stopped, by SIGTERM or by its own --seconds, with exit status 0 and a summary
 // whose request counts add up. Each run is bounded (a child that hangs is killed and the
 // test fails), so the file takes a few seconds.
 #include <arpa/inet.h>
@@ -12,8 +12,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <map>
 #include <regex>
@@ -113,8 +116,8 @@ class Server {
   std::size_t scanned_ = 0;
 };
 
-// One HTTP GET on 127.0.0.1:port; the whole response (headers and body).
-std::string HttpGet(int port, const std::string& path) {
+// One HTTP request (GET or HEAD) on 127.0.0.1:port; the whole response (headers and body).
+std::string HttpRequest(int port, const std::string& method, const std::string& path) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(fd >= 0);
   timeval timeout{10, 0};
@@ -124,13 +127,33 @@ std::string HttpGet(int port, const std::string& path) {
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   address.sin_port = htons(std::uint16_t(port));
   REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  // Connection: close, so the response ends at end of file (HTTP/1.1 keeps it open else).
+  const std::string request =
+      method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
   REQUIRE(::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == ssize_t(request.size()));
   std::string response;
   char buffer[8192];
   for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) response.append(buffer, n);
   ::close(fd);
   return response;
+}
+std::string HttpGet(int port, const std::string& path) { return HttpRequest(port, "GET", path); }
+
+// Runs `promtool check metrics` on `text`; its output and exit status.
+std::pair<std::string, int> PromtoolCheckMetrics(const std::string& text) {
+  char path[] = "/tmp/numarena_example_metrics_XXXXXX";
+  const int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  REQUIRE(::write(fd, text.data(), text.size()) == ssize_t(text.size()));
+  ::close(fd);
+  std::string out;
+  FILE* pipe = ::popen((std::string("promtool check metrics < ") + path + " 2>&1").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.append(buffer, n);
+  const int status = ::pclose(pipe);
+  ::unlink(path);
+  return {out, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
 }
 
 int PortOf(const std::string& line) {
@@ -145,7 +168,8 @@ int PortOf(const std::string& line) {
 std::map<std::string, double> ParseExposition(const std::string& body,
                                               std::map<std::string, std::string>& families) {
   static const std::regex kHelp(R"(^# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) .+$)");
-  static const std::regex kType(R"(^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge)$)");
+  static const std::regex kType(
+      R"(^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram)$)");
   static const std::regex kSample(
       R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*")"
       R"((,[a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*")*\})? (-?[0-9]+(\.[0-9]+)?(e[-+]?[0-9]+)?|\+Inf|-Inf|NaN)$)");
@@ -158,7 +182,14 @@ std::map<std::string, double> ParseExposition(const std::string& body,
       CHECK(families.emplace(m[1], m[2]).second);  // one TYPE line per family
     } else if (!std::regex_match(line, kHelp)) {
       REQUIRE(std::regex_match(line, m, kSample));
-      const std::string name = m[1];
+      std::string name = m[1];
+      // A histogram's series are its family's name plus _bucket, _sum or _count.
+      static const std::regex kHistogramSeries(R"(^(.*)_(bucket|sum|count)$)");
+      std::smatch h;
+      if (std::regex_match(name, h, kHistogramSeries) && families.count(h[1]) == 1 &&
+          families[h[1]] == "histogram") {
+        name = h[1];
+      }
       // A sample belongs to a declared family; counters end in _total.
       CHECK(families.count(name) == 1);
       if (families[name] == "counter") CHECK(name.size() > 6);
@@ -221,6 +252,60 @@ TEST_CASE("inference server: /metrics on loopback, SIGTERM stops it with a summa
     INFO(family);
     CHECK(families.count(family) == 1);
   }
+  // The latency histograms: requests have arrived, been admitted and generated tokens in the
+  // half second, so each has observations, its buckets cumulative up to le="+Inf" = _count.
+  for (const char* histogram :
+       {"inference_server_time_to_first_token_seconds",
+        "inference_server_time_between_tokens_seconds", "inference_server_admission_wait_seconds"}) {
+    INFO(histogram);
+    CHECK(families[histogram] == "histogram");
+    const std::string prefix = std::string(histogram) + "_bucket{node=\"0\",le=\"";
+    std::vector<std::pair<double, double>> buckets;  // le, cumulative count
+    for (const auto& [series, value] : samples) {
+      if (series.rfind(prefix, 0) != 0) continue;
+      const std::string le = series.substr(prefix.size(), series.size() - prefix.size() - 2);
+      buckets.emplace_back(le == "+Inf" ? HUGE_VAL : std::stod(le), value);
+    }
+    std::sort(buckets.begin(), buckets.end());
+    for (std::size_t i = 1; i < buckets.size(); ++i) CHECK(buckets[i].second >= buckets[i - 1].second);
+    CHECK(buckets.size() == 17);  // 16 bounds and +Inf
+    const auto count = samples.find(std::string(histogram) + "_count{node=\"0\"}");
+    const auto inf = samples.find(std::string(histogram) + "_bucket{node=\"0\",le=\"+Inf\"}");
+    REQUIRE(count != samples.end());
+    REQUIRE(inf != samples.end());
+    CHECK(count->second > 0);
+    CHECK(inf->second == count->second);
+  }
+  // Prometheus's own linter on the real scrape.
+  auto [lint, lint_status] = PromtoolCheckMetrics(response.substr(body_at + 4));
+  INFO(lint);
+  CHECK(lint_status == 0);
+
+  // HEAD: the same status and type, no body (the hand-written endpoint answered 404).
+  const std::string head = HttpRequest(port, "HEAD", "/metrics");
+  CHECK(head.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+  CHECK(head.find("Content-Type: text/plain; version=0.0.4") != std::string::npos);
+  CHECK(head.find("numarena_") == std::string::npos);
+
+  // Scrapers that connect and say nothing do not hold up the next one: the hand-written
+  // endpoint served one connection at a time and waited 1 s for each silent one (4 s here).
+  {
+    std::vector<int> silent;
+    for (int i = 0; i < 4; ++i) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      REQUIRE(fd >= 0);
+      silent.push_back(fd);
+      sockaddr_in address{};
+      address.sin_family = AF_INET;
+      address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      address.sin_port = htons(std::uint16_t(port));
+      REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+    }
+    const auto begin = Clock::now();
+    CHECK(HttpGet(port, "/metrics").rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+    CHECK(Clock::now() - begin < std::chrono::milliseconds(2500));
+    for (int fd : silent) ::close(fd);
+  }
   // The budget's capacity is the --kv-mib we asked for, on every serving node.
   int budget_nodes = 0;
   for (const auto& [series, value] : samples) {
@@ -237,7 +322,8 @@ TEST_CASE("inference server: /metrics on loopback, SIGTERM stops it with a summa
   REQUIRE(server.Wait(std::chrono::seconds(10)) == 0);
   CHECK(server.output().find("(stopped by signal)") != std::string::npos);
   CheckSummary(server.output());
-  CHECK(server.output().find("metrics scrapes served: 1\n") != std::string::npos);
+  // Two GETs of /metrics (HEAD is not a scrape).
+  CHECK(server.output().find("metrics scrapes served: 2\n") != std::string::npos);
 }
 
 TEST_CASE("inference server: a bounded run ends by itself and counts every request") {

@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -287,3 +288,49 @@ TEST_CASE("bad options are refused with a message naming the problem", "[bandwid
 }
 
 }  // namespace
+
+TEST_CASE("a figure starts no pass that would end past its share", "[bandwidth]") {
+  using std::chrono::milliseconds;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  // 10 ms before the deadline: a 20 ms pass would overrun it (the old rule, "while now <
+  // deadline", started it); a 5 ms or exactly 10 ms pass fits.
+  CHECK_FALSE(bi::AnotherPassFits(deadline - milliseconds(10), milliseconds(20), deadline));
+  CHECK(bi::AnotherPassFits(deadline - milliseconds(10), milliseconds(5), deadline));
+  CHECK(bi::AnotherPassFits(deadline - milliseconds(10), milliseconds(10), deadline));
+  CHECK_FALSE(bi::AnotherPassFits(deadline, milliseconds(0) + std::chrono::nanoseconds(1),
+                                  deadline));
+}
+
+TEST_CASE("progress is reported before every setup step and figure, then once at the end",
+          "[bandwidth]") {
+  auto topology = numarena::Topology::system();
+  REQUIRE(topology.ok());
+  numarena::MatrixOptions options = SmallOptions();
+  const int node = (*topology)->nodes().front().id;
+  options.cpu_nodes = {node};
+  options.memory_nodes = {node};
+  std::vector<numarena::BandwidthProgress> events;
+  options.progress = [&events](const numarena::BandwidthProgress& p) { events.push_back(p); };
+  auto matrix = numarena::MeasureBandwidthMatrix(**topology, options);
+  REQUIRE(matrix.ok());
+  // One row and one column: read, write, copy, triad, latency, libc memset and memcpy.
+  const std::string cell = "cpu node " + std::to_string(node) + " -> memory node " +
+                           std::to_string(node) + ": ";
+  const std::vector<std::string> expected = {
+      "arrays on memory node " + std::to_string(node) + " (3 x 1.0 MiB)",
+      cell + "read", cell + "write", cell + "copy", cell + "triad", cell + "libc memset",
+      cell + "libc memcpy",
+      "pointer chase over memory node " + std::to_string(node) + "'s array",
+      cell + "latency", ""};
+  REQUIRE(events.size() == expected.size());
+  std::size_t done = 0;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    INFO(i << ": " << events[i].step);
+    CHECK(events[i].step == expected[i]);
+    CHECK(events[i].total == 7);
+    CHECK(events[i].done == done);
+    if (events[i].step.find(" -> ") != std::string::npos) ++done;  // a figure starts
+    if (i > 0) CHECK(events[i].elapsed_seconds >= events[i - 1].elapsed_seconds);
+  }
+  CHECK(events.back().done == 7);
+}

@@ -9,6 +9,7 @@
 #include <climits>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "json_check.hpp"
 #include "numarena/topology.hpp"
@@ -146,3 +147,22 @@ TEST_CASE("decode experiment: a model shape whose KV bytes per token overflow is
 }
 
 }  // namespace
+
+TEST_CASE("decode experiment: progress before each prefill and decode step, then at the end",
+          "[decode]") {
+  auto options = Tiny();
+  options.configurations = {"full", "no_binding"};
+  std::vector<std::string> events;
+  options.progress = [&events](const numarena::decode::DecodeProgress& p) {
+    events.push_back(p.configuration + " " + p.phase + " " + std::to_string(p.step) + "/" +
+                     std::to_string(p.steps) + " " + std::to_string(p.done) + "/" +
+                     std::to_string(p.total));
+  };
+  auto table = numarena::decode::RunDecodeExperiment(options);
+  REQUIRE(table.ok());
+  CHECK(events == std::vector<std::string>{
+                      "full prefill 0/3 0/2", "full decode 0/3 0/2", "full decode 1/3 0/2",
+                      "full decode 2/3 0/2", "no_binding prefill 0/3 1/2",
+                      "no_binding decode 0/3 1/2", "no_binding decode 1/3 1/2",
+                      "no_binding decode 2/3 1/2", "  0/3 2/2"});
+}

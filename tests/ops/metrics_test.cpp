@@ -4,7 +4,13 @@
 // and label names well-formed, label values escaped, values parseable, no duplicate series.
 #include "numarena/ops/metrics.hpp"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -12,6 +18,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fixture_machine.hpp"
@@ -108,8 +115,16 @@ std::vector<std::string> Validate(const std::string& text) {
       bad("no metric name");
       continue;
     }
-    if (name != current) bad("sample outside its family's block");
-    if (!typed.count(name)) bad("sample before TYPE");
+    // A histogram's series are its family's name plus _bucket, _sum or _count.
+    std::string family = name;
+    if (types.count(current) && types[current] == "histogram") {
+      for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+        if (name == current + suffix) family = current;
+      }
+      if (family == name) bad("histogram sample without _bucket, _sum or _count");
+    }
+    if (family != current) bad("sample outside its family's block");
+    if (!typed.count(family)) bad("sample before TYPE");
     std::string labels;
     if (pos < line.size() && line[pos] == '{') {
       std::size_t open = pos++;
@@ -387,4 +402,157 @@ TEST_CASE("metrics: every series the shipped alert rules use is rendered", "[met
     INFO(name);
     CHECK(text->find("# TYPE " + name + " ") != std::string::npos);
   }
+}
+
+namespace {
+
+// Runs `promtool check metrics` on `text`; its output and exit status.
+std::pair<std::string, int> PromtoolCheckMetrics(const std::string& text) {
+  char path[] = "/tmp/numarena_metrics_XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  close(fd);
+  std::string out;
+  FILE* pipe = popen((std::string("promtool check metrics < ") + path + " 2>&1").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  for (std::size_t n; (n = fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.append(buffer, n);
+  const int status = pclose(pipe);
+  unlink(path);
+  return {out, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
+}
+
+}  // namespace
+
+TEST_CASE("metrics: histogram buckets are cumulative, le is inclusive, NaN is ignored",
+          "[metrics][histogram]") {
+  auto h = numarena::Histogram::Create({0.1, 1, 10});
+  REQUIRE(h.ok());
+  for (double v : {0.05, 0.1, 0.5, 5.0, 50.0, std::nan("")}) h->Observe(v);
+  const numarena::HistogramSnapshot snap = h->Snapshot();
+  CHECK(snap.bucket_counts == std::vector<std::uint64_t>{2, 3, 4});
+  CHECK(snap.count == 5);
+  CHECK(snap.sum == Approx(55.65));
+
+  numarena::ExpositionWriter out;
+  out.Family("server_wait_seconds", numarena::MetricType::kHistogram, "Wait.");
+  out.HistogramSample({{"node", "0"}}, snap);
+  out.HistogramSample({{"node", "1"}}, numarena::Histogram::Create({0.1, 1, 10})->Snapshot());
+  out.Family("server_plain_seconds", numarena::MetricType::kHistogram, "No labels.");
+  out.HistogramSample(numarena::Histogram::Create({0.25})->Snapshot());
+  auto text = out.Finish();
+  REQUIRE(text.ok());
+  CHECK(*text ==
+        "# HELP server_wait_seconds Wait.\n"
+        "# TYPE server_wait_seconds histogram\n"
+        "server_wait_seconds_bucket{node=\"0\",le=\"0.1\"} 2\n"
+        "server_wait_seconds_bucket{node=\"0\",le=\"1\"} 3\n"
+        "server_wait_seconds_bucket{node=\"0\",le=\"10\"} 4\n"
+        "server_wait_seconds_bucket{node=\"0\",le=\"+Inf\"} 5\n"
+        "server_wait_seconds_sum{node=\"0\"} 55.65\n"
+        "server_wait_seconds_count{node=\"0\"} 5\n"
+        "server_wait_seconds_bucket{node=\"1\",le=\"0.1\"} 0\n"
+        "server_wait_seconds_bucket{node=\"1\",le=\"1\"} 0\n"
+        "server_wait_seconds_bucket{node=\"1\",le=\"10\"} 0\n"
+        "server_wait_seconds_bucket{node=\"1\",le=\"+Inf\"} 0\n"
+        "server_wait_seconds_sum{node=\"1\"} 0\n"
+        "server_wait_seconds_count{node=\"1\"} 0\n"
+        "# HELP server_plain_seconds No labels.\n"
+        "# TYPE server_plain_seconds histogram\n"
+        "server_plain_seconds_bucket{le=\"0.25\"} 0\n"
+        "server_plain_seconds_bucket{le=\"+Inf\"} 0\n"
+        "server_plain_seconds_sum 0\n"
+        "server_plain_seconds_count 0\n");
+  CHECK(Validate(*text).empty());
+  auto [lint, status] = PromtoolCheckMetrics(*text);
+  INFO(lint);
+  CHECK(status == 0);
+
+  auto buckets = numarena::ExponentialBuckets(0.001, 2, 4);
+  REQUIRE(buckets.ok());
+  CHECK(*buckets == std::vector<double>{0.001, 0.002, 0.004, 0.008});
+  // Bounds as Prometheus's clients write them: %g style, not the shortest "5e-04".
+  CHECK(numarena::FormatMetricValue(0.0005) == "0.0005");
+  CHECK(numarena::FormatMetricValue(1.5e-7) == "1.5e-07");
+}
+
+TEST_CASE("metrics: histogram misuse is an error naming it", "[metrics][histogram]") {
+  using numarena::Histogram;
+  CHECK(Histogram::Create({}).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(Histogram::Create({1, 1}).status().message()) ==
+        "histogram bound 1 (1) is not above the one before (1): bounds must increase strictly");
+  CHECK(std::string(Histogram::Create({1, 1.0 / 0.0}).status().message()) ==
+        "histogram bound 1 is not finite (+Inf is implicit)");
+  CHECK_FALSE(numarena::ExponentialBuckets(0, 2, 3).ok());
+  CHECK_FALSE(numarena::ExponentialBuckets(1, 1, 3).ok());
+  CHECK_FALSE(numarena::ExponentialBuckets(1, 2, 0).ok());
+  CHECK_FALSE(numarena::ExponentialBuckets(1e300, 1e10, 3).ok());  // overflows to +Inf
+
+  const numarena::HistogramSnapshot empty = Histogram::Create({1})->Snapshot();
+  auto error = [](numarena::ExpositionWriter& w) {
+    auto text = w.Finish();
+    CHECK(text.status().code() == absl::StatusCode::kInvalidArgument);
+    return std::string(text.status().message());
+  };
+  numarena::ExpositionWriter suffix;
+  suffix.Family("wait_count", numarena::MetricType::kHistogram, "h").HistogramSample(empty);
+  CHECK(error(suffix) ==
+        "histogram 'wait_count' must not end in _count (its series add _bucket, _sum and _count)");
+  numarena::ExpositionWriter plain_sample;
+  plain_sample.Family("wait_seconds", numarena::MetricType::kHistogram, "h").Sample(1);
+  CHECK(error(plain_sample) == "Sample() on histogram 'wait_seconds': use HistogramSample()");
+  numarena::ExpositionWriter on_gauge;
+  on_gauge.Family("depth", numarena::MetricType::kGauge, "h").HistogramSample(empty);
+  CHECK(error(on_gauge) == "HistogramSample() on 'depth', which is not a histogram");
+  numarena::ExpositionWriter le_label;
+  le_label.Family("wait_seconds", numarena::MetricType::kHistogram, "h")
+      .HistogramSample({{"le", "1"}}, empty);
+  CHECK(error(le_label) == "histogram 'wait_seconds' has a label 'le', which its buckets use");
+  numarena::HistogramSnapshot broken = empty;
+  broken.bucket_counts = {2};  // more in a bucket than in all
+  numarena::ExpositionWriter not_cumulative;
+  not_cumulative.Family("wait_seconds", numarena::MetricType::kHistogram, "h")
+      .HistogramSample(broken);
+  CHECK(error(not_cumulative).find("not cumulative") != std::string::npos);
+}
+
+TEST_CASE("metrics: histogram observed from threads while scraped stays consistent",
+          "[metrics][histogram]") {
+  auto h = numarena::Histogram::Create({0.5, 1, 2});
+  REQUIRE(h.ok());
+  constexpr int kThreads = 4;
+  constexpr int kEach = 50000;
+  std::atomic<bool> done{false};
+  std::vector<std::string> problems;
+  std::thread scraper([&] {
+    std::uint64_t last_count = 0;
+    while (!done.load()) {
+      const numarena::HistogramSnapshot s = h->Snapshot();
+      // What a scrape needs: cumulative buckets, count = the +Inf bucket, never decreasing.
+      if (s.bucket_counts[0] > s.bucket_counts[1] || s.bucket_counts[1] > s.bucket_counts[2] ||
+          s.bucket_counts[2] > s.count || s.count < last_count) {
+        problems.push_back("inconsistent snapshot");
+      }
+      last_count = s.count;
+    }
+  });
+  std::vector<std::thread> observers;
+  for (int t = 0; t < kThreads; ++t) {
+    observers.emplace_back([&h] {
+      // 0.5 and 1.5 and 4 are exact in binary: the sum is exact too.
+      for (int i = 0; i < kEach; ++i) h->Observe(i % 3 == 0 ? 0.5 : i % 3 == 1 ? 1.5 : 4.0);
+    });
+  }
+  for (std::thread& t : observers) t.join();
+  done.store(true);
+  scraper.join();
+  CHECK(problems.empty());
+  const numarena::HistogramSnapshot s = h->Snapshot();
+  const std::uint64_t per_kind = kThreads * ((kEach + 2) / 3);  // i % 3 == 0 occurs 16667 times
+  CHECK(s.count == std::uint64_t{kThreads} * kEach);
+  CHECK(s.bucket_counts[0] == per_kind);
+  CHECK(s.bucket_counts[1] == per_kind);
+  CHECK(s.bucket_counts[2] == per_kind + kThreads * ((kEach + 1) / 3));
+  CHECK(s.sum == kThreads * (((kEach + 2) / 3) * 0.5 + ((kEach + 1) / 3) * 1.5 + (kEach / 3) * 4.0));
 }

@@ -9,6 +9,8 @@
 // local/remote ratio per row and each figure as a fraction of this run's best local figure
 // and of libc's memset/memcpy (see include/numarena/bandwidth.hpp). --json prints the
 // numarena.bandwidth/1 object instead (the input of tools/plot_results.py).
+// When stderr is a terminal, one progress line on it, rewritten in place and erased at the
+// end (ProgressLine, cli_options.hpp); nothing when it is not (a log or a pipe).
 // Exit status: 0, or 2 with one line on stderr.
 #include <CLI/CLI.hpp>
 #include <iostream>
@@ -19,6 +21,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "cli_options.hpp"
 #include "command.hpp"
@@ -93,7 +96,19 @@ int RunBandwidth(const BandwidthCommandOptions& args) {
   auto reader = args.roots.reader();
   auto topology = Topology::discover(*reader);
   if (!topology.ok()) return Fail("bandwidth", std::string(topology.status().message()));
+  ProgressLine progress("bandwidth");
+  if (progress.enabled()) {
+    options.progress = [&progress](const BandwidthProgress& p) {
+      if (p.step.empty()) {
+        progress.Clear();
+      } else {
+        progress.Show(absl::StrFormat("[%zu/%zu figures, %.1f s] %s", p.done, p.total,
+                                      p.elapsed_seconds, p.step));
+      }
+    };
+  }
   auto matrix = MeasureBandwidthMatrix(*topology, options);
+  progress.Clear();
   if (!matrix.ok()) return Fail("bandwidth", std::string(matrix.status().message()));
   std::cout << (args.json ? RenderBandwidthJson(*matrix) : RenderBandwidthTable(*matrix));
   return 0;
@@ -109,7 +124,8 @@ CommandRunner SetupBandwidth(CLI::App& app) {
                  "64 MiB..1 GiB); triad uses three arrays")
       ->type_name("B");
   app.add_option("--seconds", options->seconds,
-                 "timed budget of the whole run (default 4; setup is extra)")
+                 "timed budget of the whole run (default 4; placing the arrays and building "
+                 "the pointer chase are extra)")
       ->type_name("S");
   app.add_flag("--no-latency", options->no_latency, "skip the pointer-chase latency");
   app.add_option("--cpu-nodes", options->cpu_nodes,

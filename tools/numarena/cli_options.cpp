@@ -1,6 +1,9 @@
 #include "cli_options.hpp"
 
 #include <CLI/CLI.hpp>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -156,6 +159,29 @@ void AppendWrapped(std::string& out, const std::string& text, const std::string&
     column += word.size();
   }
   if (column > 0) out += '\n';
+}
+
+ProgressLine::ProgressLine(std::string command)
+    : command_(std::move(command)), enabled_(::isatty(STDERR_FILENO) == 1) {
+  winsize size{};
+  if (enabled_ && ::ioctl(STDERR_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 1) {
+    width_ = size.ws_col;
+  }
+}
+
+void ProgressLine::Show(const std::string& text) {
+  if (!enabled_) return;
+  std::string line = absl::StrCat("numarena ", command_, ": ", text);
+  // One column short of the width: a line that fills the last column wraps on some terminals.
+  if (line.size() >= width_) line.resize(width_ - 1);
+  std::cerr << "\r" << line << "\x1b[K" << std::flush;
+  shown_ = true;
+}
+
+void ProgressLine::Clear() {
+  if (!shown_) return;
+  std::cerr << "\r\x1b[K" << std::flush;
+  shown_ = false;
 }
 
 }  // namespace numarena::cli

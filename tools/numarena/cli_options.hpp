@@ -62,6 +62,28 @@ struct WatchOptions {
 };
 int Watch(const WatchOptions& watch, bool json, const std::function<int()>& once);
 
+// Progress of a long command on stderr, only when stderr is a terminal: one line
+// "numarena CMD: TEXT", rewritten in place (carriage return, erase to end of line) and cut
+// to the terminal's width so it never wraps; Clear() erases it before the result is printed.
+// When stderr is not a terminal (a log file, a pipe, CI) enabled() is false and Show() and
+// Clear() write nothing, so logs get no control characters.
+class ProgressLine {
+ public:
+  explicit ProgressLine(std::string command);
+  ~ProgressLine() { Clear(); }
+  ProgressLine(const ProgressLine&) = delete;
+  ProgressLine& operator=(const ProgressLine&) = delete;
+  bool enabled() const { return enabled_; }
+  void Show(const std::string& text);
+  void Clear();
+
+ private:
+  std::string command_;
+  bool enabled_ = false;
+  bool shown_ = false;
+  std::size_t width_ = 80;
+};
+
 // Appends `text` to `out` wrapped at `width` columns, each line starting with `indent`.
 void AppendWrapped(std::string& out, const std::string& text, const std::string& indent,
                    std::size_t width = 92);

@@ -8,8 +8,11 @@
 // membind_cpubind, full (see include/numarena/ops/decode.hpp), and prints P50 time-to-first-token,
 // P99 time-between-tokens, decode tokens/s and the fraction of KV pages that were on the
 // node of the CPU reading them. --json prints the numarena.decode/1 object instead (the input
-// of tools/plot_results.py). Exit status: 0, or 2 with one line on stderr.
+// of tools/plot_results.py). When stderr is a terminal, a progress line on it (configuration,
+// phase, decode step), erased at the end; nothing when it is not. Exit status: 0, or 2 with
+// one line on stderr.
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <iostream>
 #include <memory>
 #include <span>
@@ -66,7 +69,29 @@ int RunDecode(const DecodeCommandOptions& args) {
   auto reader = args.roots.reader();
   auto topology = Topology::discover(*reader);
   if (!topology.ok()) return Fail("decode", std::string(topology.status().message()));
+  ProgressLine progress("decode");
+  if (progress.enabled()) {
+    // Decode steps can be a millisecond each: the line is redrawn at most 10 times a second,
+    // and at once when a configuration or phase begins.
+    auto last_drawn = std::chrono::steady_clock::time_point{};
+    options.progress = [&progress, last_drawn](const decode::DecodeProgress& p) mutable {
+      if (p.configuration.empty()) {
+        progress.Clear();
+        return;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      const bool starts = p.phase == "prefill" || p.step == 0;
+      if (!starts && now - last_drawn < std::chrono::milliseconds(100)) return;
+      last_drawn = now;
+      progress.Show(absl::StrCat("[", p.done + 1, "/", p.total, " configurations] ",
+                                 p.configuration, ": ",
+                                 p.phase == "prefill"
+                                     ? std::string("prefill")
+                                     : absl::StrCat("decode step ", p.step + 1, " of ", p.steps)));
+    };
+  }
   auto table = decode::RunDecodeExperiment(*topology, options);
+  progress.Clear();
   if (!table.ok()) return Fail("decode", std::string(table.status().message()));
   std::cout << (args.json ? decode::RenderDecodeJson(*table) : decode::RenderDecodeTable(*table));
   return 0;

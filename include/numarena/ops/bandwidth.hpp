@@ -23,6 +23,7 @@
 
 #include <array>
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,16 @@ const char* BandwidthKernelName(BandwidthKernel kernel);
 // One figure per kernel, indexed by static_cast<std::size_t>(BandwidthKernel).
 using PerKernel = std::array<double, kBandwidthKernelCount>;
 
+// Where a measurement is, for a progress display: `step` is what starts now ("arrays on
+// memory node 1", "cpu node 0 -> memory node 1: triad", ...), `done` of `total` timed figures
+// are finished, `elapsed_seconds` since the start (setup included).
+struct BandwidthProgress {
+  std::string step;
+  std::size_t done = 0;
+  std::size_t total = 0;
+  double elapsed_seconds = 0;
+};
+
 struct MatrixOptions {
   // Worker threads per CPU node; thread i is pinned to the node's i-th allowed CPU (modulo
   // their count). 0: one per allowed CPU of the node.
@@ -60,13 +71,19 @@ struct MatrixOptions {
   // and at most an eighth of the smallest column's free memory.
   std::size_t buffer_bytes = 0;
   // Timed budget of the whole run in seconds, split evenly between the figures (fault-in
-  // and setup are extra). Each figure runs at least one full pass over its arrays.
+  // and setup are extra). Each figure runs at least one full pass over its arrays, and
+  // starts no further pass the last one's duration says would end past its share, so the
+  // timed part stays within `seconds` unless a single pass is longer than a figure's share.
   double seconds = 4.0;
   // Measure the idle latency of every cell (a single pinned thread chasing pointers).
   bool measure_latency = true;
   // Rows (CPU nodes) and columns (memory nodes) to measure; empty: all the process may use.
   std::vector<int> cpu_nodes;
   std::vector<int> memory_nodes;
+  // Called on the measuring thread before each setup step and each figure, and once at the
+  // end (step empty, done == total). Empty: no calls. It should return quickly (it runs
+  // between timed figures, not inside them).
+  std::function<void(const BandwidthProgress&)> progress;
 };
 
 // The smallest array `MeasureBandwidthMatrix` accepts.

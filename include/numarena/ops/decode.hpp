@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,18 @@ namespace numarena::decode {
 // CPU count, and few enough to start on an ordinary system.
 inline constexpr int kMaxDecodeThreads = 1024;
 
+// Where the experiment is, for a progress display: configuration `configuration` (the
+// `done`-th of `total`, counting from 0) is in `phase` "prefill" or "decode" at decode step
+// `step` of `steps`. The last call has an empty configuration and done == total.
+struct DecodeProgress {
+  std::string configuration;
+  std::string phase;
+  int step = 0;
+  int steps = 0;
+  std::size_t done = 0;
+  std::size_t total = 0;
+};
+
 struct DecodeOptions {
   int sequences = 4;        // batch size
   int prompt_tokens = 128;  // prefill length of every sequence
@@ -46,6 +59,10 @@ struct DecodeOptions {
                     // CPU nodes used)
   // Configurations to run, by name; empty: all five in the order above.
   std::vector<std::string> configurations;
+  // Called on the calling thread before each configuration's prefill, before each decode
+  // step (outside the timed step) and once at the end. Empty: no calls. It should return
+  // quickly.
+  std::function<void(const DecodeProgress&)> progress;
 };
 
 struct ConfigurationResult {

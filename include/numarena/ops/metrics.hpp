@@ -10,7 +10,9 @@
 // counters, node memory, devices and their distance from the process, the process's own
 // per-node memory, and the given arenas, budget, KV pools and migrations — in one call,
 // e.g. for a `/metrics` handler. Alerts on these series ship in
-// cmake/prometheus/numarena-rules.yml.
+// cmake/prometheus/numarena-rules.yml. `Histogram` records a distribution (latencies) from
+// any number of threads; `ExpositionWriter::HistogramSample` writes a snapshot of it as the
+// cumulative `_bucket{le=...}`, `_sum` and `_count` series Prometheus expects.
 //
 //   numarena::MetricsSources sources;
 //   sources.budget = &budget_snapshot;       // optional, like every source
@@ -19,8 +21,10 @@
 //   if (text.ok()) reply(200, "text/plain; version=0.0.4", *text);
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -39,21 +43,83 @@ struct NodeNumaCounters;
 struct PlacementReport;
 struct ProcessNumaStat;
 
-enum class MetricType : unsigned char { kCounter, kGauge };
+enum class MetricType : unsigned char { kCounter, kGauge, kHistogram };
 
 // Label name/value pairs of one sample, in the order they are written.
 using MetricLabels = std::vector<std::pair<std::string, std::string>>;
 
+// A histogram's state at one moment: `bucket_counts[i]` observations were <= `upper_bounds[i]`
+// (cumulative, so never decreasing in i), `count` observations in all (the implicit +Inf
+// bucket) and `sum` their total.
+struct HistogramSnapshot {
+  std::vector<double> upper_bounds;
+  std::vector<std::uint64_t> bucket_counts;  // cumulative, one per upper bound
+  std::uint64_t count = 0;
+  double sum = 0;
+};
+
+// A Prometheus histogram: counts of observations per bucket, their number and their sum.
+//
+// Observe() may be called from any number of threads at once, and Snapshot() (a scrape)
+// concurrently with them. Observe() takes no lock and allocates nothing: one binary search
+// over the bounds, a relaxed atomic increment of its bucket and an atomic add to the sum.
+// A snapshot taken while observations are in flight is consistent where Prometheus needs it
+// to be: its buckets are cumulative and `count` equals the +Inf bucket (both are summed from
+// the same per-bucket reads); `sum` may include or miss the in-flight observations. Moving a
+// Histogram while another thread uses it is a race, as for any object.
+//
+//   auto bounds = numarena::ExponentialBuckets(0.001, 2, 14);    // 1 ms .. 8.192 s
+//   auto ttft = numarena::Histogram::Create(*bounds);            // check .ok() of both
+//   ttft->Observe(seconds);                                      // any thread
+//   out.Family("server_ttft_seconds", MetricType::kHistogram, "Time to first token.");
+//   out.HistogramSample({{"node", "0"}}, ttft->Snapshot());      // the scrape
+class Histogram {
+ public:
+  // `upper_bounds`: the buckets' inclusive upper bounds, finite and strictly increasing, at
+  // least one; the +Inf bucket is implicit. InvalidArgument naming the first bad bound
+  // otherwise.
+  [[nodiscard]] static StatusOr<Histogram> Create(std::vector<double> upper_bounds);
+
+  Histogram(Histogram&&) noexcept = default;
+  Histogram& operator=(Histogram&&) noexcept = default;
+
+  // Counts `value` in the first bucket whose bound is >= value (+Inf when none) and adds it
+  // to the sum. A NaN is ignored: it would turn the sum into NaN for the process's lifetime.
+  void Observe(double value);
+  [[nodiscard]] HistogramSnapshot Snapshot() const;
+  const std::vector<double>& upper_bounds() const { return upper_bounds_; }
+
+ private:
+  explicit Histogram(std::vector<double> upper_bounds);
+  std::vector<double> upper_bounds_;
+  // Per-bucket (not cumulative) counts, the last one the +Inf bucket; cumulated by Snapshot.
+  std::unique_ptr<std::atomic<std::uint64_t>[]> counts_;
+  std::unique_ptr<std::atomic<double>> sum_;
+};
+
+// `count` bounds start, start*factor, start*factor^2, ... InvalidArgument unless start > 0,
+// factor > 1, 1 <= count <= 1000 and the last bound is finite.
+[[nodiscard]] StatusOr<std::vector<double>> ExponentialBuckets(double start, double factor,
+                                                               int count);
+
 class ExpositionWriter {
  public:
   // Declares (or re-opens) the family `name`. A name must match [a-zA-Z_:][a-zA-Z0-9_:]*;
-  // a counter's name must end in "_total". Re-declaring a family with another type or help
-  // is an error reported by Finish().
+  // a counter's name must end in "_total"; a histogram's may not end in "_bucket", "_sum",
+  // "_count" or "_total" (its series add the first three). Re-declaring a family with
+  // another type or help is an error reported by Finish().
   ExpositionWriter& Family(std::string_view name, MetricType type, std::string_view help);
   // A sample of the most recently declared family. Label names must match
   // [a-zA-Z_][a-zA-Z0-9_]* and not start with "__"; values may hold any bytes.
   ExpositionWriter& Sample(const MetricLabels& labels, double value);
   ExpositionWriter& Sample(double value) { return Sample({}, value); }
+  // The samples of one histogram (the current family must be a kHistogram one, whose name
+  // the series extend): `name_bucket{labels...,le="B"}` for every bound and le="+Inf",
+  // cumulative, then `name_sum{labels}` and `name_count{labels}`. The labels may not include
+  // "le". Sample() on a histogram family, this on another family, a snapshot whose bounds
+  // are not increasing or whose counts are not cumulative: errors reported by Finish().
+  ExpositionWriter& HistogramSample(const MetricLabels& labels, const HistogramSnapshot& h);
+  ExpositionWriter& HistogramSample(const HistogramSnapshot& h) { return HistogramSample({}, h); }
 
   // The exposition text (families in first-declaration order, ending in a newline), or
   // InvalidArgument naming the first bad name or misuse.
@@ -66,6 +132,10 @@ class ExpositionWriter {
     std::string help;
     std::vector<std::string> samples;  // rendered lines
   };
+  // One rendered line of the current family: name + suffix, labels (then le="..." when
+  // `le` is given), value. Records a bad label name in error_.
+  std::string SeriesLine(std::string_view suffix, const MetricLabels& labels,
+                         const std::string* le, double value);
   std::vector<FamilyData> families_;
   std::map<std::string, std::size_t> index_;
   FamilyData* current_ = nullptr;
