@@ -157,6 +157,9 @@ class NodePages {
   // The placement's first node: where the provider's own tables go, and where memory jemalloc
   // allocates for the heap outside its hooks is steered (PlacementScope).
   int first_node() const { return nodes_[0]; }
+  // The placement's nodes: nodes()[0 .. node_count()).
+  const int* nodes() const { return nodes_; }
+  int node_count() const { return node_count_; }
   // True when the placement puts pages on `node`.
   bool places_on(int node) const noexcept {
     for (int i = 0; i < node_count_; ++i) {

@@ -244,3 +244,80 @@ TEST_CASE("medium and large objects freed on other threads (producer/consumer)")
   CHECK(failed.load() == 0);
   arena->purge();
 }
+
+namespace {
+
+// A gate that charges nothing and says whether caches should shrink.
+class PressureGate : public numarena::CapacityGate {
+ public:
+  explicit PressureGate(bool pressed) : pressed_(pressed) {}
+  numarena::Status Charge(int, std::size_t, Priority) override { return absl::OkStatus(); }
+  void Release(int, std::size_t, Priority) override {}
+  bool CachesShouldShrink(int) override { return pressed_; }
+
+ private:
+  bool pressed_;
+};
+
+// On a fresh thread: allocates `count` objects of each size in `sizes`, frees them all
+// (unsized), and returns how many bytes the arena's statistics still count as allocated
+// beyond `before` while the thread lives, i.e. what its caches kept.
+std::size_t KeptAfterBatch(Arena* arena, const std::vector<std::size_t>& sizes, int count) {
+  const std::size_t before = arena->stats().allocated;
+  std::size_t kept = 0;
+  std::thread thread([&] {
+    std::vector<void*> blocks;
+    for (std::size_t size : sizes) {
+      for (int i = 0; i < count; ++i) blocks.push_back(arena->allocate(size));
+    }
+    for (void* p : blocks) REQUIRE(p != nullptr);
+    for (void* p : blocks) numarena::deallocate(p);
+    const std::size_t now = arena->stats().allocated;
+    kept = now > before ? now - before : 0;
+  });
+  thread.join();
+  CHECK(arena->stats().allocated <= before);  // and all of it back when the thread exits
+  return kept;
+}
+
+}  // namespace
+
+// jemalloc's own thread cache keeps up to a few hundred small objects per class beside the
+// front cache; the bounds below leave room for it.
+constexpr std::size_t kJemallocTcacheSlack = 256 * kKiB;
+
+TEST_CASE("a small list grows for a batch freed together, within the cache's bound") {
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 21}}));
+  // 4000 objects of 256 B (1 MiB) freed together: the list grows to hold them (it starts
+  // at 32 KiB), so the next batch comes from the cache instead of jemalloc.
+  CHECK(KeptAfterBatch(arena, {256}, 4000) >= 4000 * 256);
+  // 8192 each of 256, 512, 1024 and 2048 B (30 MiB): the growth stops at 4 MiB.
+  const std::size_t kept = KeptAfterBatch(arena, {256, 512, 1024, 2048}, 8192);
+  CHECK(kept >= 4 * kMiB);
+  CHECK(kept <= 4 * kMiB + 4 * 32 * kKiB + kJemallocTcacheSlack);
+}
+
+TEST_CASE("with a capacity gate the caches are smaller, and smaller again under pressure") {
+  {
+    PressureGate gate(false);
+    GateScope scope(&gate);
+    Arena* arena = Get(Policy::WeightedInterleave({{0, 22}}));
+    // Small lists grow by at most 1 MiB; medium lists hold at most 1 MiB together.
+    const std::size_t small = KeptAfterBatch(arena, {256, 512, 1024}, 8192);
+    CHECK(small >= 1 * kMiB);
+    CHECK(small <= 1 * kMiB + 3 * 32 * kKiB + kJemallocTcacheSlack);
+    const std::size_t medium = KeptAfterBatch(arena, {64 * kKiB, 128 * kKiB}, 16);
+    CHECK(medium >= 512 * kKiB);
+    CHECK(medium <= 1 * kMiB);
+  }
+  {
+    PressureGate gate(true);
+    GateScope scope(&gate);
+    Arena* arena = Get(Policy::WeightedInterleave({{0, 23}}));
+    // No growth: each small list keeps its start limit (32 KiB).
+    CHECK(KeptAfterBatch(arena, {256, 512, 1024}, 8192) <= 3 * 32 * kKiB + kJemallocTcacheSlack);
+    CHECK(KeptAfterBatch(arena, {64 * kKiB, 128 * kKiB}, 16) <= 256 * kKiB);
+    // A medium object larger than the pressed bound is not kept at all.
+    CHECK(KeptAfterBatch(arena, {1 * kMiB}, 4) == 0);
+  }
+}

@@ -110,7 +110,8 @@ inline unsigned RecordedClassPlusOne(const void* p) noexcept {
 // Objects of up to kFrontMaxCached (1.75 MiB), one LIFO list per class threaded through the
 // objects' first word. A list belongs to one (thread, heap), so an object only ever returns
 // to the heap, and node, it came from. The classes above 4 KiB ("medium") also share a byte
-// bound per cache (kMediumCacheBytes in front_cache.cpp).
+// bound per cache, and the small lists' limits grow within a byte bound per cache (both in
+// front_cache.cpp, smaller when a capacity gate is installed or presses the heap's nodes).
 struct FrontList {
   void* head;
   std::uint32_t count;
@@ -118,8 +119,9 @@ struct FrontList {
 };
 struct FrontCache {
   FrontList lists[kFrontClasses];
-  std::size_t medium_bytes;  // bytes in the medium lists
-  std::size_t medium_limit;  // their bound
+  std::size_t medium_bytes;    // bytes in the medium lists
+  std::size_t medium_limit;    // their bound
+  std::size_t small_growth;    // sum over the small lists of (limit - start limit) x bytes
 };
 // This thread's front cache per heap; nullptr until the thread's first slow-path call.
 extern thread_local constinit FrontCache* front_caches[kMaxHeaps];
