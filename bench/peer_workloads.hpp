@@ -77,6 +77,30 @@ inline std::string SizeName(std::size_t bytes) {
 
 inline void Touch(void* p) { static_cast<volatile unsigned char*>(p)[0] = 1; }
 
+// The batches write the first byte of each object, so for 4-256 KiB objects most of the
+// live bytes are never resident and RSS against live bytes says little. With the
+// environment variable NUMARENA_BENCH_TOUCH_PAGES=1 (bench/rss_runs.sh sets it) they write
+// one byte in every 4 KiB page of each object instead: every live byte is then resident
+// (what a server that fills its buffers sees), and rss_growth / live_bytes is the
+// allocator's own overhead on top. Read once.
+inline bool TouchEveryPage() {
+  static const bool on = [] {
+    const char* v = std::getenv("NUMARENA_BENCH_TOUCH_PAGES");
+    return v != nullptr && v[0] == '1';
+  }();
+  return on;
+}
+
+inline void TouchObject(void* p, std::size_t bytes) {
+  if (!TouchEveryPage()) {
+    Touch(p);
+    return;
+  }
+  auto* c = static_cast<volatile unsigned char*>(p);
+  for (std::size_t i = 0; i < bytes; i += 4096) c[i] = 1;
+  c[bytes - 1] = 1;
+}
+
 template <typename Peer>
 void AllocFree(benchmark::State& state, std::size_t bytes) {
   // One untimed pair first: the first allocation of a size can set up an arena's extents
@@ -328,6 +352,7 @@ class PeakRss {
     state.counters["rss_growth"] = growth;
     state.counters["live_bytes"] = live_bytes;
     state.counters["rss_over_live"] = growth / live_bytes;
+    state.counters["every_page_touched"] = TouchEveryPage() ? 1 : 0;
   }
 
  private:
@@ -387,7 +412,7 @@ bool BatchOnce(benchmark::State& state, const SizeBatch& batch, std::vector<void
       state.SkipWithError("allocation failed");
       return false;
     }
-    Touch(live[i]);
+    TouchObject(live[i], batch.sizes[i]);
   }
   for (std::uint32_t i : batch.free_order) Peer::Free(live[i], batch.sizes[i]);
   return true;
