@@ -136,7 +136,8 @@ class NodePages {
                      bool* commit) noexcept;
   // Charges [addr, addr+size) (pages already charged are skipped) after the free-memory
   // guard and the capacity gate agree; maps and binds it first if needed. False on refusal.
-  bool Commit(void* addr, std::size_t size) noexcept;
+  // A commit of 2 MiB or more asks for transparent huge pages unless `advise_huge` is false.
+  bool Commit(void* addr, std::size_t size, bool advise_huge = true) noexcept;
   // Purges [addr, addr+size) and releases its charges. False when the range cannot be
   // purged (hugetlb pages: jemalloc then keeps it committed).
   bool Decommit(void* addr, std::size_t size) noexcept;

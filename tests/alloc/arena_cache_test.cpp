@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -320,4 +322,35 @@ TEST_CASE("with a capacity gate the caches are smaller, and smaller again under 
     // A medium object larger than the pressed bound is not kept at all.
     CHECK(KeptAfterBatch(arena, {1 * kMiB}, 4) == 0);
   }
+}
+
+namespace {
+// AnonHugePages of /proc/self/smaps_rollup in KiB, -1 when it cannot be read.
+long AnonHugePagesKiB() {
+  std::FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long kib = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, "AnonHugePages:", 14) == 0) kib = std::strtol(line + 14, nullptr, 10);
+  }
+  std::fclose(f);
+  return kib;
+}
+}  // namespace
+
+TEST_CASE("a new heap's jemalloc metadata block is not made of huge pages") {
+  // jemalloc commits a 2 MiB metadata block per arena and writes a few KiB of it; as a
+  // transparent huge page the whole block was resident: 2 MiB of RSS per heap and shard.
+  const long before = AnonHugePagesKiB();
+  if (before < 0) {
+    WARN("no /proc/self/smaps_rollup: nothing to check");
+    return;
+  }
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 24}}));
+  std::vector<void*> blocks;
+  for (int i = 0; i < 64; ++i) blocks.push_back(arena->allocate(256));
+  for (void* p : blocks) REQUIRE(p != nullptr);
+  CHECK(AnonHugePagesKiB() == before);
+  for (void* p : blocks) numarena::deallocate(p);
 }

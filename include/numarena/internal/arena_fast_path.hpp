@@ -92,8 +92,15 @@ inline void RecordClass(const void* p, unsigned size_class) noexcept {
   const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p);
   if (std::atomic<std::uint8_t>* table =
           class_tables[a >> kGranuleShift].load(std::memory_order_relaxed)) {
-    table[(a >> kChunkShift) & (kChunksPerGranule - 1)].store(
-        static_cast<std::uint8_t>(size_class + 1), std::memory_order_relaxed);
+    // Stored only when it changes: objects are mostly reused from the same slabs, and a store
+    // of the same byte would still take the cache line (64 chunks, 256 KiB of objects) away
+    // from the threads whose unsized frees read it, e.g. a consumer freeing what this thread
+    // allocates.
+    std::atomic<std::uint8_t>& entry = table[(a >> kChunkShift) & (kChunksPerGranule - 1)];
+    const auto value = static_cast<std::uint8_t>(size_class + 1);
+    if (entry.load(std::memory_order_relaxed) != value) {
+      entry.store(value, std::memory_order_relaxed);
+    }
     return;
   }
   RecordClassSlow(p, size_class);
