@@ -8,7 +8,11 @@
 # JSON to OUT_DIR/<program>.<n>.json. Alone, because the rss_growth counter
 # (bench/peer_workloads.hpp, PeakRss) is VmHWM minus the RSS before the benchmark's first
 # run: in a process that ran other benchmarks of the same allocator first, pages they left
-# cached would be reused and not counted. Then:
+# cached would be reused and not counted. NUMARENA_BENCH_RSS_MODE=1 (bench/peer_workloads.hpp,
+# TouchEveryPage): the batches write every 4 KiB page of each object, so that their live bytes
+# are resident, and larson_like keeps at most 1024 objects in flight per ring, so that
+# rss_growth / live_bytes is each allocator's overhead; the time columns come from the
+# ordinary runs. Then:
 #   tools/plot_results.py targets TIME_JSON... --rss OUT_DIR/*.json
 set -euo pipefail
 build="${1:?usage: bench/rss_runs.sh BUILD_DIR OUT_DIR}"
@@ -20,7 +24,7 @@ for program in peers_bench peers_glibc_bench peers_tcmalloc_bench; do
   while read -r name; do
     n=$((n + 1))
     # Benchmark names hold '.' (min_time:0.100): escape it for the filter's regex.
-    "$build/bench/$program" --benchmark_filter="^${name//./\\.}\$" \
+    NUMARENA_BENCH_RSS_MODE=1 "$build/bench/$program" --benchmark_filter="^${name//./\\.}\$" \
       --benchmark_out="$out/$program.$n.json" --benchmark_out_format=json >/dev/null
   done < <("$build/bench/$program" --benchmark_list_tests \
              --benchmark_filter="^(batch_small_random|batch_large_random|larson_like)/($peers)/" 2>/dev/null)

@@ -37,6 +37,7 @@ Needs matplotlib (Debian: python3-matplotlib, installed by tools/dev.sh deps); r
 
 import argparse
 import json
+import statistics
 import math
 import os
 import sys
@@ -155,8 +156,11 @@ def peer_runs(paths):
                 continue
             key = (parts[0], int(b.get("threads", 1)))
             group = groups.setdefault(key, OrderedDict())
-            # Of repetitions the fastest, as in `targets` (noise only slows a run down).
-            group[parts[1]] = max(group.get(parts[1], 0), b["items_per_second"])
+            # Of repetitions (and rounds in several files) the median, as in `targets`.
+            group.setdefault(parts[1], []).append(b["items_per_second"])
+    for group in groups.values():
+        for peer in group:
+            group[peer] = statistics.median(group[peer])
     return groups, context or {}
 
 
@@ -260,11 +264,13 @@ TARGET_TIME_RATIO = 1.2
 TARGET_RSS_RATIO = 1.25
 
 
-def benchmark_rows(paths, field, best=max):
+def benchmark_rows(paths, field, pick=statistics.median):
     """(workload, threads) -> {peer: b[field]} of every successful iteration run; of several
-    runs of one benchmark (repetitions) the one `best` picks: the fastest for throughput,
-    because on a loaded machine the noise only ever slows a run down."""
-    rows = {}
+    runs of one benchmark (repetitions, or the same benchmark in several files: rounds) the
+    value `pick` makes of them all: the median for throughput (the loaded machine slows some
+    runs down a lot, and a median of several runs moves less than the fastest one), the
+    largest for peak memory."""
+    runs = {}
     for path in paths:
         for b in load(path).get("benchmarks", []):
             if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
@@ -272,9 +278,9 @@ def benchmark_rows(paths, field, best=max):
             parts = b.get("run_name", b["name"]).split("/")
             if len(parts) < 2 or field not in b:
                 continue
-            row = rows.setdefault((parts[0], int(b.get("threads", 1))), {})
-            row[parts[1]] = best(row[parts[1]], b[field]) if parts[1] in row else b[field]
-    return rows
+            row = runs.setdefault((parts[0], int(b.get("threads", 1))), {})
+            row.setdefault(parts[1], []).append(b[field])
+    return {key: {peer: pick(values) for peer, values in row.items()} for key, row in runs.items()}
 
 
 def human_ns(ns):
@@ -300,8 +306,8 @@ def target_check(time_paths, rss_paths=()):
     only when each process ran a single benchmark (bench/rss_runs.sh)."""
     ips = benchmark_rows(time_paths, "items_per_second")
     # Of repetitions, the largest growth: the peak is what the process must have room for.
-    rss = benchmark_rows(rss_paths, "rss_growth") if rss_paths else {}
-    live = benchmark_rows(rss_paths, "live_bytes") if rss_paths else {}
+    rss = benchmark_rows(rss_paths, "rss_growth", max) if rss_paths else {}
+    live = benchmark_rows(rss_paths, "live_bytes", max) if rss_paths else {}
     header = ["row", "threads", "best general peer", "numarena (x best)", "sized (x best)",
               "memkind", "jemalloc arena", "worst x memkind / x je arena"]
     if rss_paths:

@@ -302,6 +302,9 @@ class Budget final : public CapacityGate {
   // a wrong Release can never open the budget to charges it should refuse.
   [[nodiscard]] Status Charge(int node, std::size_t bytes, Priority priority) override;
   void Release(int node, std::size_t bytes, Priority priority) override;
+  // True from kWarn on (state(node) >= kWarn): numarena's thread caches then keep at most
+  // a few objects per list of that node's memory (arena.hpp, Arena::purge).
+  bool CachesShouldShrink(int node) override;
 
   // Should work needing about `bytes` on `node` start now? Answers from the current usage
   // without charging anything (admission is not a reservation):

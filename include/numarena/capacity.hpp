@@ -38,6 +38,17 @@ class CapacityGate {
   // Returns `bytes` charged earlier on `node` with `priority`. May be called from any thread.
   virtual void Release(int node, std::size_t bytes, Priority priority) = 0;
 
+  // True when numarena's per-thread caches should keep little of `node`'s memory: objects
+  // they hold stay committed and charged, so a gate under pressure wants them back. Asked
+  // only on the caches' cold paths (a full list, about once per half list of frees), never
+  // per allocation; must be cheap, thread-safe, and must not allocate through numarena.
+  // The default says no: caches are then sized for an installed gate (smaller than with
+  // none, see Arena::purge in arena.hpp). A Budget says yes from the warn line on.
+  virtual bool CachesShouldShrink(int node) {
+    (void)node;
+    return false;
+  }
+
   // Told when an allocation meant for `from_node` was placed on `to_node` instead (a
   // Preferred arena moving on to the next node by distance because `from_node` refused or
   // was full). For accounting only; the default ignores it. Same rules as Charge.

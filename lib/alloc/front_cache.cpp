@@ -7,13 +7,25 @@
 // thread caches stop at 32 KiB, so every larger object took its arena's lock. The front
 // cache closes that gap the way a thread cache does: per (thread, heap) and per size class
 // below 2 MiB, a LIFO list of freed objects, threaded through each object's first word.
-// `allocate` pops, `deallocate` pushes; both are inline in arena.hpp. A small list (classes up
-// to 4 KiB) holds at most about 32 KiB (4 to 256 objects); a medium list (above 4 KiB) about
-// 1 MiB (2 to 32 objects), and all medium lists of one cache together at most
-// kMediumCacheBytes (4 MiB). When a list or the medium bound is full, half of that list goes
-// back to jemalloc at once (and, if the bound is still short, the largest medium lists), not
-// one object per free. Everything in it is returned when the thread exits and when the
-// thread calls Arena::purge() or a purge for lack of room runs on it.
+// `allocate` pops, `deallocate` pushes; both are inline in arena.hpp.
+//
+// Bounds. A small list (classes up to 4 KiB) starts at about 32 KiB (4 to 256 objects). A
+// thread that frees more of a class than the list holds (a batch of requests' objects freed
+// together) would otherwise send half the list back to jemalloc and ask for it again one
+// object at a time, at the explicit-arena price, on every round; so a full small list first
+// doubles its limit, up to kMaxGrownObjects, as long as the growth of all small lists of the
+// cache stays within a byte bound (Bounds::small_growth, 4 MiB). A medium list (above 4 KiB)
+// holds about 1 MiB (2 to 32 objects), and all medium lists of one cache together at most
+// Bounds::medium (4 MiB). When a list cannot grow, or the medium bound is full, half of that
+// list goes back to jemalloc at once (and, if the bound is still short, the largest medium
+// lists), not one object per free. Cached objects stay committed and charged to the capacity
+// gate, so with a gate installed the bounds are smaller (1 MiB of growth, 1 MiB of medium
+// objects), and when the gate says a node of the heap is under pressure
+// (CapacityGate::CachesShouldShrink; a Budget from its warn line on) the small lists go back
+// to their start limits and the medium lists hold at most 256 KiB. The bounds are re-read
+// on every overflow (the cold path), so a cache shrinks at its thread's next overflow, not
+// at once. Everything in it is returned, and the small limits reset, when the thread exits
+// and when the thread calls Arena::purge() or a purge for lack of room runs on it.
 //
 // Classes are numarena's numbering of jemalloc's (arena_fast_path.hpp), checked against
 // nallocx once: a miss asks jemalloc for the request's size and gets an object of exactly
@@ -29,6 +41,8 @@
 #include <new>
 
 #include "alloc/jemalloc_heap.hpp"
+#include "alloc/node_pages.hpp"
+#include "numarena/arena.hpp"
 
 namespace numarena {
 namespace {
@@ -39,13 +53,24 @@ using arena_internal::kClassOf4K;
 using arena_internal::kFrontClasses;
 using arena_internal::kFrontMaxSize;
 
-constexpr std::size_t kListBytes = 32768;          // what one small list may hold
+constexpr std::size_t kListBytes = 32768;          // what one small list holds at first
 constexpr std::uint32_t kMinObjects = 4;
 constexpr std::uint32_t kMaxObjects = 256;
+constexpr std::uint32_t kMaxGrownObjects = 8192;   // the most a grown small list holds
 constexpr std::size_t kMediumListBytes = 1 << 20;  // what one medium list may hold
 constexpr std::uint32_t kMinMediumObjects = 2;
 constexpr std::uint32_t kMaxMediumObjects = 32;
-constexpr std::size_t kMediumCacheBytes = std::size_t{4} << 20;  // all medium lists together
+
+// Per cache: how many bytes the small lists may grow by beyond their start limits, and how
+// many bytes all medium lists may hold.
+struct Bounds {
+  std::size_t small_growth;
+  std::size_t medium;
+};
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+constexpr Bounds kUngatedBounds{4 * kMiB, 4 * kMiB};  // no capacity gate installed
+constexpr Bounds kGatedBounds{1 * kMiB, 1 * kMiB};    // a gate, no pressure
+constexpr Bounds kPressedBounds{0, kMiB / 4};         // the gate presses a node of the heap
 
 // What a front cache takes from its heap: sizeof(FrontCache) (1040 bytes) rounded up to a
 // class whose jemalloc slab is one page; the 1280-byte class's slabs are five.
@@ -109,6 +134,19 @@ int UncachedFlags(int heap) {
   return (arena_internal::thread_flags[heap] & ~kTcacheBits) | MALLOCX_TCACHE_NONE;
 }
 
+// The bounds for a cache of `heap` now (cold: a virtual call per node of the heap).
+Bounds CacheBounds(int heap) noexcept {
+  CapacityGate* gate = GetCapacityGate();
+  if (gate == nullptr) return kUngatedBounds;
+  if (Heap* owner = HeapById(heap)) {
+    const NodePages& pages = *owner->pages;
+    for (int i = 0; i < pages.node_count(); ++i) {
+      if (gate->CachesShouldShrink(pages.nodes()[i])) return kPressedBounds;
+    }
+  }
+  return kGatedBounds;
+}
+
 // Hands the objects of `cache`'s list `size_class` back to jemalloc until `keep` remain. A
 // front cache exists only while the thread's flags for its heap are set (EnsureThreadCache
 // creates it after them, DestroyFrontCaches runs before they are cleared).
@@ -123,6 +161,16 @@ void Drain(int heap, FrontCache& cache, unsigned size_class, std::uint32_t keep)
     if (size_class > kClassOf4K) cache.medium_bytes -= bytes;
     sdallocx(p, bytes, flags);  // the class's size: jemalloc skips its own size lookup
   }
+}
+
+// Puts every small list back to its start limit, handing back what no longer fits.
+void ResetSmallLimits(int heap, FrontCache& cache) {
+  for (unsigned c = 0; c <= kClassOf4K; ++c) {
+    FrontList& list = cache.lists[c];
+    list.limit = g_class_limit[c];
+    if (list.count > list.limit) Drain(heap, cache, c, list.limit / 2);
+  }
+  cache.small_growth = 0;
 }
 
 }  // namespace
@@ -147,7 +195,8 @@ void CreateFrontCache(int heap) noexcept {
     cache->lists[i] = FrontList{nullptr, 0, g_class_limit[i]};
   }
   cache->medium_bytes = 0;
-  cache->medium_limit = kMediumCacheBytes;
+  cache->medium_limit = CacheBounds(heap).medium;
+  cache->small_growth = 0;
   arena_internal::front_caches[heap] = cache;
 }
 
@@ -157,6 +206,8 @@ void FlushFrontCache(int heap) noexcept {
   FrontCache* cache = arena_internal::front_caches[heap];
   if (cache == nullptr) return;
   for (unsigned c = 0; c < static_cast<unsigned>(kFrontClasses); ++c) Drain(heap, *cache, c, 0);
+  ResetSmallLimits(heap, *cache);
+  cache->medium_limit = CacheBounds(heap).medium;
 }
 
 void DestroyFrontCaches() noexcept {
@@ -179,9 +230,24 @@ void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) no
     sdallocx(p, front_class_bytes[size_class], thread_flags[heap]);
     return;
   }
-  if (list.count >= list.limit) Drain(heap, *cache, size_class, list.limit / 2);
+  const Bounds bounds = CacheBounds(heap);
+  cache->medium_limit = bounds.medium;
+  if (cache->small_growth > bounds.small_growth) ResetSmallLimits(heap, *cache);
+  const std::size_t bytes = front_class_bytes[size_class];
+  if (list.count >= list.limit) {
+    // A small list doubles while the cache's growth bound allows; otherwise half goes back.
+    const std::uint32_t grow =
+        size_class > kClassOf4K || list.limit >= kMaxGrownObjects
+            ? 0
+            : std::min(list.limit, kMaxGrownObjects - list.limit);
+    if (grow > 0 && cache->small_growth + grow * bytes <= bounds.small_growth) {
+      list.limit += grow;
+      cache->small_growth += grow * bytes;
+    } else {
+      Drain(heap, *cache, size_class, list.limit / 2);
+    }
+  }
   if (size_class > kClassOf4K) {
-    const std::size_t bytes = front_class_bytes[size_class];
     // Still over the medium bound: the largest lists go first (they free the most bytes
     // per call), this list last.
     for (unsigned c = kFrontClasses - 1;
@@ -189,6 +255,10 @@ void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) no
       if (c != size_class) Drain(heap, *cache, c, 0);
     }
     if (cache->medium_bytes + bytes > cache->medium_limit) Drain(heap, *cache, size_class, 0);
+    if (bytes > cache->medium_limit) {  // larger than a pressed cache's whole bound
+      sdallocx(p, bytes, thread_flags[heap]);
+      return;
+    }
   }
   FrontPush(heap, cache, size_class, p);  // room now: no second overflow
 }

@@ -778,7 +778,11 @@ void* NodePages::AllocateSpan(void* new_addr, std::size_t size, std::size_t alig
   }
   mapped_bytes_.fetch_add(size, std::memory_order_relaxed);
   *zero = true;  // address space never handed out before: never touched
-  if (*commit && !Commit(ToPointer(start), size)) {
+  // Spans jemalloc asks for committed are its metadata blocks (a new arena's base block, 2
+  // MiB, a few KiB of it used); objects' extents come uncommitted (retained growth) and are
+  // committed through the commit hook. Huge pages here would make the whole block resident
+  // at the first metadata write: 2 MiB of RSS per jemalloc arena of a heap.
+  if (*commit && !Commit(ToPointer(start), size, /*advise_huge=*/false)) {
     // Give the address space back when nothing was carved after it, so refused commits do
     // not use up the range.
     std::lock_guard<std::mutex> lock(mutex_);
@@ -792,7 +796,7 @@ void* NodePages::AllocateSpan(void* new_addr, std::size_t size, std::size_t alig
   return ToPointer(start);
 }
 
-bool NodePages::Commit(void* addr, std::size_t size) noexcept {
+bool NodePages::Commit(void* addr, std::size_t size, bool advise_huge) noexcept {
   SpanFailure* failure = &ThreadSpanFailure();
   auto begin = reinterpret_cast<std::uintptr_t>(addr);
   Range* range = RangeOf(begin);
@@ -887,7 +891,7 @@ bool NodePages::Commit(void* addr, std::size_t size) noexcept {
                           std::memory_order_relaxed);
   }
   committed_bytes_.fetch_add(new_pages * page_, std::memory_order_relaxed);
-  if (size >= kHugePage) AdviseLargeCommit(begin, end, /*huge=*/true);
+  if (advise_huge && size >= kHugePage) AdviseLargeCommit(begin, end, /*huge=*/true);
   return true;
 }
 

@@ -136,7 +136,8 @@ class NodePages {
                      bool* commit) noexcept;
   // Charges [addr, addr+size) (pages already charged are skipped) after the free-memory
   // guard and the capacity gate agree; maps and binds it first if needed. False on refusal.
-  bool Commit(void* addr, std::size_t size) noexcept;
+  // A commit of 2 MiB or more asks for transparent huge pages unless `advise_huge` is false.
+  bool Commit(void* addr, std::size_t size, bool advise_huge = true) noexcept;
   // Purges [addr, addr+size) and releases its charges. False when the range cannot be
   // purged (hugetlb pages: jemalloc then keeps it committed).
   bool Decommit(void* addr, std::size_t size) noexcept;
@@ -157,6 +158,9 @@ class NodePages {
   // The placement's first node: where the provider's own tables go, and where memory jemalloc
   // allocates for the heap outside its hooks is steered (PlacementScope).
   int first_node() const { return nodes_[0]; }
+  // The placement's nodes: nodes()[0 .. node_count()).
+  const int* nodes() const { return nodes_; }
+  int node_count() const { return node_count_; }
   // True when the placement puts pages on `node`.
   bool places_on(int node) const noexcept {
     for (int i = 0; i < node_count_; ++i) {

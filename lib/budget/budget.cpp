@@ -701,6 +701,8 @@ std::uint64_t Budget::AddListener(BudgetListener listener) {
 
 void Budget::RemoveListener(std::uint64_t id) { callbacks_->listeners.Remove(id); }
 
+bool Budget::CachesShouldShrink(int node) { return state(node) >= NodeState::kWarn; }
+
 NodeState Budget::state(int node) const {
   const Node* n = Find(node);
   return n ? n->state.load(std::memory_order_acquire) : NodeState::kNormal;

@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -243,4 +245,124 @@ TEST_CASE("medium and large objects freed on other threads (producer/consumer)")
   CHECK(corrupted.load() == 0);
   CHECK(failed.load() == 0);
   arena->purge();
+}
+
+namespace {
+
+// A gate that charges nothing and says whether caches should shrink.
+class PressureGate : public numarena::CapacityGate {
+ public:
+  explicit PressureGate(bool pressed) : pressed_(pressed) {}
+  numarena::Status Charge(int, std::size_t, Priority) override { return absl::OkStatus(); }
+  void Release(int, std::size_t, Priority) override {}
+  bool CachesShouldShrink(int) override { return pressed_; }
+
+ private:
+  bool pressed_;
+};
+
+// On a fresh thread: allocates `count` objects of each size in `sizes`, frees them all
+// (unsized), and returns how many bytes the arena's statistics still count as allocated
+// beyond `before` while the thread lives, i.e. what its caches kept.
+std::size_t KeptAfterBatch(Arena* arena, const std::vector<std::size_t>& sizes, int count) {
+  const std::size_t before = arena->stats().allocated;
+  std::size_t kept = 0;
+  std::thread thread([&] {
+    std::vector<void*> blocks;
+    for (std::size_t size : sizes) {
+      for (int i = 0; i < count; ++i) blocks.push_back(arena->allocate(size));
+    }
+    for (void* p : blocks) REQUIRE(p != nullptr);
+    for (void* p : blocks) numarena::deallocate(p);
+    const std::size_t now = arena->stats().allocated;
+    kept = now > before ? now - before : 0;
+  });
+  thread.join();
+  CHECK(arena->stats().allocated <= before);  // and all of it back when the thread exits
+  return kept;
+}
+
+}  // namespace
+
+// jemalloc's own thread cache keeps up to a few hundred small objects per class beside the
+// front cache; the bounds below leave room for it.
+constexpr std::size_t kJemallocTcacheSlack = 256 * kKiB;
+
+TEST_CASE("a small list grows for a batch freed together, within the cache's bound") {
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 21}}));
+  // 4000 objects of 256 B (1 MiB) freed together: the list grows to hold them (it starts
+  // at 32 KiB), so the next batch comes from the cache instead of jemalloc.
+  CHECK(KeptAfterBatch(arena, {256}, 4000) >= 4000 * 256);
+  // 8192 each of 256, 512, 1024 and 2048 B (30 MiB): the growth stops at 4 MiB.
+  const std::size_t kept = KeptAfterBatch(arena, {256, 512, 1024, 2048}, 8192);
+  CHECK(kept >= 4 * kMiB);
+  CHECK(kept <= 4 * kMiB + 4 * 32 * kKiB + kJemallocTcacheSlack);
+}
+
+TEST_CASE("with a capacity gate the caches are smaller, and smaller again under pressure") {
+  {
+    PressureGate gate(false);
+    GateScope scope(&gate);
+    Arena* arena = Get(Policy::WeightedInterleave({{0, 22}}));
+    // Small lists grow by at most 1 MiB; medium lists hold at most 1 MiB together.
+    const std::size_t small = KeptAfterBatch(arena, {256, 512, 1024}, 8192);
+    CHECK(small >= 1 * kMiB);
+    CHECK(small <= 1 * kMiB + 3 * 32 * kKiB + kJemallocTcacheSlack);
+    const std::size_t medium = KeptAfterBatch(arena, {64 * kKiB, 128 * kKiB}, 16);
+    CHECK(medium >= 512 * kKiB);
+    CHECK(medium <= 1 * kMiB);
+  }
+  {
+    PressureGate gate(true);
+    GateScope scope(&gate);
+    Arena* arena = Get(Policy::WeightedInterleave({{0, 23}}));
+    // No growth: each small list keeps its start limit (32 KiB).
+    CHECK(KeptAfterBatch(arena, {256, 512, 1024}, 8192) <= 3 * 32 * kKiB + kJemallocTcacheSlack);
+    CHECK(KeptAfterBatch(arena, {64 * kKiB, 128 * kKiB}, 16) <= 256 * kKiB);
+    // A medium object larger than the pressed bound is not kept at all.
+    CHECK(KeptAfterBatch(arena, {1 * kMiB}, 4) == 0);
+  }
+}
+
+namespace {
+// AnonHugePages in KiB of the mappings of /proc/self/smaps that overlap [begin, end), -1 when
+// the file cannot be read. Only numarena's range: a sanitizer's runtime maps its own memory
+// with huge pages at any time.
+long AnonHugePagesKiB(std::uintptr_t begin, std::uintptr_t end) {
+  std::FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (f == nullptr) return -1;
+  char line[512];
+  long kib = 0;
+  bool inside = false;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && std::strchr(line, ':') != nullptr &&
+        std::strncmp(line, "AnonHugePages:", 14) != 0) {
+      inside = lo < end && hi > begin;
+    } else if (inside && std::strncmp(line, "AnonHugePages:", 14) == 0) {
+      kib += std::strtol(line + 14, nullptr, 10);
+    }
+  }
+  std::fclose(f);
+  return kib;
+}
+}  // namespace
+
+TEST_CASE("a new heap's jemalloc metadata block is not made of huge pages") {
+  // jemalloc commits a 2 MiB metadata block per arena and writes a few KiB of it; as a
+  // transparent huge page the whole block was resident: 2 MiB of RSS per heap and shard.
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 24}}));
+  std::vector<void*> blocks;
+  for (int i = 0; i < 64; ++i) blocks.push_back(arena->allocate(256));
+  for (void* p : blocks) REQUIRE(p != nullptr);
+  // The heap's address space: the 64 GiB granule of its objects.
+  constexpr std::uintptr_t kGranule = std::uintptr_t{1} << 36;
+  const std::uintptr_t begin = reinterpret_cast<std::uintptr_t>(blocks[0]) & ~(kGranule - 1);
+  const long huge = AnonHugePagesKiB(begin, begin + kGranule);
+  if (huge < 0) {
+    WARN("no /proc/self/smaps: nothing to check");
+  } else {
+    CHECK(huge == 0);
+  }
+  for (void* p : blocks) numarena::deallocate(p);
 }

@@ -213,6 +213,21 @@ TEST_CASE("States rise at warn / admission / trip and fall only a margin below")
   CHECK(snap.node(0)->usage == 0);
 }
 
+TEST_CASE("A budget asks numarena's caches to shrink from its warn line on") {
+  auto budget = QuotaBudget({0, 1});
+  Budget& b = *budget;
+  CapacityGate& gate = b;  // the caches ask through the gate interface
+  REQUIRE(b.Charge(0, 799'999, Priority::kNormal).ok());
+  CHECK_FALSE(gate.CachesShouldShrink(0));
+  REQUIRE(b.Charge(0, 1, Priority::kNormal).ok());  // 800'000: warn
+  CHECK(gate.CachesShouldShrink(0));
+  CHECK_FALSE(gate.CachesShouldShrink(1));  // only the node at its warn line
+  CHECK_FALSE(gate.CachesShouldShrink(7));  // a node the budget does not know
+  b.Release(0, 50'001, Priority::kNormal);  // 749'999: back to normal
+  CHECK_FALSE(gate.CachesShouldShrink(0));
+  b.Release(0, 749'999, Priority::kNormal);
+}
+
 TEST_CASE("Tripped: normal and low are refused with a useful message, high goes to capacity") {
   auto budget = QuotaBudget({0, 1});
   Budget& b = *budget;

@@ -92,8 +92,15 @@ inline void RecordClass(const void* p, unsigned size_class) noexcept {
   const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p);
   if (std::atomic<std::uint8_t>* table =
           class_tables[a >> kGranuleShift].load(std::memory_order_relaxed)) {
-    table[(a >> kChunkShift) & (kChunksPerGranule - 1)].store(
-        static_cast<std::uint8_t>(size_class + 1), std::memory_order_relaxed);
+    // Stored only when it changes: objects are mostly reused from the same slabs, and a store
+    // of the same byte would still take the cache line (64 chunks, 256 KiB of objects) away
+    // from the threads whose unsized frees read it, e.g. a consumer freeing what this thread
+    // allocates.
+    std::atomic<std::uint8_t>& entry = table[(a >> kChunkShift) & (kChunksPerGranule - 1)];
+    const auto value = static_cast<std::uint8_t>(size_class + 1);
+    if (entry.load(std::memory_order_relaxed) != value) {
+      entry.store(value, std::memory_order_relaxed);
+    }
     return;
   }
   RecordClassSlow(p, size_class);
@@ -110,7 +117,8 @@ inline unsigned RecordedClassPlusOne(const void* p) noexcept {
 // Objects of up to kFrontMaxCached (1.75 MiB), one LIFO list per class threaded through the
 // objects' first word. A list belongs to one (thread, heap), so an object only ever returns
 // to the heap, and node, it came from. The classes above 4 KiB ("medium") also share a byte
-// bound per cache (kMediumCacheBytes in front_cache.cpp).
+// bound per cache, and the small lists' limits grow within a byte bound per cache (both in
+// front_cache.cpp, smaller when a capacity gate is installed or presses the heap's nodes).
 struct FrontList {
   void* head;
   std::uint32_t count;
@@ -118,8 +126,9 @@ struct FrontList {
 };
 struct FrontCache {
   FrontList lists[kFrontClasses];
-  std::size_t medium_bytes;  // bytes in the medium lists
-  std::size_t medium_limit;  // their bound
+  std::size_t medium_bytes;    // bytes in the medium lists
+  std::size_t medium_limit;    // their bound
+  std::size_t small_growth;    // sum over the small lists of (limit - start limit) x bytes
 };
 // This thread's front cache per heap; nullptr until the thread's first slow-path call.
 extern thread_local constinit FrontCache* front_caches[kMaxHeaps];

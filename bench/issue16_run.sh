@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Issue 16's comparison in one command: time runs, RSS runs, and the 1.2x / 1.25x check.
+#
+#   bench/issue16_run.sh BUILD_DIR OUT_DIR [ROUNDS]
+#
+# BUILD_DIR holds peers_bench, peers_glibc_bench and peers_tcmalloc_bench (tools/dev.sh's
+# build: cmake --build BUILD_DIR --target peers_bench peers_glibc_bench peers_tcmalloc_bench).
+# Runs issue 16's rows for every peer ROUNDS times (default 3), the three programs in turn
+# within each round so that load on a shared machine falls on all peers alike; every
+# benchmark repeats 3 times per round and the check takes the median of all runs
+# (tools/plot_results.py). tensor_loop runs once, after the rounds. Then bench/rss_runs.sh (one process per batch/larson benchmark,
+# every page of the batches written) and the check itself, written to OUT_DIR/targets.md.
+# OUT_DIR/load.txt keeps the load average before and after each program, and the machine.
+set -euo pipefail
+build="${1:?usage: bench/issue16_run.sh BUILD_DIR OUT_DIR [ROUNDS]}"
+out="${2:?usage: bench/issue16_run.sh BUILD_DIR OUT_DIR [ROUNDS]}"
+rounds="${3:-3}"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+mkdir -p "$out"
+peers='(numarena_arena|numarena_arena_sized|jemalloc_malloc|jemalloc_arena|mimalloc|memkind_node|glibc_malloc|tcmalloc)'
+short="^(alloc_free_(64KiB|2MiB)|producer_consumer|batch_small_random|batch_large_random|larson_like|realloc_growth)/$peers/"
+tensors="^tensor_loop/$peers/"
+{
+  echo "started $(date -u +%FT%TZ) on $(uname -n): $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), Linux $(uname -r)"
+} > "$out/load.txt"
+for round in $(seq 1 "$rounds"); do
+  for p in peers_bench peers_glibc_bench peers_tcmalloc_bench; do
+    echo "round $round $p start $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/load.txt"
+    # 3 repetitions of every row (the server rows register their 3 themselves).
+    "$build/bench/$p" --benchmark_filter="$short" --benchmark_repetitions=3 \
+      --benchmark_out="$out/$p.$round.json" --benchmark_out_format=json >/dev/null
+  done
+done
+# The tensor loop once (a peer that returns its pages takes about 30 s per run here).
+for p in peers_bench peers_glibc_bench peers_tcmalloc_bench; do
+  echo "tensors $p start $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/load.txt"
+  "$build/bench/$p" --benchmark_filter="$tensors" \
+    --benchmark_out="$out/$p.tensors.json" --benchmark_out_format=json >/dev/null
+done
+echo "rss runs start $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/load.txt"
+"$root/bench/rss_runs.sh" "$build" "$out/rss" 2>/dev/null
+echo "finished $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/load.txt"
+/usr/bin/python3 "$root/tools/plot_results.py" targets "$out"/peers_*bench.*.json \
+  --rss "$out"/rss/*.json | tee "$out/targets.md"
