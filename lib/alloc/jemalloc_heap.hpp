@@ -99,6 +99,16 @@ void ForEachShard(const Heap& heap, F&& f) {
 // ResourceExhausted when kMaxHeaps heaps exist; provider errors as NodePages::Create.
 [[nodiscard]] StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options);
 
+// Destroys heap `id`: every thread's caches of it (numarena's front caches and jemalloc's
+// thread caches, dropped by the calling thread), its large cache, its jemalloc arenas (with
+// every object in them) and its page provider (address ranges, page tables, granule tags,
+// class map tables). Every charge it held on the capacity gate is released, and the id is
+// free for the next CreateHeap. No thread may allocate from the heap, free its objects or
+// touch its pages meanwhile or afterwards. FailedPrecondition when called from inside
+// numarena (a capacity gate callback during a commit, purge or destruction); InternalError,
+// with the heap kept, when jemalloc refuses to destroy an arena.
+[[nodiscard]] Status DestroyHeap(int id);
+
 // The heap with this id (nullptr when none).
 Heap* HeapById(int id);
 
