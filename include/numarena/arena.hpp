@@ -182,10 +182,13 @@ class Arena {
   // per-thread caches' structures): tests/alloc/arena_lifecycle_test.cpp runs 10,000
   // create/destroy cycles and checks both.
   //
+  // Not from inside a capacity gate's callback (a reclaim hook or listener, which numarena
+  // runs while it commits, purges or destroys memory): numarena may be inside jemalloc there.
+  //
   // Errors: InvalidArgument for nullptr; FailedPrecondition, with nothing destroyed, for an
   // arena made by ForNode/ForPolicy (shared, they live for the process) and for a call from
-  // inside a capacity gate's callback that numarena runs while it commits, purges or destroys
-  // memory; InternalError when jemalloc refuses to destroy one of its arenas (not seen in
+  // inside such a callback when numarena can tell (during a heap creation, purge for room or
+  // destruction); InternalError when jemalloc refuses to destroy one of its arenas (not seen in
   // practice: that heap's memory then stays allocated, and `arena` is deleted all the same).
   // Destroying an arena twice is undefined, like a double free.
   [[nodiscard]] static Status Destroy(Arena* arena);

@@ -17,8 +17,10 @@
 //
 // The hooks never allocate (jemalloc issue #978):
 //   alloc        carve a span from the provider's range (commit it if asked)
-//   dalloc       opt out: jemalloc keeps the address space (retain), it is never unmapped
-//   destroy      purge and release the charge
+//   dalloc       opt out: jemalloc keeps the address space (retain); it is unmapped only
+//                when the heap is destroyed (DestroyHeap), by the provider
+//   destroy      purge and release the charge (jemalloc gives up an extent for good: its
+//                arena is being destroyed)
 //   commit       charge against the free-memory guard and the capacity gate
 //   decommit     purge (MADV_DONTNEED, mapping and binding kept) and release the charge
 //   purge_forced purge, keep the charge (jemalloc still counts the range committed)
