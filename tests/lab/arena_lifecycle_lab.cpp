@@ -66,12 +66,11 @@ std::int64_t MemFree(int node) {
 }
 
 // Pins the calling thread to the farthest other node's CPUs, if there is one.
-std::optional<lab::PinnedTo> PinFar(int node) {
-  std::optional<lab::PinnedTo> pin;
+void PinFar(std::optional<lab::PinnedTo>& pin, int node) {
+  pin.reset();
   if (std::optional<int> toucher = lab::Expected().farthest_cpu_node(node)) {
     pin.emplace(lab::Expected().node(*toucher).cpus);
   }
-  return pin;
 }
 
 // Pages of [p, p+size) that the kernel says are not on `node`.
@@ -111,44 +110,67 @@ Filled FillAndCheck(Arena* arena, int node) {
   return out;
 }
 
+// This process's resident bytes on `node`, by the kernel's own count (/proc/self/numa_maps:
+// N<node>=pages of every mapping, times its page size). Unlike the node's MemFree it does not
+// move with the page cache or the per-CPU free lists.
+std::int64_t ResidentOn(int node) {
+  std::ifstream in("/proc/self/numa_maps");
+  const std::string key = "N" + std::to_string(node) + "=";
+  std::int64_t bytes = 0;
+  for (std::string line; std::getline(in, line);) {
+    std::int64_t pages = 0, page_kb = 4;
+    std::istringstream words(line);
+    for (std::string word; words >> word;) {
+      if (word.rfind(key, 0) == 0) pages = std::stoll(word.substr(key.size()));
+      if (word.rfind("kernelpagesize_kB=", 0) == 0) page_kb = std::stoll(word.substr(18));
+    }
+    bytes += pages * page_kb * 1024;
+  }
+  return bytes;
+}
+
 TEST_CASE("a destroyed node arena returns its pages and charge; the next one in its slot places "
           "every page on its own node") {
   const auto& lab = lab::Expected();
   INFO("topology " << lab.name);
   TheBudget();
+  // Warm up: the process's one-time costs (jemalloc's own arena 0 and extent map leaves, the
+  // C library's per-thread memory) are not the arena's memory. A first full cycle per node
+  // pays them; what it leaves is printed, not bounded.
+  for (const auto& node : lab.nodes) {
+    const std::int64_t resident_before = ResidentOn(node.id);
+    auto arena = Arena::Create(Policy::Bind(node.id));
+    REQUIRE(arena.ok());
+    (void)FillAndCheck(*arena, node.id);
+    REQUIRE(Arena::Destroy(*arena).ok());
+    WARN("warm-up on node " << node.id << ": this process's pages there grew by "
+                            << (ResidentOn(node.id) - resident_before) / 1024 << " KiB");
+  }
   for (const auto& target : lab.nodes) {
     // The node the next arena in the slot binds to: another one, so a binding left over from
     // the destroyed arena would show.
     const int next = lab.nodes[(&target - lab.nodes.data() + 1) % lab.nodes.size()].id;
     DYNAMIC_SECTION("node " << target.id << " then node " << next) {
-      std::optional<lab::PinnedTo> pin = PinFar(target.id);
-      const std::int64_t charged_before = ChargedOn(target.id);
-      const std::int64_t free_before = MemFree(target.id);
-
-      auto arena = Arena::Create(Policy::Bind(target.id));
-      INFO(arena.status().ToString());
-      REQUIRE(arena.ok());
-      Filled filled = FillAndCheck(*arena, target.id);
-      const int slot = arena_internal::HeapOf(filled.blocks.front());
-      // Half of everything freed (into the caches), the rest left live for Destroy.
-      for (std::size_t i = 0; i < filled.blocks.size(); i += 2) deallocate(filled.blocks[i]);
-      for (std::size_t i = 0; i < filled.small.size(); i += 2) deallocate(filled.small[i]);
-      const std::int64_t used = kBlocks * static_cast<std::int64_t>(kBlock);
-      CHECK(ChargedOn(target.id) - charged_before >= used);
-      CHECK(free_before - MemFree(target.id) >= used - static_cast<std::int64_t>(8 * kMiB));
-
-      // Another thread caches objects of the arena, then waits.
-      std::vector<void*> thread_got;
-      std::thread cacher;
+      std::optional<lab::PinnedTo> pin;
+      PinFar(pin, target.id);
+      // A thread that will cache objects of the arena, started (and its own one-time memory
+      // made) before anything is measured.
       std::atomic<int> phase{0};
+      Arena* old_arena = nullptr;
       Arena* next_arena = nullptr;
-      cacher = std::thread([&] {
-        std::optional<lab::PinnedTo> far = PinFar(next);
+      std::vector<void*> thread_got;
+      std::thread cacher([&] {
+        std::optional<lab::PinnedTo> far;
+        PinFar(far, next);
         std::vector<void*> mine;
-        for (int i = 0; i < 64; ++i) mine.push_back((*arena)->allocate(4096));
-        for (void* p : mine) deallocate(p);
+        mine.reserve(4096);
+        thread_got.reserve(4096);
         phase.store(1);
         while (phase.load() != 2) std::this_thread::yield();
+        for (int i = 0; i < 64; ++i) mine.push_back(old_arena->allocate(4096));
+        for (void* p : mine) deallocate(p);
+        phase.store(3);
+        while (phase.load() != 4) std::this_thread::yield();
         for (int i = 0; i < 512; ++i) {
           void* p = next_arena->allocate(4096);
           if (p != nullptr) std::memset(p, 0x11, 4096);
@@ -157,22 +179,47 @@ TEST_CASE("a destroyed node arena returns its pages and charge; the next one in 
       });
       while (phase.load() != 1) std::this_thread::yield();
 
+      const std::int64_t charged_before = ChargedOn(target.id);
+      const std::int64_t resident_before = ResidentOn(target.id);
+      const std::int64_t free_before = MemFree(target.id);
+      auto arena = Arena::Create(Policy::Bind(target.id));
+      INFO(arena.status().ToString());
+      REQUIRE(arena.ok());
+      old_arena = *arena;
+      Filled filled = FillAndCheck(*arena, target.id);
+      const int slot = arena_internal::HeapOf(filled.blocks.front());
+      // Half of everything freed (into the caches), the rest left live for Destroy.
+      for (std::size_t i = 0; i < filled.blocks.size(); i += 2) deallocate(filled.blocks[i]);
+      for (std::size_t i = 0; i < filled.small.size(); i += 2) deallocate(filled.small[i]);
+      phase.store(2);
+      while (phase.load() != 3) std::this_thread::yield();
+      const std::int64_t used = kBlocks * static_cast<std::int64_t>(kBlock);
+      CHECK(ChargedOn(target.id) - charged_before >= used);
+      CHECK(ResidentOn(target.id) - resident_before >= used);
+      const std::int64_t free_full = MemFree(target.id);
+
       REQUIRE(Arena::Destroy(*arena).ok());
       // The kernel has the pages back, and the budget has the charge back.
       CHECK(ChargedOn(target.id) == charged_before);
+      const std::int64_t resident_after = ResidentOn(target.id);
+      INFO("this process on node " << target.id << ": " << resident_before << " bytes before, "
+                                   << resident_after << " after");
+      CHECK(resident_after <= resident_before + static_cast<std::int64_t>(kMiB));
       const std::int64_t free_after = MemFree(target.id);
-      INFO("node " << target.id << " MemFree before " << free_before << ", after "
-                   << free_after);
-      CHECK(free_after >= free_before - static_cast<std::int64_t>(8 * kMiB));
+      INFO("node " << target.id << " MemFree: " << free_before << " before, " << free_full
+                   << " full, " << free_after << " after");
+      // The node's own free memory moves with the rest of the system (page cache, per-CPU
+      // lists), so only most of the 128 MiB must be seen coming back.
+      CHECK(free_after - free_full >= used - static_cast<std::int64_t>(32 * kMiB));
 
       // The next arena takes the same slot and places everything on its own node.
       auto again = Arena::Create(Policy::Bind(next));
       REQUIRE(again.ok());
       next_arena = *again;
-      std::optional<lab::PinnedTo> far_from_next = PinFar(next);
+      PinFar(pin, next);
       Filled refilled = FillAndCheck(*again, next);
       CHECK(arena_internal::HeapOf(refilled.blocks.front()) == slot);
-      phase.store(2);
+      phase.store(4);
       cacher.join();
       for (void* p : thread_got) {
         REQUIRE(p != nullptr);
@@ -181,6 +228,7 @@ TEST_CASE("a destroyed node arena returns its pages and charge; the next one in 
       }
       // And the same node as before, once more in the same slot.
       REQUIRE(Arena::Destroy(*again).ok());
+      PinFar(pin, target.id);
       auto same = Arena::Create(Policy::Bind(target.id));
       REQUIRE(same.ok());
       Filled third = FillAndCheck(*same, target.id);
