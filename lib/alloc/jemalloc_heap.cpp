@@ -9,6 +9,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 
@@ -198,7 +199,8 @@ ThreadTables* g_threads = nullptr;  // guarded by g_threads_mutex
 // (PurgeDirtyOnNode, a thread's exit), and exclusively by DestroyHeap: no walk meets a heap
 // half destroyed, and a thread's tables are never changed by its exit and a destruction at
 // once. Lock order: g_create_mutex, then this, then g_threads_mutex.
-absl::Mutex g_lifecycle_mutex(absl::kConstInit);
+// A std::shared_mutex (pthread rwlock), not an absl::Mutex: the sanitizers see its ordering.
+std::shared_mutex g_lifecycle_mutex;
 // How deep the calling thread is inside g_lifecycle_mutex, in either mode: a walk nested in
 // another, or in a destruction (through a capacity gate's callback), does not lock again.
 thread_local constinit int t_lifecycle_depth = 0;
@@ -206,10 +208,10 @@ thread_local constinit int t_lifecycle_depth = 0;
 class LifecycleShared {
  public:
   LifecycleShared() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    if (t_lifecycle_depth++ == 0) g_lifecycle_mutex.ReaderLock();
+    if (t_lifecycle_depth++ == 0) g_lifecycle_mutex.lock_shared();
   }
   ~LifecycleShared() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    if (--t_lifecycle_depth == 0) g_lifecycle_mutex.ReaderUnlock();
+    if (--t_lifecycle_depth == 0) g_lifecycle_mutex.unlock_shared();
   }
   LifecycleShared(const LifecycleShared&) = delete;
   LifecycleShared& operator=(const LifecycleShared&) = delete;
@@ -334,13 +336,13 @@ thread_local bool t_fork_took_lifecycle = false;
 
 void PrepareHeapLifecycle() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   t_fork_took_lifecycle = t_lifecycle_depth == 0;
-  if (t_fork_took_lifecycle) g_lifecycle_mutex.Lock();
+  if (t_fork_took_lifecycle) g_lifecycle_mutex.lock();
   g_threads_mutex.lock();
 }
 
 void ParentHeapLifecycle() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   g_threads_mutex.unlock();
-  if (t_fork_took_lifecycle) g_lifecycle_mutex.Unlock();
+  if (t_fork_took_lifecycle) g_lifecycle_mutex.unlock();
 }
 
 void ChildHeapLifecycle() ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -355,11 +357,11 @@ void ChildHeapLifecycle() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   }
   g_threads_mutex.unlock();
   if (t_fork_took_lifecycle) {
-    // Threads the child does not have may be queued on it, and a wake-up absl designates for
-    // one of them would never be passed on: release it, then build it anew.
-    g_lifecycle_mutex.Unlock();
-    g_lifecycle_mutex.~Mutex();
-    new (&g_lifecycle_mutex) absl::Mutex();
+    // Only this thread holds it; threads the child does not have may have been queued on it:
+    // build it anew.
+    g_lifecycle_mutex.unlock();
+    g_lifecycle_mutex.~shared_mutex();
+    new (&g_lifecycle_mutex) std::shared_mutex();
   }
 }
 
@@ -544,7 +546,7 @@ Status DestroyHeap(int id) ABSL_NO_THREAD_SAFETY_ANALYSIS {
         "returns"));
   }
   CreateLock creation;
-  g_lifecycle_mutex.Lock();
+  g_lifecycle_mutex.lock();
   t_lifecycle_depth = 1;
   g_heaps[id].store(nullptr, std::memory_order_release);  // walks that start now skip it
 
@@ -556,7 +558,7 @@ Status DestroyHeap(int id) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   {
     std::lock_guard<std::mutex> lock(g_threads_mutex);
     for (ThreadTables* t = g_threads; t != nullptr; t = t->next) {
-      if (t->fronts != nullptr) t->fronts[id] = nullptr;
+      if (t->fronts != nullptr && t->fronts[id] != nullptr) t->fronts[id] = nullptr;
       if (t->flags == nullptr || t->flags[id] == 0) continue;
       const int tcache = arena_internal::TcacheIdOf(t->flags[id]);
       t->flags[id] = 0;
@@ -599,7 +601,7 @@ Status DestroyHeap(int id) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     delete heap;
   }
   t_lifecycle_depth = 0;
-  g_lifecycle_mutex.Unlock();
+  g_lifecycle_mutex.unlock();
   return result;
 }
 
