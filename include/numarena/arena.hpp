@@ -5,6 +5,8 @@
 // same for any `Policy` (bind to a set, preferred with fallback by distance, page interleave,
 // weighted chunk interleave, the calling thread's local node). Arenas are created lazily,
 // once per distinct (policy, options), live for the whole process, and are thread-safe.
+// `Arena::Create` makes an arena of one's own instead, which `Arena::Destroy` takes down with
+// everything allocated in it (below).
 //
 // Under the hood each arena is one or more jemalloc arenas whose extent hooks take spans from
 // numarena's node page provider (lib/alloc/node_pages.hpp). Every provider span lies in a virtual
@@ -137,6 +139,60 @@ class Arena {
   [[nodiscard]] static StatusOr<Arena*> ForPolicy(const Policy& policy,
                                                   const ArenaOptions& options = {});
 
+  // A new arena of its own for `policy` (and `options`) that Destroy can take down again,
+  // e.g. one per request, per model load or per tenant. Never shared: every call makes
+  // another, and ForNode/ForPolicy never return it. Same placement, speed and errors as
+  // ForPolicy (it validates and resolves the policy the same way). While it lives it holds
+  // heaps of numarena's table (kMaxHeaps, 256, shared with ForPolicy's arenas: one heap for
+  // Bind and interleave policies, one per node used for Preferred and Local), each with a
+  // 2 MiB metadata block charged on its node; Destroy gives them back.
+  //
+  //   auto request = numarena::Arena::Create(numarena::Policy::Bind(1));
+  //   if (!request.ok()) return request.status();
+  //   void* kv = (*request)->allocate(64 << 20);
+  //   ...
+  //   numarena::Arena::Destroy(*request).IgnoreError();  // kv, and all the rest, are gone
+  [[nodiscard]] static StatusOr<Arena*> Create(const Policy& policy,
+                                               const ArenaOptions& options = {});
+
+  // Destroys an arena made by Create and deletes `arena`, giving back at once everything it
+  // holds: every allocation still live in it, whatever numarena's and jemalloc's caches of
+  // every thread keep of it, its pages, page tables, jemalloc metadata and address ranges go
+  // back to the kernel, every charge it holds on the capacity gate is released, and its heap
+  // slots and jemalloc arena indexes are reused by the next arenas.
+  //
+  // Pointers. Every pointer the arena handed out is invalid from the call on, live or not:
+  // reading or writing through one is undefined (the memory is unmapped: usually a crash), and
+  // so is freeing one. numarena usually catches such a free (the address is no longer
+  // numarena's: it says so on stderr and aborts, as for a pointer from malloc), but not once
+  // a later arena got the same address range; then it corrupts that arena. Free or forget
+  // them all first.
+  //
+  // Threads. The caller must make sure that no thread is inside a call on the arena (allocate,
+  // purge, stats...) or frees one of its pointers while Destroy runs, and that their last such
+  // calls happen before Destroy (joined, or synchronized by a mutex or a release/acquire
+  // pair). Other threads need do nothing else: Destroy drops their cached objects of the arena
+  // itself, and they may use other arenas meanwhile; a thread that cached objects of it and
+  // then uses an arena made later in the same slot gets only that arena's memory.
+  //
+  // What is left. The capacity gate's charges of the arena go back to exactly what they were
+  // before Create: no byte of it stays charged. The process's resident memory goes back to
+  // within 8 MiB of where it was (jemalloc keeps, and reuses for the next arenas, a little
+  // metadata of its own outside the arena: the bookkeeping of destroyed arena indexes and the
+  // per-thread caches' structures): tests/alloc/arena_lifecycle_test.cpp runs 10,000
+  // create/destroy cycles and checks both.
+  //
+  // Not from inside a capacity gate's callback (a reclaim hook or listener, which numarena
+  // runs while it commits, purges or destroys memory): numarena may be inside jemalloc there.
+  //
+  // Errors: InvalidArgument for nullptr; FailedPrecondition, with nothing destroyed, for an
+  // arena made by ForNode/ForPolicy (shared, they live for the process) and for a call from
+  // inside such a callback when numarena can tell (during a heap creation, purge for room or
+  // destruction); InternalError when jemalloc refuses to destroy one of its arenas (not seen in
+  // practice: that heap's memory then stays allocated, and `arena` is deleted all the same).
+  // Destroying an arena twice is undefined, like a double free.
+  [[nodiscard]] static Status Destroy(Arena* arena);
+
   // `size` bytes aligned to `alignment` (a power of two), or nullptr with the reason in
   // last_allocation_error(). Every size is aligned, the smallest too: a request of up to 8
   // bytes with alignment 16 (the default) is served from the 16-byte class. size 0 gives a
@@ -198,7 +254,7 @@ class Arena {
  private:
   friend class ArenaRegistry;
   Arena(const Policy& policy, const ArenaOptions& options);
-  ~Arena() = default;
+  ~Arena();
 
   static constexpr std::size_t kFastLimit = arena_internal::kFrontMaxCached;
 
@@ -210,6 +266,9 @@ class Arena {
                              Status* error) noexcept;
   void* AllocateOnHeap(int heap, std::size_t size, std::size_t alignment, Status* error) noexcept;
   int HeapForNode(int node, Status* error) noexcept;
+  // Destroy's work: every heap of the arena (FailedPrecondition, with none destroyed, when
+  // called from inside a capacity gate callback).
+  [[nodiscard]] Status DestroyHeaps();
 
   Policy policy_;
   ArenaOptions options_;
@@ -224,6 +283,7 @@ class Arena {
   // Preferred: Policy::FallbackOrder, the listed nodes in order, then the others by distance.
   std::vector<int> fallback_order_;
   std::atomic<std::uint64_t> fallbacks_{0};
+  bool destroyable_ = false;  // made by Create
 };
 
 // Misuse. Freeing a pointer outside numarena's address ranges (from malloc, another

@@ -70,7 +70,8 @@ const char* numarena_version(void);
 /* ---- arenas ---------------------------------------------------------------------------- */
 
 /* An arena: a heap whose pages are placed by one policy and bound before first touch.
- * Opaque; never freed (arenas live for the process). */
+ * Opaque. Arenas from numarena_arena_for_node / _for_policy are shared and live for the
+ * process; those from numarena_arena_create are the caller's, until numarena_arena_destroy. */
 typedef struct numarena_arena numarena_arena;
 
 /* The arena that binds to `node` (strict), created on first use; the same node always
@@ -87,6 +88,21 @@ numarena_arena* numarena_arena_for_node(int node);
  * NUMARENA_FAILED_PRECONDITION when the kernel refuses a strict policy,
  * NUMARENA_RESOURCE_EXHAUSTED when numarena's arena table is full. */
 numarena_arena* numarena_arena_for_policy(const char* policy);
+
+/* A new arena of its own for a policy string (the syntax of numarena_arena_for_policy),
+ * never shared: every call makes another (numarena::Arena::Create). Errors as
+ * numarena_arena_for_policy; NUMARENA_RESOURCE_EXHAUSTED when numarena's heap table (256,
+ * shared with the shared arenas) is full: destroy arenas you no longer need. */
+numarena_arena* numarena_arena_create(const char* policy);
+
+/* Destroys an arena made by numarena_arena_create (numarena::Arena::Destroy): every
+ * allocation still in it is freed at once, its pages go back to the kernel and its budget
+ * charge is released. Every pointer it handed out is invalid afterwards (using or freeing one
+ * is undefined; a free usually aborts with a message), and so is `arena`. No thread may be
+ * inside a call on the arena meanwhile; other threads' caches of it are dropped by this call.
+ * NUMARENA_OK; NUMARENA_INVALID_ARGUMENT for NULL; NUMARENA_FAILED_PRECONDITION, with nothing
+ * destroyed, for a shared arena (numarena_arena_for_node / _for_policy). */
+numarena_code numarena_arena_destroy(numarena_arena* arena);
 
 /* Writes the arena's policy in canonical form (as numarena_arena_for_policy reads it) into
  * `buffer` (NUL-terminated, truncated to `size`), and returns the length of the whole

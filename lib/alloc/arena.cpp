@@ -174,7 +174,10 @@ class ArenaRegistry {
 
 StatusOr<Arena*> Arena::ForNode(int node) { return ForPolicy(Policy::Bind(node)); }
 
-StatusOr<Arena*> Arena::ForPolicy(const Policy& policy, const ArenaOptions& options) {
+namespace {
+// The policy an arena for (`policy`, `options`) is made for: validated, its memory target
+// (if any) resolved from the calling thread's node, the options checked.
+StatusOr<Policy> ArenaPolicy(const Policy& policy, const ArenaOptions& options) {
   StatusOr<const Topology*> topology = Topology::system();
   if (!topology.ok()) return topology.status();
   if (Status s = policy.Validate(**topology); !s.ok()) return s;
@@ -188,7 +191,75 @@ StatusOr<Arena*> Arena::ForPolicy(const Policy& policy, const ArenaOptions& opti
         absl::StrCat("arena for ", resolved->ToString(), ": hugetlb_page_bytes ", huge,
                      " is not 0, 2 MiB (ArenaOptions::kHugetlb2M) or 1 GiB (kHugetlb1G)"));
   }
+  return resolved;
+}
+}  // namespace
+
+StatusOr<Arena*> Arena::ForPolicy(const Policy& policy, const ArenaOptions& options) {
+  StatusOr<Policy> resolved = ArenaPolicy(policy, options);
+  if (!resolved.ok()) return resolved.status();
   return ArenaRegistry::Get().Find(*resolved, options);
+}
+
+// ---- arenas that can be destroyed ------------------------------------------------------------
+
+StatusOr<Arena*> Arena::Create(const Policy& policy, const ArenaOptions& options) {
+  StatusOr<Policy> resolved = ArenaPolicy(policy, options);
+  if (!resolved.ok()) return resolved.status();
+  (void)ArenaRegistry::Get();  // the allocator's fork handlers, before the first heap
+  // Like a shared arena: what it allocates for itself goes on the policy's (first) node.
+  PlacementScope scope(resolved->nodes().empty() ? -1 : resolved->nodes().front());
+  auto* arena = new Arena(*resolved, options);
+  arena->destroyable_ = true;
+  if (Status s = arena->Init(); !s.ok()) {
+    (void)arena->DestroyHeaps();  // a Preferred arena may have made a heap before failing
+    delete arena;
+    return s;
+  }
+  return arena;
+}
+
+Status Arena::Destroy(Arena* arena) {
+  if (arena == nullptr) return absl::InvalidArgumentError("Arena::Destroy(nullptr)");
+  if (!arena->destroyable_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Arena::Destroy: the arena for ", arena->policy_.ToString(),
+        " is shared (Arena::ForNode and ForPolicy hand it to every caller that names the same "
+        "policy) and lives for the process; only arenas made by Arena::Create can be "
+        "destroyed"));
+  }
+  Status status = arena->DestroyHeaps();
+  if (absl::IsFailedPrecondition(status)) return status;  // nothing was destroyed
+  delete arena;
+  return status;
+}
+
+Status Arena::DestroyHeaps() {
+  std::vector<int> heaps;
+  if (node_heaps_ == nullptr) {
+    // Bind and interleave: the fast path is on once the one heap exists (an arena whose
+    // creation failed has none, and primary_heap_ names no heap of its own).
+    if (has_fast_path_) heaps.push_back(primary_heap_);
+  } else {
+    for (int i = 0; i < node_heap_count_; ++i) {
+      const int heap = node_heaps_[i].load(std::memory_order_acquire);
+      if (heap >= 0) heaps.push_back(heap);
+    }
+  }
+  Status status;
+  for (std::size_t i = 0; i < heaps.size(); ++i) {
+    Status s = DestroyHeap(heaps[i]);
+    // Refused before anything was touched (a call from a capacity gate callback): the
+    // arena stays whole, if this was its first heap.
+    if (i == 0 && absl::IsFailedPrecondition(s)) return s;
+    if (!s.ok() && status.ok()) status = s;
+  }
+  return status;
+}
+
+Arena::~Arena() {
+  delete[] node_heaps_;
+  delete[] node_heap_retry_;
 }
 
 Arena::Arena(const Policy& policy, const ArenaOptions& options)

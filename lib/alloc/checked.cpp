@@ -161,6 +161,21 @@ void CheckLive(const void* p, const char* caller) noexcept {
   (void)LiveRecord(shard, caller, p, /*freeing=*/false);
 }
 
+void ForgetHeap(int heap) noexcept {
+  if (g_shards == nullptr) return;
+  for (int i = 0; i < kShards; ++i) {
+    Shard& shard = g_shards[i];
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    for (auto it = shard.records.begin(); it != shard.records.end();) {
+      if (arena_internal::HeapOf(reinterpret_cast<const void*>(it->first)) == heap) {
+        shard.records.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
 void SetForkStage() {
   static const os::ForkStageHandlers handlers{LockAll, UnlockAll, UnlockAll};
   os::SetForkStage(os::ForkStage::kCheckedTable, &handlers);

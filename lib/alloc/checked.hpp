@@ -36,6 +36,11 @@ void CheckSizedFree(void* p, std::size_t size, std::size_t alignment) noexcept;
 // Aborts with a message naming `caller` when `p` is not a live allocation.
 void CheckLive(const void* p, const char* caller) noexcept;
 
+// Drops the records of every address in `heap`'s memory: the heap is being destroyed, and
+// the next heap to own those addresses starts with none. Call while the granule table still
+// names the heap.
+void ForgetHeap(int heap) noexcept;
+
 // Registers the table's fork stage (os/fork.hpp).
 void SetForkStage();
 

@@ -24,9 +24,11 @@
 // chunks hold objects (one table page per 16 MiB of heap address space used, 1/4096 of it).
 // A table prefers the node of the granule's heap (MPOL_PREFERRED), like the heap's other
 // bookkeeping. It is not charged to the capacity gate: a table page is faulted in by a store
-// on the allocation fast path, where there is no place to charge it.
+// on the allocation fast path, where there is no place to charge it. A table goes back to
+// the kernel when the granule's heap is destroyed (DropClassTable).
 #include <jemalloc/jemalloc.h>
 
+#include "alloc/class_map.hpp"
 #include "alloc/jemalloc_heap.hpp"
 #include "numarena/internal/arena_fast_path.hpp"
 #include "os/os.hpp"
@@ -66,6 +68,12 @@ void RecordClassSlow(const void* p, unsigned size_class) noexcept {
   }
   table[(a >> kChunkShift) & (kChunksPerGranule - 1)].store(
       static_cast<std::uint8_t>(size_class + 1), std::memory_order_relaxed);
+}
+
+void DropClassTable(std::uintptr_t granule) noexcept {
+  if (granule >= kGranuleCount) return;
+  std::atomic<std::uint8_t>* table = class_tables[granule].exchange(nullptr, std::memory_order_acq_rel);
+  if (table != nullptr) os::Unmap(table, kChunksPerGranule);
 }
 
 }  // namespace numarena::arena_internal

@@ -9,10 +9,12 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "alloc/checked.hpp"
 #include "alloc/front_cache.hpp"
 #include "alloc/large_cache.hpp"
@@ -176,6 +178,67 @@ void LeaveShard(Heap& heap, int flags) {
   }
 }
 
+// ---- heap lifecycle: every thread's tables, and the lock that keeps walks out ------------
+
+// DestroyHeap drops every thread's caches for the heap itself, without the threads' help, so
+// it must reach each thread's flag table and front-cache pointers: a thread links its tables
+// here when it first gets flags (EnsureThreadCache) and unlinks them at exit. The node lives
+// in the thread's own storage (no allocation).
+struct ThreadTables {
+  int* flags = nullptr;                            // thread_flags, or the checked-mode table
+  arena_internal::FrontCache** fronts = nullptr;  // the thread's front_caches
+  ThreadTables* prev = nullptr;
+  ThreadTables* next = nullptr;
+  bool linked = false;
+};
+thread_local constinit ThreadTables t_tables;
+std::mutex g_threads_mutex;
+ThreadTables* g_threads = nullptr;  // guarded by g_threads_mutex
+
+// Held shared by what walks over every heap, or over one thread's tables for every heap
+// (PurgeDirtyOnNode, a thread's exit), and exclusively by DestroyHeap: no walk meets a heap
+// half destroyed, and a thread's tables are never changed by its exit and a destruction at
+// once. Lock order: g_create_mutex, then this, then g_threads_mutex.
+// A std::shared_mutex (pthread rwlock), not an absl::Mutex: the sanitizers see its ordering.
+std::shared_mutex g_lifecycle_mutex;
+// How deep the calling thread is inside g_lifecycle_mutex, in either mode: a walk nested in
+// another, or in a destruction (through a capacity gate's callback), does not lock again.
+thread_local constinit int t_lifecycle_depth = 0;
+
+class LifecycleShared {
+ public:
+  LifecycleShared() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (t_lifecycle_depth++ == 0) g_lifecycle_mutex.lock_shared();
+  }
+  ~LifecycleShared() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (--t_lifecycle_depth == 0) g_lifecycle_mutex.unlock_shared();
+  }
+  LifecycleShared(const LifecycleShared&) = delete;
+  LifecycleShared& operator=(const LifecycleShared&) = delete;
+};
+
+void LinkThreadTables(int* flags) {
+  if (t_tables.linked) return;
+  t_tables.flags = flags;
+  t_tables.fronts = arena_internal::front_caches;
+  std::lock_guard<std::mutex> lock(g_threads_mutex);
+  t_tables.prev = nullptr;
+  t_tables.next = g_threads;
+  if (g_threads != nullptr) g_threads->prev = &t_tables;
+  g_threads = &t_tables;
+  t_tables.linked = true;
+}
+
+void UnlinkThreadTables() {
+  if (!t_tables.linked) return;
+  std::lock_guard<std::mutex> lock(g_threads_mutex);
+  if (t_tables.prev != nullptr) t_tables.prev->next = t_tables.next;
+  if (t_tables.next != nullptr) t_tables.next->prev = t_tables.prev;
+  if (g_threads == &t_tables) g_threads = t_tables.next;
+  t_tables.prev = t_tables.next = nullptr;
+  t_tables.linked = false;
+}
+
 // ---- thread caches ------------------------------------------------------------------------
 
 thread_local bool t_thread_exiting = false;
@@ -203,10 +266,14 @@ int* FlagTable() noexcept {
 struct ThreadCacheOwner {
   bool armed = false;
   ~ThreadCacheOwner() {
+    LifecycleShared walk;  // a heap destruction changes this thread's tables too
     int* table = StoredFlagTable();
     t_thread_exiting = true;
     DestroyFrontCaches();  // into the explicit tcaches, before those are destroyed
-    if (table == nullptr) return;
+    if (table == nullptr) {
+      UnlinkThreadTables();
+      return;
+    }
     for (int heap = 0; heap < arena_internal::kMaxHeaps; ++heap) {
       int& flags = table[heap];
       if (flags == 0) continue;
@@ -217,6 +284,7 @@ struct ThreadCacheOwner {
       }
       flags = 0;
     }
+    UnlinkThreadTables();  // before the checked table goes, and before this thread's storage
     if (table == t_checked_flags) {
       t_checked_flags = nullptr;
       delete[] table;
@@ -262,6 +330,41 @@ void ChildHeapCreation() {
   ParentHeapCreation();
 }
 
+// Whether this thread's fork prepare took g_lifecycle_mutex: not when it already holds it
+// (fork() from a capacity gate's callback inside a purge or a destruction).
+thread_local bool t_fork_took_lifecycle = false;
+
+void PrepareHeapLifecycle() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  t_fork_took_lifecycle = t_lifecycle_depth == 0;
+  if (t_fork_took_lifecycle) g_lifecycle_mutex.lock();
+  g_threads_mutex.lock();
+}
+
+void ParentHeapLifecycle() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  g_threads_mutex.unlock();
+  if (t_fork_took_lifecycle) g_lifecycle_mutex.unlock();
+}
+
+void ChildHeapLifecycle() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // Only this thread exists in the child. The other threads' tables lie in their storage,
+  // which the child's C library may hand to its new threads: unlink them all. (Their jemalloc
+  // caches are never destroyed, as at any fork; they are never used again either.)
+  if (t_tables.linked) {
+    t_tables.prev = t_tables.next = nullptr;
+    g_threads = &t_tables;
+  } else {
+    g_threads = nullptr;
+  }
+  g_threads_mutex.unlock();
+  if (t_fork_took_lifecycle) {
+    // Only this thread holds it; threads the child does not have may have been queued on it:
+    // build it anew.
+    g_lifecycle_mutex.unlock();
+    g_lifecycle_mutex.~shared_mutex();
+    new (&g_lifecycle_mutex) std::shared_mutex();
+  }
+}
+
 }  // namespace
 
 void EndHeapGrowWindow() noexcept {
@@ -287,7 +390,10 @@ void SetHeapForkStages() {
                                               ChildHeapCreation};
   static const os::ForkStageHandlers providers{nullptr, nullptr,
                                                NodePages::RecreateLocksInForkChild};
+  static const os::ForkStageHandlers lifecycle{PrepareHeapLifecycle, ParentHeapLifecycle,
+                                                ChildHeapLifecycle};
   os::SetForkStage(os::ForkStage::kHeapCreation, &creation);
+  os::SetForkStage(os::ForkStage::kHeapLifecycle, &lifecycle);
   os::SetForkStage(os::ForkStage::kProviderLocks, &providers);
 }
 
@@ -298,11 +404,15 @@ StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options)
   PlacementScope scope(placement.nodes().empty() ? -1 : placement.nodes().front());
   checked::Decide();  // before the first heap: a pointer is made and freed in one mode
   InitFrontCacheClasses();
-  int id = g_heap_count.load(std::memory_order_relaxed);
+  // The lowest free slot: a destroyed heap's id is given to the next heap.
+  const int count = g_heap_count.load(std::memory_order_relaxed);
+  int id = 0;
+  while (id < count && g_heaps[id].load(std::memory_order_relaxed) != nullptr) ++id;
   if (id >= arena_internal::kMaxHeaps) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("arena for ", placement.ToString(), ": numarena already made ", id,
-                     " jemalloc arenas, its limit; reuse arenas (each distinct policy makes one)"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "arena for ", placement.ToString(), ": numarena already has ", id,
+        " heaps, its limit; reuse arenas (each distinct policy makes one, Preferred and Local "
+        "one per node used) or destroy arenas made by Arena::Create"));
   }
   StatusOr<NodePages*> pages = NodePages::Create(placement, options, id);
   if (!pages.ok()) return pages.status();
@@ -328,7 +438,7 @@ StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options)
   }
   heap->shard_arena[0].store(static_cast<int>(*first), std::memory_order_release);
   g_heaps[id].store(heap, std::memory_order_release);
-  g_heap_count.store(id + 1, std::memory_order_release);
+  if (id == count) g_heap_count.store(id + 1, std::memory_order_release);
   return heap;
 }
 
@@ -361,6 +471,7 @@ std::size_t PurgeDirtyOnNode(int node) noexcept {
   const std::int64_t fruitless = g_fruitless_purge_ns[node].load(std::memory_order_relaxed);
   if (fruitless != 0 && now - fruitless < kPurgeQuietNanos) return 0;
   std::size_t before = 0, after = 0;
+  LifecycleShared walk;  // no heap is destroyed under this walk
   const int count = g_heap_count.load(std::memory_order_acquire);
   for (int id = 0; id < count; ++id) {
     Heap* heap = g_heaps[id].load(std::memory_order_acquire);
@@ -403,6 +514,7 @@ int EnsureThreadCache(int heap) noexcept {
   // statistics, the front cache.
   PlacementScope scope(owner.pages->first_node());
   t_cache_owner.armed = true;  // constructs the owner: its destructor runs at thread exit
+  LinkThreadTables(table);     // so that DestroyHeap can drop this thread's caches of a heap
   // Construct this thread's SpanFailure here, outside any hook: registering a thread_local
   // destructor may allocate, and the hooks that record failures must not.
   (void)ThreadSpanFailure();
@@ -417,6 +529,80 @@ int EnsureThreadCache(int heap) noexcept {
   table[heap] = flags;
   if (!checked::Enabled()) CreateFrontCache(heap);
   return flags;
+}
+
+// ---- destroying a heap -------------------------------------------------------------------
+
+Status DestroyHeap(int id) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  Heap* heap = HeapById(id);
+  if (heap == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("numarena heap ", id, " does not exist"));
+  }
+  if (t_holds_create_mutex || t_lifecycle_depth > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "destroy numarena heap ", id, " (", heap->pages->placement().ToString(),
+        "): called from inside numarena (a capacity gate's reclaim hook or listener, run while "
+        "numarena commits, purges or destroys memory); destroy the arena after that call "
+        "returns"));
+  }
+  CreateLock creation;
+  g_lifecycle_mutex.lock();
+  t_lifecycle_depth = 1;
+  g_heaps[id].store(nullptr, std::memory_order_release);  // walks that start now skip it
+
+  // Every thread's caches of the heap. The front caches are the heap's own memory, and what
+  // they hold is live to jemalloc: both go with the arenas below, so the pointers are only
+  // forgotten. jemalloc's thread caches are outside the heap and must be emptied before its
+  // arenas are destroyed (jemalloc's rule for arena.<i>.destroy); each (thread, heap) pair
+  // has its own, so it is destroyed whole, and its id goes back to jemalloc.
+  {
+    std::lock_guard<std::mutex> lock(g_threads_mutex);
+    for (ThreadTables* t = g_threads; t != nullptr; t = t->next) {
+      if (t->fronts != nullptr && t->fronts[id] != nullptr) t->fronts[id] = nullptr;
+      if (t->flags == nullptr || t->flags[id] == 0) continue;
+      const int tcache = arena_internal::TcacheIdOf(t->flags[id]);
+      t->flags[id] = 0;
+      if (tcache >= 0) {
+        unsigned tcache_id = static_cast<unsigned>(tcache);
+        mallctl("tcache.destroy", nullptr, nullptr, &tcache_id, sizeof tcache_id);
+      }
+    }
+  }
+  LargeCacheDrop(id);
+  if (checked::Enabled()) checked::ForgetHeap(id);  // while the granules still name the heap
+
+  // Each shard's jemalloc arena: its objects, dirty pages and metadata blocks go back through
+  // the hooks (decommit or destroy, which release their charges), and jemalloc reuses the
+  // arena index.
+  int failed_index = -1, failed_err = 0;
+  for (std::atomic<int>& shard : heap->shard_arena) {
+    const int index = shard.load(std::memory_order_acquire);
+    if (index < 0) continue;
+    char key[48];
+    std::snprintf(key, sizeof key, "arena.%d.destroy", index);
+    if (int err = mallctl(key, nullptr, nullptr, nullptr, 0); err != 0) {
+      failed_index = index;
+      failed_err = err;
+      continue;
+    }
+    shard.store(-1, std::memory_order_release);
+  }
+  Status result;
+  if (failed_index >= 0) {
+    // jemalloc kept the arena (and so the provider's spans): the heap stays, unusable but
+    // with its slot taken, since its memory is still tagged with its id.
+    g_heaps[id].store(heap, std::memory_order_release);
+    result = absl::InternalError(absl::StrCat(
+        "destroy numarena heap ", id, " (", heap->pages->placement().ToString(),
+        "): mallctl(arena.", failed_index, ".destroy) failed: ", std::strerror(failed_err),
+        "; the heap's memory stays allocated"));
+  } else {
+    NodePages::Discard(heap->pages);  // address ranges, tables, granule tags, class map
+    delete heap;
+  }
+  t_lifecycle_depth = 0;
+  g_lifecycle_mutex.unlock();
+  return result;
 }
 
 }  // namespace numarena

@@ -17,8 +17,10 @@
 //
 // The hooks never allocate (jemalloc issue #978):
 //   alloc        carve a span from the provider's range (commit it if asked)
-//   dalloc       opt out: jemalloc keeps the address space (retain), it is never unmapped
-//   destroy      purge and release the charge
+//   dalloc       opt out: jemalloc keeps the address space (retain); it is unmapped only
+//                when the heap is destroyed (DestroyHeap), by the provider
+//   destroy      purge and release the charge (jemalloc gives up an extent for good: its
+//                arena is being destroyed)
 //   commit       charge against the free-memory guard and the capacity gate
 //   decommit     purge (MADV_DONTNEED, mapping and binding kept) and release the charge
 //   purge_forced purge, keep the charge (jemalloc still counts the range committed)
@@ -98,6 +100,16 @@ void ForEachShard(const Heap& heap, F&& f) {
 // Creates a heap for `placement` (kBind, kInterleave or kWeightedInterleave, validated).
 // ResourceExhausted when kMaxHeaps heaps exist; provider errors as NodePages::Create.
 [[nodiscard]] StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options);
+
+// Destroys heap `id`: every thread's caches of it (numarena's front caches and jemalloc's
+// thread caches, dropped by the calling thread), its large cache, its jemalloc arenas (with
+// every object in them) and its page provider (address ranges, page tables, granule tags,
+// class map tables). Every charge it held on the capacity gate is released, and the id is
+// free for the next CreateHeap. No thread may allocate from the heap, free its objects or
+// touch its pages meanwhile or afterwards. FailedPrecondition when called from inside
+// numarena (a capacity gate callback during a commit, purge or destruction); InternalError,
+// with the heap kept, when jemalloc refuses to destroy an arena.
+[[nodiscard]] Status DestroyHeap(int id);
 
 // The heap with this id (nullptr when none).
 Heap* HeapById(int id);

@@ -109,6 +109,15 @@ std::size_t LargeCacheFlush(int heap) noexcept {
   return freed;
 }
 
+void LargeCacheDrop(int heap) noexcept {
+  if (heap < 0 || heap >= arena_internal::kMaxHeaps) return;
+  LargeCache& cache = g_caches[heap];
+  for (auto& slots : cache.slots) {
+    for (std::atomic<void*>& slot : slots) slot.store(nullptr, std::memory_order_relaxed);
+  }
+  cache.bytes.store(0, std::memory_order_relaxed);
+}
+
 std::size_t LargeCacheBytes(int heap) noexcept {
   if (heap < 0 || heap >= arena_internal::kMaxHeaps) return 0;
   return g_caches[heap].bytes.load(std::memory_order_relaxed);

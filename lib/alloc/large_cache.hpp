@@ -22,6 +22,11 @@ void* LargeCacheTake(int heap, unsigned size_class) noexcept;
 // bytes freed.
 std::size_t LargeCacheFlush(int heap) noexcept;
 
+// Forgets every object in `heap`'s cache without freeing it: for a heap whose jemalloc
+// arenas are about to be destroyed (which frees them all at once). No thread may use the
+// heap's cache meanwhile.
+void LargeCacheDrop(int heap) noexcept;
+
 // Bytes in `heap`'s cache now.
 std::size_t LargeCacheBytes(int heap) noexcept;
 

@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "alloc/class_map.hpp"
 #include "base/checked_math.hpp"
 #include "numarena/topology.hpp"
 #include "topology/zoneinfo_parse.hpp"
@@ -23,8 +24,8 @@ namespace {
 
 std::atomic<CapacityGate*> g_gate{nullptr};
 
-// Providers live as long as the process (their address ranges stay tagged with their owner
-// heap); this table keeps them reachable.
+// Providers live as long as their heap (for the process, unless the heap is destroyed:
+// DestroyHeap discards its provider); this table keeps them reachable for the fork child.
 std::atomic<NodePages*> g_providers[arena_internal::kMaxHeaps];
 
 // Per-page state, one std::uint16_t per page of a range:
@@ -456,8 +457,17 @@ void NodePages::ReleaseRanges() noexcept {
   for (int i = 0; i < count; ++i) {
     Range& range = ranges_[i];
     std::size_t bytes = range.end - range.base;
+    // Pages still charged: a destroyed heap's pages jemalloc could not decommit (hugetlb
+    // pages stay committed for it). Walked only when there are any, and only up to the bump
+    // pointer, past which nothing was ever carved.
+    if (committed_bytes_.load(std::memory_order_relaxed) >
+        table_bytes_.load(std::memory_order_relaxed)) {
+      ReleasePageCharges(range, range.base, range.bump);
+    }
     std::uintptr_t first_granule = range.base >> arena_internal::kGranuleShift;
     for (std::uintptr_t g = 0; g < (bytes >> arena_internal::kGranuleShift); ++g) {
+      // The class map's table first: it must not describe objects of the next owner.
+      arena_internal::DropClassTable(first_granule + g);
       arena_internal::granule_heap[first_granule + g].store(0, std::memory_order_relaxed);
     }
     os::Unmap(ToPointer(range.base), bytes);
@@ -904,23 +914,29 @@ bool NodePages::Decommit(void* addr, std::size_t size) noexcept {
   if (os::PurgeRangeNoAlloc(addr, size) != 0) return false;
   if (size >= kHugePage) AdviseLargeCommit(begin, end, /*huge=*/false);
 
+  ReleasePageCharges(*range, begin, end);
+  return true;
+}
+
+void NodePages::ReleasePageCharges(Range& range, std::uintptr_t begin,
+                                   std::uintptr_t end) noexcept {
   std::size_t released[kMaxPlacementNodes][kPriorityCount] = {};
   std::size_t released_on[kMaxPlacementNodes] = {};  // gated or not: for the free-memory guard
   std::size_t ungated_pages = 0;
-  std::size_t first = (begin - range->base) / page_;
-  std::size_t last = (AlignUp(end, page_) - range->base) / page_;
+  std::size_t first = (begin - range.base) / page_;
+  std::size_t last = (AlignUp(end, page_) - range.base) / page_;
   const std::size_t per_table_page = PagesPerTablePage();
   std::size_t table_page = first / per_table_page;
   std::uint32_t released_in_table_page = 0;
   for (std::size_t i = first; i < last; ++i) {
     if (i / per_table_page != table_page) {
-      ReleaseTablePage(*range, table_page, released_in_table_page);
+      ReleaseTablePage(range, table_page, released_in_table_page);
       table_page = i / per_table_page;
       released_in_table_page = 0;
     }
-    std::uint16_t state = range->pages[i].load(std::memory_order_relaxed);
+    std::uint16_t state = range.pages[i].load(std::memory_order_relaxed);
     if (state == 0) continue;
-    range->pages[i].store(0, std::memory_order_relaxed);
+    range.pages[i].store(0, std::memory_order_relaxed);
     ++released_in_table_page;
     int index = state >> kStateNodeShift;
     if (index < kMaxPlacementNodes) ++released_on[index];
@@ -948,8 +964,7 @@ bool NodePages::Decommit(void* addr, std::size_t size) noexcept {
     }
   }
   committed_bytes_.fetch_sub(released_pages * page_, std::memory_order_relaxed);
-  ReleaseTablePage(*range, table_page, released_in_table_page);
-  return true;
+  ReleaseTablePage(range, table_page, released_in_table_page);
 }
 
 // ---- NodePages: page tables ----------------------------------------------------------------

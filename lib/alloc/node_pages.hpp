@@ -14,7 +14,8 @@
 // process's CapacityGate before a range may be used, and records per page who was charged
 // (node, priority), so `Decommit` releases exactly that from any thread. Decommitting purges
 // the pages (MADV_DONTNEED) but keeps them mapped and bound, so when they fault in again they
-// land on the same node. Address space is never returned to the kernel.
+// land on the same node. Address space is returned to the kernel only when the provider's
+// heap is destroyed (Discard).
 //
 // Every member that jemalloc's extent hooks call is allocation-free (jemalloc issue #978):
 // failures are recorded in the thread's SpanFailure and turned into a Status by the caller.
@@ -116,10 +117,13 @@ class NodePages {
   [[nodiscard]] static StatusOr<NodePages*> Create(const Policy& placement,
                                                    const ArenaOptions& options, int owner_heap);
 
-  // Returns everything `pages` holds to the kernel (address ranges, page states, granule
-  // tags) and deletes it. Only for a provider no live span came from: heap creation that
-  // failed (jemalloc made no arena over it, or gave back what it took), so a retry, e.g. of a
-  // Preferred arena whose node was full, does not pile up reservations.
+  // Returns everything `pages` holds to the kernel (address ranges, page states and page
+  // tables with their charges, granule tags, the class map's tables of its granules) and
+  // deletes it. Only for a provider no live span came from: heap creation that failed
+  // (jemalloc made no arena over it, or gave back what it took), so a retry, e.g. of a
+  // Preferred arena whose node was full, does not pile up reservations; or a heap whose
+  // jemalloc arenas were destroyed (DestroyHeap), whose pages jemalloc could not decommit
+  // (hugetlb) are released here.
   static void Discard(NodePages* pages) noexcept;
 
   // --- called from jemalloc extent hooks: allocation-free ---------------------------------
@@ -212,6 +216,8 @@ class NodePages {
 
   Range* RangeOf(std::uintptr_t addr) const noexcept;
   void ReleaseRanges() noexcept;  // unmaps and untags every range; no span may be live
+  // Releases the charges of the committed pages in [begin, end) of `range` (no purge).
+  void ReleasePageCharges(Range& range, std::uintptr_t begin, std::uintptr_t end) noexcept;
   bool AddRange(std::size_t min_bytes, SpanFailure* failure) noexcept;  // mutex_ held
   bool EnsureMapped(Range* range, std::uintptr_t end, SpanFailure* failure) noexcept;
   bool PopulateHugetlb(std::uintptr_t begin, std::uintptr_t end, SpanFailure* failure) noexcept;

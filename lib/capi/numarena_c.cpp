@@ -156,6 +156,31 @@ numarena_arena* numarena_arena_for_policy(const char* policy) {
   return Handle(*arena);
 }
 
+numarena_arena* numarena_arena_create(const char* policy) {
+  if (policy == nullptr) {
+    Invalid("numarena_arena_create: the policy string is NULL");
+    return nullptr;
+  }
+  auto parsed = Policy::Parse(policy);
+  if (!parsed.ok()) {
+    Fail(parsed.status());
+    return nullptr;
+  }
+  auto arena = Arena::Create(*parsed);
+  if (!arena.ok()) {
+    Fail(arena.status());
+    return nullptr;
+  }
+  return Handle(*arena);
+}
+
+numarena_code numarena_arena_destroy(numarena_arena* arena) {
+  if (arena == nullptr) return Invalid("numarena_arena_destroy: the arena is NULL");
+  Status status = Arena::Destroy(ArenaOf(arena));
+  if (!status.ok()) return Fail(status);
+  return NUMARENA_OK;
+}
+
 size_t numarena_arena_policy(const numarena_arena* arena, char* buffer, size_t size) {
   if (arena == nullptr) return CopyOut("", buffer, size);
   return CopyOut(ArenaOf(arena)->policy().ToString(), buffer, size);

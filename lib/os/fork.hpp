@@ -38,6 +38,7 @@ enum class ForkStage : int {
   kArenaRegistry,  // alloc: the registry of arenas (held while creating heaps)
   kNodeHeaps,      // alloc: per-node heaps of Preferred and Local arenas
   kHeapCreation,   // alloc: heap and shard creation (held while creating jemalloc arenas)
+  kHeapLifecycle,  // alloc: heap destruction against walks over every heap (purges, exits)
   kCheckedTable,   // alloc: the checked mode's table of live allocations
   kBudgets,        // budget: the list of budgets and their refresh locks
   kProviderLocks,  // alloc: the page providers' locks (taken in jemalloc hooks); child only

@@ -337,8 +337,11 @@ class Arena:
     _known: Dict[int, "Arena"] = {}
     _known_lock = threading.Lock()
 
-    def __init__(self, handle):
+    def __init__(self, handle, owned=False):
         self._handle = handle
+        self._owned = owned  # made by Arena.create: the caller's to destroy
+        self._buffers = weakref.WeakSet()  # NodeBuffers of this arena (owned arenas)
+        self._lock = threading.Lock()
 
     @classmethod
     def _from_handle(cls, handle):
@@ -352,26 +355,72 @@ class Arena:
         """The arena that binds strictly to `node`."""
         return cls._from_handle(_lib.numarena_arena_for_node(_check_c_int(node, "node")))
 
-    @classmethod
-    def for_policy(cls, policy):
-        """The arena for a policy string (see the class's documentation)."""
+    @staticmethod
+    def _policy_bytes(policy):
         if not isinstance(policy, str):
             raise TypeError(f"numarena: the policy must be a str, not {type(policy).__name__}")
         if "\0" in policy:
             raise InvalidArgumentError(_capi.INVALID_ARGUMENT,
                                        f"numarena: the policy {policy!r} contains a NUL byte")
-        return cls._from_handle(_lib.numarena_arena_for_policy(policy.encode()))
+        return policy.encode()
+
+    @classmethod
+    def for_policy(cls, policy):
+        """The arena for a policy string (see the class's documentation)."""
+        return cls._from_handle(_lib.numarena_arena_for_policy(cls._policy_bytes(policy)))
+
+    @classmethod
+    def create(cls, policy):
+        """A new arena of its own for a policy string, never shared (every call makes
+        another), which destroy() takes down again. Errors as for_policy, and
+        ResourceExhaustedError when numarena's heap table (256) is full."""
+        handle = _lib.numarena_arena_create(cls._policy_bytes(policy))
+        if not handle:
+            raise _capi.last_error()
+        return cls(handle, owned=True)
+
+    @property
+    def destroyed(self):
+        """True once destroy() took the arena down."""
+        return self._handle is None
+
+    def destroy(self):
+        """Destroys an arena made by Arena.create: its memory goes back to the kernel and its
+        budget charge is released (numarena::Arena::Destroy). Raises FailedPreconditionError,
+        with nothing destroyed, for a shared arena (for_node / for_policy) and while a
+        NodeBuffer of it is still open: close those first, their memory would vanish under
+        their views. A second call does nothing; the arena cannot be used afterwards."""
+        with self._lock:
+            if self._handle is None:
+                return
+            if not self._owned:
+                raise FailedPreconditionError(
+                    _capi.FAILED_PRECONDITION,
+                    f"numarena.Arena.destroy: the arena {self.policy} is shared (for_node / "
+                    "for_policy) and lives for the process; only Arena.create's can be destroyed")
+            still_open = sum(1 for buf in list(self._buffers) if not buf.closed)
+            if still_open:
+                raise FailedPreconditionError(
+                    _capi.FAILED_PRECONDITION,
+                    f"numarena.Arena.destroy: {still_open} NodeBuffer(s) of the arena are still "
+                    "open; close them (buf.close() or a with block) first")
+            if _lib.numarena_arena_destroy(self._handle) != 0:
+                raise _capi.last_error()
+            self._handle = None
 
     @property
     def policy(self):
         """The arena's policy in canonical form (as Arena.for_policy reads it)."""
+        if self._handle is None:
+            return "(destroyed)"
         return _capi.read_text(lambda b, n: _lib.numarena_arena_policy(self._handle, b, n),
                                256)[1]
 
     def purge(self):
         """Returns the arena's unused dirty pages to the kernel now, and their budget
         charge."""
-        _lib.numarena_arena_purge(self._handle)
+        if self._handle is not None:
+            _lib.numarena_arena_purge(self._handle)
 
     def buffer(self, size, *, alignment=None, zero=False):
         """A NodeBuffer of `size` bytes from this arena (see NodeBuffer)."""
@@ -448,28 +497,36 @@ class NodeBuffer:
                 raise InvalidArgumentError(
                     _capi.INVALID_ARGUMENT,
                     f"numarena.NodeBuffer: alignment {alignment} is not a power of two")
-        if zero and alignment is None:
-            address = _lib.numarena_calloc(arena._handle, 1, size)
-        elif alignment is not None:
-            address = _lib.numarena_aligned_alloc(arena._handle, alignment, size)
-        else:
-            address = _lib.numarena_malloc(arena._handle, size)
-        if not address:
-            raise _capi.last_error()
-        try:
-            if zero and alignment is not None:
-                ctypes.memset(address, 0, size)
-            self = _sized_type(size).from_address(address)
-        except BaseException:
-            _free(address)
-            raise
-        self._address = address
-        self._size = size
-        self._arena = arena
-        # Frees once, whichever comes first: close() or collection. Not at interpreter exit
-        # (atexit=False): other exit handlers may still use views of the memory.
-        self._finalizer = weakref.finalize(self, _free, address)
-        self._finalizer.atexit = False
+        # Under the arena's lock: Arena.destroy() must see every buffer of its arena.
+        with arena._lock:
+            if arena._handle is None:
+                raise FailedPreconditionError(
+                    _capi.FAILED_PRECONDITION,
+                    "numarena.NodeBuffer: the arena was destroyed (Arena.destroy)")
+            if zero and alignment is None:
+                address = _lib.numarena_calloc(arena._handle, 1, size)
+            elif alignment is not None:
+                address = _lib.numarena_aligned_alloc(arena._handle, alignment, size)
+            else:
+                address = _lib.numarena_malloc(arena._handle, size)
+            if not address:
+                raise _capi.last_error()
+            try:
+                if zero and alignment is not None:
+                    ctypes.memset(address, 0, size)
+                self = _sized_type(size).from_address(address)
+            except BaseException:
+                _free(address)
+                raise
+            self._address = address
+            self._size = size
+            self._arena = arena
+            # Frees once, whichever comes first: close() or collection. Not at interpreter exit
+            # (atexit=False): other exit handlers may still use views of the memory.
+            self._finalizer = weakref.finalize(self, _free, address)
+            self._finalizer.atexit = False
+            if arena._owned:
+                arena._buffers.add(self)
         return self
 
     def __init__(self, *args, **kwargs):

@@ -192,6 +192,8 @@ _PROTOTYPES = {
     "numarena_arena_for_policy": (_vp, [ctypes.c_char_p]),
     "numarena_arena_policy": (_sz, [_vp, ctypes.c_char_p, _sz]),
     "numarena_arena_purge": (None, [_vp]),
+    "numarena_arena_create": (_vp, [ctypes.c_char_p]),
+    "numarena_arena_destroy": (_int, [_vp]),
     "numarena_malloc": (_vp, [_vp, _sz]),
     "numarena_calloc": (_vp, [_vp, _sz, _sz]),
     "numarena_aligned_alloc": (_vp, [_vp, _sz, _sz]),

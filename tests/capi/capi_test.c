@@ -192,6 +192,34 @@ static void* free_elsewhere(void* arg) {
   return NULL;
 }
 
+static void test_arena_lifecycle(void) {
+  numarena_clear_error();
+  CHECK(numarena_arena_create(NULL) == NULL);
+  CHECK_ERROR(NUMARENA_INVALID_ARGUMENT, "NULL");
+  CHECK(numarena_arena_create("bogus(0)") == NULL);
+  CHECK_ERROR(NUMARENA_INVALID_ARGUMENT, "bind(");
+  CHECK(numarena_arena_destroy(NULL) == NUMARENA_INVALID_ARGUMENT);
+  CHECK_ERROR(NUMARENA_INVALID_ARGUMENT, "NULL");
+  /* The shared arenas are not the caller's to destroy. */
+  CHECK(numarena_arena_destroy(numarena_arena_for_node(0)) == NUMARENA_FAILED_PRECONDITION);
+  CHECK_ERROR(NUMARENA_FAILED_PRECONDITION, "Arena::Create");
+  for (int i = 0; i < 100; ++i) {
+    numarena_arena* arena = numarena_arena_create("bind(0)");
+    CHECK(arena != NULL);
+    if (arena == NULL) return;
+    CHECK(arena != numarena_arena_for_node(0));
+    char policy[32];
+    numarena_arena_policy(arena, policy, sizeof policy);
+    CHECK(strcmp(policy, "bind(0)") == 0);
+    unsigned char* p = numarena_malloc(arena, 1 << 20);
+    CHECK(p != NULL);
+    if (p != NULL) memset(p, 7, 1 << 20);
+    numarena_free(numarena_malloc(arena, 100));
+    CHECK(numarena_arena_destroy(arena) == NUMARENA_OK); /* p goes with it */
+  }
+  CHECK(numarena_last_error() == NUMARENA_OK);
+}
+
 static void test_threads(void) {
   numarena_clear_error();
   struct handoff h = {numarena_malloc(numarena_arena_for_node(0), 256), NUMARENA_OK};
@@ -383,6 +411,7 @@ static void test_budget(void) {
 int main(void) {
   test_errors_start_clear();
   test_arenas();
+  test_arena_lifecycle();
   test_allocation();
   test_realloc();
   test_aligned();

@@ -230,6 +230,31 @@ class NodeBufferTest(unittest.TestCase):
             self.assertEqual(bytes(buf), b"\0" * PAGE)
         arena.purge()
 
+    def test_arena_create_and_destroy(self):
+        shared = numarena.Arena.for_node(0)
+        with self.assertRaisesRegex(numarena.FailedPreconditionError, "shared"):
+            shared.destroy()
+        for _ in range(20):
+            arena = numarena.Arena.create("bind(0)")
+            self.assertIsNot(arena, shared)
+            self.assertEqual(arena.policy, "bind(0)")
+            buf = arena.buffer(1 << 20)
+            buf.view()[:] = b"y" * (1 << 20)
+            # An open buffer keeps the arena: its memory would vanish under its views.
+            with self.assertRaisesRegex(numarena.FailedPreconditionError, "1 NodeBuffer"):
+                arena.destroy()
+            self.assertFalse(arena.destroyed)
+            buf.close()
+            arena.buffer(100)  # never closed, but unreachable: collected, then not counted
+            gc.collect()
+            arena.destroy()
+            self.assertTrue(arena.destroyed)
+            arena.destroy()  # a second call does nothing
+            with self.assertRaisesRegex(numarena.FailedPreconditionError, "destroyed"):
+                arena.buffer(10)
+        with self.assertRaises(numarena.InvalidArgumentError):
+            numarena.Arena.create("bogus")
+
     def test_zero_and_alignment(self):
         with numarena.NodeBuffer(3 * PAGE + 5, node=0) as dirty:
             dirty.view()[:] = b"\xff" * len(dirty)
