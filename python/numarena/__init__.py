@@ -340,7 +340,10 @@ class Arena:
     def __init__(self, handle, owned=False):
         self._handle = handle
         self._owned = owned  # made by Arena.create: the caller's to destroy
-        self._buffers = weakref.WeakSet()  # NodeBuffers of this arena (owned arenas)
+        # The finalizers of this arena's NodeBuffers (owned arenas): alive while a buffer's
+        # memory is not yet freed. Finalizers, not the buffers: a NodeBuffer is a ctypes array,
+        # which cannot be hashed into a WeakSet.
+        self._buffers = set()
         self._lock = threading.Lock()
 
     @classmethod
@@ -398,7 +401,7 @@ class Arena:
                     _capi.FAILED_PRECONDITION,
                     f"numarena.Arena.destroy: the arena {self.policy} is shared (for_node / "
                     "for_policy) and lives for the process; only Arena.create's can be destroyed")
-            still_open = sum(1 for buf in list(self._buffers) if not buf.closed)
+            still_open = sum(1 for finalizer in self._buffers if finalizer.alive)
             if still_open:
                 raise FailedPreconditionError(
                     _capi.FAILED_PRECONDITION,
@@ -526,7 +529,9 @@ class NodeBuffer:
             self._finalizer = weakref.finalize(self, _free, address)
             self._finalizer.atexit = False
             if arena._owned:
-                arena._buffers.add(self)
+                if len(arena._buffers) >= 1024:  # forget the freed ones now and then
+                    arena._buffers = {f for f in arena._buffers if f.alive}
+                arena._buffers.add(self._finalizer)
         return self
 
     def __init__(self, *args, **kwargs):
