@@ -45,7 +45,8 @@ Budget& TheBudget() {
 }
 
 std::int64_t ChargedOn(int node) {
-  const NodeBudgetSnapshot* n = TheBudget().Snapshot().node(node);
+  const BudgetSnapshot snapshot = TheBudget().Snapshot();  // node() points into it
+  const NodeBudgetSnapshot* n = snapshot.node(node);
   REQUIRE(n != nullptr);
   return static_cast<std::int64_t>(n->usage);
 }
