@@ -29,18 +29,11 @@ std::string KubernetesQuantity(std::uint64_t bytes) {
   return bytes % kGi == 0 ? absl::StrCat(bytes / kGi, "Gi") : absl::StrCat(bytes >> 20, "Mi");
 }
 
-const HugePagePool* PoolOfSize(const NodeInfo& node, std::size_t page_bytes) {
-  for (const HugePagePool& pool : node.huge_pages) {
-    if (pool.page_bytes == page_bytes) return &pool;
-  }
-  return nullptr;
-}
-
 StatusOr<std::optional<HugePagePlan>> PlanHugePages(const NodeInfo& node,
                                                     const AdviseRequest& request) {
   if (!request.huge_pages) return std::optional<HugePagePlan>();
   const std::size_t page = request.huge_page_bytes;
-  const HugePagePool* pool = PoolOfSize(node, page);
+  const HugePagePool* pool = ops::HugePagePoolOf(node, page);
   if (page == 0 || pool == nullptr) {
     std::vector<std::string> sizes;
     for (const HugePagePool& p : node.huge_pages)

@@ -209,7 +209,7 @@ class Audit {
       std::uint64_t most = 0;
       std::vector<std::string> per_node;
       for (const NodeInfo& node : topology_.nodes()) {
-        const HugePagePool* pool = PoolOf(node, page_bytes);
+        const HugePagePool* pool = ops::HugePagePoolOf(node, page_bytes);
         std::uint64_t total = pool ? pool->total : 0;
         std::uint64_t free = pool ? pool->free : 0;
         most = std::max(most, total);
@@ -219,7 +219,7 @@ class Audit {
       std::vector<std::string> fixes;
       std::vector<int> short_nodes;
       for (const NodeInfo& node : topology_.nodes()) {
-        const HugePagePool* pool = PoolOf(node, page_bytes);
+        const HugePagePool* pool = ops::HugePagePoolOf(node, page_bytes);
         if (node.memory_only() || (pool && pool->total > 0)) continue;
         short_nodes.push_back(node.id);
         fixes.push_back(absl::StrCat("echo ", most, " > ",
@@ -243,12 +243,6 @@ class Audit {
     if (balanced) Pass("hugetlb_node_pools");
   }
 
-  static const HugePagePool* PoolOf(const NodeInfo& node, std::size_t page_bytes) {
-    for (const HugePagePool& pool : node.huge_pages) {
-      if (pool.page_bytes == page_bytes) return &pool;
-    }
-    return nullptr;
-  }
 
   // IRQ numbers of a device: msi_irqs/ entries, else the legacy irq file.
   StatusOr<std::vector<int>> DeviceIrqs(const PciDevice& device) {

@@ -103,6 +103,13 @@ std::string FormatPageSize(std::size_t bytes) {
   return absl::StrCat(bytes, " ", kUnits[unit]);
 }
 
+const HugePagePool* HugePagePoolOf(const NodeInfo& node, std::size_t page_bytes) {
+  for (const HugePagePool& pool : node.huge_pages) {
+    if (pool.page_bytes == page_bytes) return &pool;
+  }
+  return nullptr;
+}
+
 std::string UtcNow() {
   const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   std::tm tm{};

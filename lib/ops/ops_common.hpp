@@ -63,6 +63,9 @@ std::string UtcNow();
 // (whole units, unlike FormatBytes's "2.0 MiB"; sizes that are not whole KiB in bytes).
 std::string FormatPageSize(std::size_t bytes);
 
+// `node`'s pool of `page_bytes` huge pages, or nullptr when the node has none of that size.
+const HugePagePool* HugePagePoolOf(const NodeInfo& node, std::size_t page_bytes);
+
 // True when "/proc/<pid>" names a plausible process: "self" or a positive decimal number.
 bool IsPidArgument(std::string_view pid);
 
