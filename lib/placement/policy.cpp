@@ -75,18 +75,15 @@ Policy Policy::Preferred(std::vector<int> nodes, BindMode mode) {
 std::vector<int> Policy::FallbackOrder(const Topology& topology) const {
   std::vector<int> order;
   if (kind_ != PolicyKind::kPreferred || nodes_.empty()) return order;
-  for (int node : nodes_) {
+  auto add = [&](int node) {
     if (topology.has_node(node) && topology.memory_allowed(node) &&
         std::find(order.begin(), order.end(), node) == order.end()) {
       order.push_back(node);
     }
-  }
-  if (!topology.has_node(nodes_[0])) return order;
-  for (int node : topology.nodes_by_distance(nodes_[0])) {
-    if (topology.memory_allowed(node) &&
-        std::find(order.begin(), order.end(), node) == order.end()) {
-      order.push_back(node);
-    }
+  };
+  for (int node : nodes_) add(node);
+  if (topology.has_node(nodes_[0])) {
+    for (int node : topology.nodes_by_distance(nodes_[0])) add(node);
   }
   return order;
 }
