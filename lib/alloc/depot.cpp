@@ -1,0 +1,237 @@
+// The depot: freed objects shared by the threads of a heap, kept for reuse.
+//
+// A server frees a request's buffers, activations and tensors as a batch, often on another
+// thread than the one that made them, and makes the next batch at the same sizes. A thread's
+// front cache holds 4 MiB of medium objects and a few hundred objects per small class, so
+// most of such a batch went back to jemalloc one object at a time and came out again the same
+// way, through the explicit-arena path and its extent bookkeeping (the 4-256 KiB random batch
+// took 3.6x mimalloc's time, bench/RESULTS.md). jemalloc keeps those pages resident for its
+// decay time anyway; the depot keeps the objects themselves. A front cache that overflows
+// hands the depot a chain of objects (half a list, or whole lists) in one call, and a front
+// cache that misses takes a chain back and refills its list with it in O(1); so a batch moves
+// between a thread and the depot a list at a time, and what a consumer thread frees is what
+// its producer takes next.
+//
+// Placement: the depot is per heap, and the heap is the unit of placement, so an object only
+// ever returns to the heap, and node, it came from, whichever thread frees or takes it.
+//
+// Layout: per heap and class, kSlots atomic words (one cache line), each empty or holding one
+// chain as its first object's address with the chain's length in the top 16 bits (numarena's
+// objects lie below 2^47). The objects are linked through their first words, and the first
+// object's second word holds the last one, so chains are joined and spliced into a list in
+// O(1); hence classes from 16 B (kFirstDepotClass). Putting a chain takes an empty slot with a
+// CAS; when every slot is taken, the chain absorbs one slot's chain and tries again. Taking
+// exchanges a slot with 0. Lock-free and free of ABA (a slot is only ever exchanged whole), so
+// a fork() child finds the depot consistent whatever its parent's threads were doing, and a
+// thread racing a put may miss and ask jemalloc, which is only slower.
+//
+// Bounds. The objects stay live for jemalloc, committed, and charged to the capacity gate,
+// like the front caches' and the large cache's, and count in ArenaStats::cached. The caller
+// passes the byte bound with each put (front_cache.cpp: 128 MiB per heap without a capacity
+// gate, 32 MiB with one, none while the gate presses a node of the heap, which also flushes
+// the depot at its next put). A class that no thread took from during a whole second
+// (kIdleNanos) goes back to jemalloc at the next put after that second, so the depot lets go
+// of sizes the server stopped using. Arena::purge() and the purge before a refusal for lack
+// of room flush it.
+#include "alloc/depot.hpp"
+
+#include <jemalloc/jemalloc.h>
+#include <time.h>
+
+#include <atomic>
+
+#include "numarena/internal/arena_fast_path.hpp"
+
+namespace numarena {
+namespace {
+
+using arena_internal::kFrontClasses;
+using arena_internal::kMaxHeaps;
+
+constexpr unsigned kClasses = kFrontClasses - kFirstDepotClass;
+constexpr int kSlots = 8;
+constexpr std::uint32_t kMaxChain = 0xffff;  // the length field's 16 bits
+constexpr unsigned kCountShift = 48;
+constexpr std::int64_t kIdleNanos = 1'000'000'000;
+
+struct alignas(64) DepotClass {
+  std::atomic<std::uintptr_t> slots[kSlots];  // 0, or a chain (see above)
+};
+
+struct Depot {
+  DepotClass classes[kClasses];
+  std::atomic<bool> taken[kClasses];  // a take since the last sweep, per class
+  std::atomic<std::size_t> bytes;
+  std::atomic<std::int64_t> sweep_after_ns;
+};
+
+// Zero-initialized: untouched, and not resident, for heaps that never overflow a front cache.
+Depot g_depots[kMaxHeaps];
+
+bool Valid(int heap, unsigned size_class) {
+  return heap >= 0 && heap < kMaxHeaps && size_class >= kFirstDepotClass &&
+         size_class < static_cast<unsigned>(kFrontClasses);
+}
+
+std::size_t ClassBytes(unsigned size_class) {
+  return arena_internal::front_class_bytes[size_class];
+}
+
+// The coarse clock: a few nanoseconds, and a second's resolution is all a sweep needs.
+std::int64_t CoarseNanos() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+void** Words(void* object) { return static_cast<void**>(object); }
+
+// A chain as a slot's word; its tail goes in the first object's second word.
+std::uintptr_t Pack(const ObjectChain& chain) {
+  Words(chain.head)[1] = chain.tail;
+  return reinterpret_cast<std::uintptr_t>(chain.head) |
+         (std::uintptr_t{chain.count} << kCountShift);
+}
+
+ObjectChain Unpack(std::uintptr_t word) {
+  void* head = reinterpret_cast<void*>(word & ((std::uintptr_t{1} << kCountShift) - 1));
+  return ObjectChain{head, Words(head)[1], static_cast<std::uint32_t>(word >> kCountShift)};
+}
+
+// Frees the chain's objects to the jemalloc arena that owns them (any thread may).
+void FreeChain(const ObjectChain& chain, std::size_t bytes) {
+  void* p = chain.head;
+  for (std::uint32_t i = 0; i < chain.count; ++i) {
+    void* next = i + 1 < chain.count ? Words(p)[0] : nullptr;
+    sdallocx(p, bytes, MALLOCX_TCACHE_NONE);
+    p = next;
+  }
+}
+
+std::size_t FlushClass(Depot& depot, unsigned size_class) {
+  const std::size_t bytes = ClassBytes(size_class);
+  std::size_t freed = 0;
+  for (std::atomic<std::uintptr_t>& slot : depot.classes[size_class - kFirstDepotClass].slots) {
+    if (slot.load(std::memory_order_relaxed) == 0) continue;
+    if (const std::uintptr_t word = slot.exchange(0, std::memory_order_acquire)) {
+      const ObjectChain chain = Unpack(word);
+      depot.bytes.fetch_sub(chain.count * bytes, std::memory_order_relaxed);
+      FreeChain(chain, bytes);
+      freed += chain.count * bytes;
+    }
+  }
+  return freed;
+}
+
+// Once a second at most (the first put after it): classes nobody took from since the last
+// sweep go back to jemalloc.
+void MaybeSweep(Depot& depot) {
+  const std::int64_t now = CoarseNanos();
+  std::int64_t due = depot.sweep_after_ns.load(std::memory_order_relaxed);
+  if (now < due) return;
+  if (!depot.sweep_after_ns.compare_exchange_strong(due, now + kIdleNanos,
+                                                    std::memory_order_relaxed)) {
+    return;  // another thread sweeps
+  }
+  for (unsigned c = kFirstDepotClass; c < static_cast<unsigned>(kFrontClasses); ++c) {
+    if (!depot.taken[c - kFirstDepotClass].exchange(false, std::memory_order_relaxed)) {
+      FlushClass(depot, c);
+    }
+  }
+}
+
+}  // namespace
+
+void DepotPut(int heap, unsigned size_class, ObjectChain chain,
+              std::size_t bound_bytes) noexcept {
+  if (chain.count == 0) return;
+  const std::size_t bytes = ClassBytes(size_class);
+  if (!Valid(heap, size_class) || chain.count > kMaxChain) {
+    FreeChain(chain, bytes);
+    return;
+  }
+  Depot& depot = g_depots[heap];
+  MaybeSweep(depot);
+  if (depot.bytes.load(std::memory_order_relaxed) > bound_bytes) DepotFlush(heap);
+  // count * bytes: a chain holds at most kMaxChain objects of at most 1.75 MiB.
+  const std::size_t chain_bytes = chain.count * bytes;
+  if (bound_bytes == 0 ||
+      depot.bytes.fetch_add(chain_bytes, std::memory_order_relaxed) + chain_bytes > bound_bytes) {
+    if (bound_bytes != 0) depot.bytes.fetch_sub(chain_bytes, std::memory_order_relaxed);
+    FreeChain(chain, bytes);
+    return;
+  }
+  DepotClass& slots = depot.classes[size_class - kFirstDepotClass];
+  for (int round = 0; round < kSlots; ++round) {
+    const std::uintptr_t word = Pack(chain);
+    for (std::atomic<std::uintptr_t>& slot : slots.slots) {
+      std::uintptr_t expected = 0;
+      if (slot.load(std::memory_order_relaxed) == 0 &&
+          slot.compare_exchange_strong(expected, word, std::memory_order_release,
+                                       std::memory_order_relaxed)) {
+        return;
+      }
+    }
+    // Every slot holds a chain: take one into this chain (its bytes are counted already),
+    // unless the two together are too long to describe; then that one goes back to jemalloc.
+    if (const std::uintptr_t other = slots.slots[round].exchange(0, std::memory_order_acquire)) {
+      const ObjectChain absorbed = Unpack(other);
+      if (chain.count + absorbed.count > kMaxChain) {
+        depot.bytes.fetch_sub(absorbed.count * bytes, std::memory_order_relaxed);
+        FreeChain(absorbed, bytes);
+        continue;
+      }
+      Words(chain.tail)[0] = absorbed.head;
+      chain.tail = absorbed.tail;
+      chain.count += absorbed.count;
+    }
+  }
+  // Other threads filled every slot again each time: free what this put holds.
+  depot.bytes.fetch_sub(chain.count * bytes, std::memory_order_relaxed);
+  FreeChain(chain, bytes);
+}
+
+ObjectChain DepotTake(int heap, unsigned size_class) noexcept {
+  if (!Valid(heap, size_class)) return {};
+  Depot& depot = g_depots[heap];
+  DepotClass& slots = depot.classes[size_class - kFirstDepotClass];
+  for (std::atomic<std::uintptr_t>& slot : slots.slots) {
+    if (slot.load(std::memory_order_relaxed) == 0) continue;
+    if (const std::uintptr_t word = slot.exchange(0, std::memory_order_acquire)) {
+      const ObjectChain chain = Unpack(word);
+      depot.bytes.fetch_sub(chain.count * ClassBytes(size_class), std::memory_order_relaxed);
+      std::atomic<bool>& taken = depot.taken[size_class - kFirstDepotClass];
+      if (!taken.load(std::memory_order_relaxed)) taken.store(true, std::memory_order_relaxed);
+      return chain;
+    }
+  }
+  return {};
+}
+
+std::size_t DepotFlush(int heap) noexcept {
+  if (heap < 0 || heap >= kMaxHeaps) return 0;
+  Depot& depot = g_depots[heap];
+  if (depot.bytes.load(std::memory_order_relaxed) == 0) return 0;
+  std::size_t freed = 0;
+  for (unsigned c = kFirstDepotClass; c < static_cast<unsigned>(kFrontClasses); ++c) {
+    freed += FlushClass(depot, c);
+  }
+  return freed;
+}
+
+void DepotDrop(int heap) noexcept {
+  if (heap < 0 || heap >= kMaxHeaps) return;
+  Depot& depot = g_depots[heap];
+  for (DepotClass& slots : depot.classes) {
+    for (std::atomic<std::uintptr_t>& slot : slots.slots) slot.store(0, std::memory_order_relaxed);
+  }
+  for (std::atomic<bool>& taken : depot.taken) taken.store(false, std::memory_order_relaxed);
+  depot.bytes.store(0, std::memory_order_relaxed);
+}
+
+std::size_t DepotBytes(int heap) noexcept {
+  if (heap < 0 || heap >= kMaxHeaps) return 0;
+  return g_depots[heap].bytes.load(std::memory_order_relaxed);
+}
+
+}  // namespace numarena

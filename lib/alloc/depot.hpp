@@ -1,0 +1,43 @@
+// The depot: per heap, freed objects of the front cache's classes (16 B to 1.75 MiB) that the
+// threads' front caches had no room for, kept for any thread of the heap to take back (see
+// depot.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "numarena/internal/arena_fast_path.hpp"
+
+namespace numarena {
+
+using arena_internal::kFirstDepotClass;
+
+// A chain of objects of one class, linked through their first words (the last one's is
+// unspecified); `count` objects from `head` to `tail`.
+struct ObjectChain {
+  void* head = nullptr;
+  void* tail = nullptr;
+  std::uint32_t count = 0;
+};
+
+// Takes ownership of `chain` (live objects of `heap`, of class `size_class`): keeps it if the
+// heap's depot holds it within `bound_bytes`, and frees it to jemalloc otherwise. A depot
+// holding more than `bound_bytes` (the bound shrank: a capacity gate presses the heap's
+// nodes) is flushed first.
+void DepotPut(int heap, unsigned size_class, ObjectChain chain, std::size_t bound_bytes) noexcept;
+
+// A chain of `size_class` objects from `heap`'s depot (count 0 when it has none). Its last
+// object's first word is unspecified.
+ObjectChain DepotTake(int heap, unsigned size_class) noexcept;
+
+// Frees every object in `heap`'s depot to jemalloc; returns the bytes freed.
+std::size_t DepotFlush(int heap) noexcept;
+
+// Forgets every object in `heap`'s depot without freeing it, for a heap whose jemalloc arenas
+// are about to be destroyed. No thread may use the heap meanwhile.
+void DepotDrop(int heap) noexcept;
+
+// Bytes in `heap`'s depot now.
+std::size_t DepotBytes(int heap) noexcept;
+
+}  // namespace numarena
