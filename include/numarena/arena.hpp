@@ -95,6 +95,10 @@ struct ArenaStats {
   // arena's large cache until purge(), but not the
   // front caches themselves (numarena's, one per thread that uses the arena, in its memory).
   std::size_t allocated = 0;
+  // The part of `allocated` that is freed objects the arena's shared caches keep for any of
+  // its threads to reuse (per heap: the depot, 16 B to 1.75 MiB, and the large cache,
+  // 2 MiB to 256 MiB); purge() returns them. The threads' own caches are not counted.
+  std::size_t cached = 0;
   std::size_t active = 0;     // bytes in pages holding live allocations
   std::size_t resident = 0;   // bytes jemalloc believes are resident (upper bound)
   std::size_t mapped = 0;     // bytes of provider spans jemalloc holds (active + dirty + ...)

@@ -16,6 +16,7 @@
 #include "alloc/front_cache.hpp"
 #include "alloc/jemalloc_heap.hpp"
 #include "alloc/large_cache.hpp"
+#include "alloc/depot.hpp"
 #include "alloc/node_pages.hpp"
 #include "numarena/topology.hpp"
 #include "os/fork.hpp"
@@ -529,6 +530,7 @@ void Arena::purge() {
     // This thread's cached objects first, so their pages can be purged too.
     FlushFrontCache(heap.id);
     LargeCacheFlush(heap.id);
+    DepotFlush(heap.id);
     if (int tcache = arena_internal::TcacheIdOf(ThreadFlags(heap.id)); tcache >= 0) {
       unsigned id = static_cast<unsigned>(tcache);
       mallctl("tcache.flush", nullptr, nullptr, &id, sizeof id);
@@ -563,6 +565,7 @@ ArenaStats Arena::stats() const {
                                   heap.front_caches.load(std::memory_order_relaxed), 0)) *
                               FrontCacheBytes();
     out.allocated += allocated > front ? allocated - front : 0;
+    out.cached += LargeCacheBytes(heap.id) + DepotBytes(heap.id);
     out.committed += heap.pages->committed_bytes();
     out.tables += heap.pages->table_bytes();
     out.fallbacks += heap.pages->fallbacks();

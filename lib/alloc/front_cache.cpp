@@ -11,13 +11,16 @@
 //
 // Bounds. A small list (classes up to 4 KiB) starts at about 32 KiB (4 to 256 objects). A
 // thread that frees more of a class than the list holds (a batch of requests' objects freed
-// together) would otherwise send half the list back to jemalloc and ask for it again one
-// object at a time, at the explicit-arena price, on every round; so a full small list first
-// doubles its limit, up to kMaxGrownObjects, as long as the growth of all small lists of the
-// cache stays within a byte bound (Bounds::small_growth, 4 MiB). A medium list (above 4 KiB)
-// holds about 1 MiB (2 to 32 objects), and all medium lists of one cache together at most
-// Bounds::medium (4 MiB). When a list cannot grow, or the medium bound is full, half of that
-// list goes back to jemalloc at once (and, if the bound is still short, the largest medium
+// together) would otherwise send half the list away and ask for it again on every round; so a
+// small list that filled at once (at most `limit` frees since it last ran empty or
+// overflowed) doubles its limit, up to kMaxGrownObjects, as long as the growth of all small
+// lists of the cache stays within a byte bound (Bounds::small_growth, 4 MiB). Only at once: a
+// thread that frees about as many objects of a class as it allocates, in random order
+// (larson-like, or remote frees arriving), walks its list up and down, and every full list
+// used to grow; the limits ratcheted up to the bound, 4 MiB of RSS per thread and heap. A
+// medium list (above 4 KiB) holds about 1 MiB (2 to 32 objects), and all medium lists of one
+// cache together at most Bounds::medium (4 MiB). When a list cannot grow, or the medium bound is full, half of that
+// list goes to the heap's depot at once (and, if the bound is still short, the largest medium
 // lists), not one object per free. Cached objects stay committed and charged to the capacity
 // gate, so with a gate installed the bounds are smaller (1 MiB of growth, 1 MiB of medium
 // objects), and when the gate says a node of the heap is under pressure
@@ -26,6 +29,11 @@
 // on every overflow (the cold path), so a cache shrinks at its thread's next overflow, not
 // at once. Everything in it is returned, and the small limits reset, when the thread exits
 // and when the thread calls Arena::purge() or a purge for lack of room runs on it.
+//
+// Objects a list cannot keep (16 B and up) go to the heap's depot (depot.cpp) as one chain,
+// not to jemalloc one by one, and a list that is empty refills from the depot before it asks
+// jemalloc: the depot is what lets a batch larger than the cache, or freed on another thread,
+// come back without jemalloc's explicit-arena path.
 //
 // Classes are numarena's numbering of jemalloc's (arena_fast_path.hpp), checked against
 // nallocx once: a miss asks jemalloc for the request's size and gets an object of exactly
@@ -41,6 +49,7 @@
 #include <new>
 
 #include "alloc/jemalloc_heap.hpp"
+#include "alloc/depot.hpp"
 #include "alloc/node_pages.hpp"
 #include "numarena/arena.hpp"
 
@@ -62,15 +71,16 @@ constexpr std::uint32_t kMinMediumObjects = 2;
 constexpr std::uint32_t kMaxMediumObjects = 32;
 
 // Per cache: how many bytes the small lists may grow by beyond their start limits, and how
-// many bytes all medium lists may hold.
+// many bytes all medium lists may hold; per heap, how many bytes its depot may hold.
 struct Bounds {
   std::size_t small_growth;
   std::size_t medium;
+  std::size_t depot;
 };
 constexpr std::size_t kMiB = std::size_t{1} << 20;
-constexpr Bounds kUngatedBounds{4 * kMiB, 4 * kMiB};  // no capacity gate installed
-constexpr Bounds kGatedBounds{1 * kMiB, 1 * kMiB};    // a gate, no pressure
-constexpr Bounds kPressedBounds{0, kMiB / 4};         // the gate presses a node of the heap
+constexpr Bounds kUngatedBounds{4 * kMiB, 4 * kMiB, 128 * kMiB};  // no capacity gate installed
+constexpr Bounds kGatedBounds{1 * kMiB, 1 * kMiB, 32 * kMiB};     // a gate, no pressure
+constexpr Bounds kPressedBounds{0, kMiB / 4, 0};  // the gate presses a node of the heap
 
 // What a front cache takes from its heap: sizeof(FrontCache) (1040 bytes) rounded up to a
 // class whose jemalloc slab is one page; the 1280-byte class's slabs are five.
@@ -163,6 +173,27 @@ void Drain(int heap, FrontCache& cache, unsigned size_class, std::uint32_t keep)
   }
 }
 
+// Moves list `size_class` of `cache` to the heap's depot as one chain until `keep` objects
+// remain (the most recently freed ones go, as they come first); the 8 B class, which the depot
+// does not hold, goes back to jemalloc.
+void DrainToDepot(int heap, FrontCache& cache, unsigned size_class, std::uint32_t keep,
+                  std::size_t depot_bound) {
+  if (size_class < arena_internal::kFirstDepotClass) {
+    Drain(heap, cache, size_class, keep);
+    return;
+  }
+  FrontList& list = cache.lists[size_class];
+  if (list.count <= keep) return;
+  ObjectChain chain{list.head, list.head, list.count - keep};
+  for (std::uint32_t i = 1; i < chain.count; ++i) chain.tail = *static_cast<void**>(chain.tail);
+  list.head = *static_cast<void**>(chain.tail);
+  list.count = keep;
+  if (size_class > kClassOf4K) {
+    cache.medium_bytes -= chain.count * arena_internal::front_class_bytes[size_class];
+  }
+  DepotPut(heap, size_class, chain, depot_bound);
+}
+
 // Puts every small list back to its start limit, handing back what no longer fits.
 void ResetSmallLimits(int heap, FrontCache& cache) {
   for (unsigned c = 0; c <= kClassOf4K; ++c) {
@@ -235,16 +266,19 @@ void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) no
   if (cache->small_growth > bounds.small_growth) ResetSmallLimits(heap, *cache);
   const std::size_t bytes = front_class_bytes[size_class];
   if (list.count >= list.limit) {
-    // A small list doubles while the cache's growth bound allows; otherwise half goes back.
+    // A small list that filled at once doubles while the cache's growth bound allows;
+    // otherwise half goes to the depot.
     const std::uint32_t grow =
         size_class > kClassOf4K || list.limit >= kMaxGrownObjects
             ? 0
             : std::min(list.limit, kMaxGrownObjects - list.limit);
-    if (grow > 0 && cache->small_growth + grow * bytes <= bounds.small_growth) {
+    const bool filled_at_once = list.pushes <= list.limit;
+    list.pushes = 0;
+    if (filled_at_once && grow > 0 && cache->small_growth + grow * bytes <= bounds.small_growth) {
       list.limit += grow;
       cache->small_growth += grow * bytes;
     } else {
-      Drain(heap, *cache, size_class, list.limit / 2);
+      DrainToDepot(heap, *cache, size_class, list.limit / 2, bounds.depot);
     }
   }
   if (size_class > kClassOf4K) {
@@ -252,15 +286,56 @@ void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) no
     // per call), this list last.
     for (unsigned c = kFrontClasses - 1;
          c > kClassOf4K && cache->medium_bytes + bytes > cache->medium_limit; --c) {
-      if (c != size_class) Drain(heap, *cache, c, 0);
+      if (c != size_class) DrainToDepot(heap, *cache, c, 0, bounds.depot);
     }
-    if (cache->medium_bytes + bytes > cache->medium_limit) Drain(heap, *cache, size_class, 0);
+    if (cache->medium_bytes + bytes > cache->medium_limit) {
+      DrainToDepot(heap, *cache, size_class, 0, bounds.depot);
+    }
     if (bytes > cache->medium_limit) {  // larger than a pressed cache's whole bound
-      sdallocx(p, bytes, thread_flags[heap]);
+      DepotPut(heap, size_class, ObjectChain{p, p, 1}, bounds.depot);
       return;
     }
   }
   FrontPush(heap, cache, size_class, p);  // room now: no second overflow
+}
+
+void* FrontRefill(int heap, FrontCache* cache, unsigned size_class) noexcept {
+  cache->lists[size_class].pushes = 0;  // the list ran empty
+  const ObjectChain chain = DepotTake(heap, size_class);
+  if (chain.count == 0) return nullptr;
+  // The first object is the caller's. The list is empty (the caller's pop missed): as many of
+  // the rest as its limit and the medium bound allow go to it, spliced in O(1) when all of
+  // them fit, and what is left goes back to the depot.
+  FrontList& list = cache->lists[size_class];
+  const std::size_t bytes = front_class_bytes[size_class];
+  std::uint32_t room = list.limit > list.count ? list.limit - list.count : 0;
+  if (size_class > kClassOf4K) {
+    const std::size_t free_bytes =
+        cache->medium_limit > cache->medium_bytes ? cache->medium_limit - cache->medium_bytes : 0;
+    room = static_cast<std::uint32_t>(std::min<std::size_t>(room, free_bytes / bytes));
+  }
+  const std::uint32_t rest = chain.count - 1;
+  if (rest == 0) return chain.head;
+  void* first = *static_cast<void**>(chain.head);
+  const std::uint32_t kept = std::min(rest, room);
+  if (kept == rest) {
+    *static_cast<void**>(chain.tail) = list.head;
+    list.head = first;
+  } else {
+    void* leftover = first;
+    if (kept > 0) {
+      void* last = first;
+      for (std::uint32_t i = 1; i < kept; ++i) last = *static_cast<void**>(last);
+      leftover = *static_cast<void**>(last);
+      *static_cast<void**>(last) = list.head;
+      list.head = first;
+    }
+    DepotPut(heap, size_class, ObjectChain{leftover, chain.tail, rest - kept},
+             CacheBounds(heap).depot);
+  }
+  list.count += kept;
+  if (size_class > kClassOf4K) cache->medium_bytes += kept * bytes;
+  return chain.head;
 }
 
 }  // namespace arena_internal

@@ -18,6 +18,7 @@
 #include "alloc/checked.hpp"
 #include "alloc/front_cache.hpp"
 #include "alloc/large_cache.hpp"
+#include "alloc/depot.hpp"
 #include "os/fork.hpp"
 
 // jemalloc's start-up options, unless the program sets its own malloc_conf (ours is weak, so
@@ -482,6 +483,7 @@ std::size_t PurgeDirtyOnNode(int node) noexcept {
     // medium objects).
     FlushFrontCache(id);
     LargeCacheFlush(id);
+    DepotFlush(id);
     if (int tcache = arena_internal::TcacheIdOf(ThreadFlags(id)); tcache >= 0) {
       unsigned tcache_id = static_cast<unsigned>(tcache);
       mallctl("tcache.flush", nullptr, nullptr, &tcache_id, sizeof tcache_id);
@@ -569,6 +571,7 @@ Status DestroyHeap(int id) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     }
   }
   LargeCacheDrop(id);
+  DepotDrop(id);
   if (checked::Enabled()) checked::ForgetHeap(id);  // while the granules still name the heap
 
   // Each shard's jemalloc arena: its objects, dirty pages and metadata blocks go back through

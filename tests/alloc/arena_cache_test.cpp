@@ -1,12 +1,16 @@
 // The caches behind issue 16's speed (host, one node): the front cache's medium classes
-// (above 4 KiB, below 2 MiB), the class map that unsized frees read, and the heaps' large
-// cache (2 MiB to 256 MiB). That they never hand out an object smaller or less aligned than
+// (above 4 KiB, below 2 MiB), the class map that unsized frees read, the heaps' medium depot
+// (what the medium lists cannot keep) and large cache (2 MiB to 256 MiB). That they never hand out an object smaller or less aligned than
 // asked, that a thread's caches go back when it exits, that purge() and the purge before a
 // refusal return what the caches hold, and that cross-thread frees are safe (run under TSan).
 // Placement across nodes is in tests/lab/arena_cache_lab.cpp.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -14,12 +18,20 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "numarena/arena.hpp"
+
+// The fork test's children start no thread, but TSan would refuse a child of a multi-threaded
+// process its first new thread; and its deadlock detector tracks fewer locks than jemalloc's
+// fork handler takes (every arena's locks).
+#if defined(__SANITIZE_THREAD__)
+extern "C" const char* __tsan_default_options() { return "die_after_fork=0:detect_deadlocks=0"; }
+#endif
 
 namespace {
 
@@ -143,16 +155,23 @@ TEST_CASE("objects allocated with a larger alignment and freed unsized keep ever
 TEST_CASE("a thread's medium cache goes back to the arena when the thread exits") {
   Arena* arena = Get(Policy::WeightedInterleave({{0, 13}}));
   const std::size_t before = arena->stats().allocated;
-  std::size_t while_alive = 0;
+  numarena::ArenaStats while_alive;
   std::thread thread([&] {
     std::vector<void*> blocks;
     for (int i = 0; i < 32; ++i) blocks.push_back(arena->allocate(64 * kKiB));
     for (void* p : blocks) numarena::deallocate(p);
-    while_alive = arena->stats().allocated;
+    while_alive = arena->stats();
   });
   thread.join();
-  // Cached while the thread lived (its 64 KiB list holds 1 MiB), returned when it exited.
-  CHECK(while_alive >= before + 16 * 64 * kKiB);
+  // While the thread lived its 64 KiB list held 1 MiB and the heap's depot the rest; the
+  // list went back when it exited, the depot keeps its part for the arena's other threads.
+  CHECK(while_alive.allocated - while_alive.cached >= before + 16 * 64 * kKiB);
+  CHECK(while_alive.cached >= 8 * 64 * kKiB);
+  const numarena::ArenaStats after = arena->stats();
+  CHECK(after.cached == while_alive.cached);
+  CHECK(after.allocated <= before + after.cached);
+  arena->purge();
+  CHECK(arena->stats().cached == 0);
   CHECK(arena->stats().allocated <= before);
 }
 
@@ -247,6 +266,156 @@ TEST_CASE("medium and large objects freed on other threads (producer/consumer)")
   arena->purge();
 }
 
+TEST_CASE("a batch larger than the thread's cache comes back from the heap's medium depot") {
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 25}}));
+  const std::size_t before = arena->stats().allocated;
+  // 256 objects of 4-256 KiB (about 33 MiB, far more than a front cache's 4 MiB), freed in
+  // an order unlike the allocation's.
+  std::vector<std::size_t> sizes;
+  for (std::size_t i = 0; i < 256; ++i) sizes.push_back(4 * kKiB + (i * 7919 * kKiB) % (252 * kKiB));
+  std::vector<void*> first(sizes.size());
+  std::size_t live = 0;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    first[i] = arena->allocate(sizes[i]);
+    REQUIRE(first[i] != nullptr);
+    std::memset(first[i], static_cast<int>(i), sizes[i]);
+    live += numarena::usable_size(first[i]);
+  }
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const std::size_t j = (i * 101) % sizes.size();
+    if (i % 2 == 0) {
+      numarena::deallocate(first[j], sizes[j]);
+    } else {
+      numarena::deallocate(first[j]);
+    }
+  }
+  const numarena::ArenaStats freed = arena->stats();
+  CHECK(freed.cached >= live - 5 * kMiB);  // all but the front cache's part
+  CHECK(freed.allocated - freed.cached <= before + 5 * kMiB);
+  // The same batch again: every object is one of the first batch's (no call into jemalloc
+  // needed), of a class that holds the request, and the depot is empty again.
+  std::multiset<void*> old(first.begin(), first.end());
+  std::size_t reused = 0;
+  std::vector<void*> second(sizes.size());
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    second[i] = arena->allocate(sizes[i]);
+    REQUIRE(second[i] != nullptr);
+    REQUIRE(numarena::usable_size(second[i]) >= sizes[i]);
+    std::memset(second[i], 0x5a, sizes[i]);
+    if (auto it = old.find(second[i]); it != old.end()) {
+      old.erase(it);
+      ++reused;
+    }
+  }
+  CHECK(reused == sizes.size());
+  CHECK(arena->stats().cached == 0);
+  for (void* p : second) numarena::deallocate(p);
+  arena->purge();
+  CHECK(arena->stats().cached == 0);
+  CHECK(arena->stats().allocated <= before);
+}
+
+TEST_CASE("what one thread frees, another thread of the heap takes back from the depot") {
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 26}}));
+  constexpr int kObjects = 200;  // 200 x 160 KiB = 31 MiB
+  std::vector<void*> made(kObjects);
+  for (void*& p : made) {
+    p = arena->allocate(160 * kKiB);
+    REQUIRE(p != nullptr);
+    std::memset(p, 0x33, 160 * kKiB);
+  }
+  // A consumer frees them all and exits; its front cache goes back to jemalloc, the depot
+  // keeps the rest for the heap.
+  std::thread consumer([&] {
+    for (void* p : made) numarena::deallocate(p);
+  });
+  consumer.join();
+  const std::size_t cached = arena->stats().cached;
+  CHECK(cached >= (kObjects - 8) * 160 * kKiB);
+  std::set<void*> old(made.begin(), made.end());
+  int reused = 0;
+  for (void*& p : made) {
+    p = arena->allocate(160 * kKiB);
+    REQUIRE(p != nullptr);
+    reused += old.count(p) ? 1 : 0;
+  }
+  CHECK(static_cast<std::size_t>(reused) * 160 * kKiB >= cached);
+  for (void* p : made) numarena::deallocate(p, 160 * kKiB);
+  arena->purge();
+}
+
+TEST_CASE("a depot class nobody takes from for a second goes back to jemalloc") {
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 27}}));
+  auto batch = [&](std::size_t size, int count) {
+    std::vector<void*> blocks;
+    for (int i = 0; i < count; ++i) blocks.push_back(arena->allocate(size));
+    for (void* p : blocks) REQUIRE(p != nullptr);
+    for (void* p : blocks) numarena::deallocate(p);
+  };
+  batch(128 * kKiB, 64);  // 8 MiB: 4 MiB stay in the front cache, the rest in the depot
+  const std::size_t idle = arena->stats().cached;
+  CHECK(idle >= 3 * kMiB);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2200));
+  // The next put (a batch of another class) sweeps the idle 128 KiB class first.
+  batch(320 * kKiB, 8);  // the front cache is full of 128 KiB objects: 320 KiB ones overflow
+  const std::size_t after = arena->stats().cached;
+  INFO("idle " << idle << " after " << after);
+  CHECK(after <= 8 * 320 * kKiB);
+  arena->purge();
+  CHECK(arena->stats().cached == 0);
+}
+
+TEST_CASE("medium objects stay usable across fork() from a thread-busy process") {
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 28}}));
+  std::atomic<bool> stop{false};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 3; ++t) {
+    workers.emplace_back([&, t] {
+      std::vector<void*> blocks;
+      std::size_t size = 8 * kKiB * static_cast<std::size_t>(t + 1);
+      while (!stop.load()) {
+        for (int i = 0; i < 64; ++i) {
+          void* p = arena->allocate(size);
+          if (p == nullptr) failed.fetch_add(1);
+          else blocks.push_back(p);
+        }
+        for (void* p : blocks) numarena::deallocate(p);
+        blocks.clear();
+      }
+    });
+  }
+  for (int round = 0; round < 5; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      // The child has only this thread; the depot's slots are whole whatever the workers were
+      // doing, so the same sizes still come and go.
+      int bad = 0;
+      for (int i = 0; i < 200; ++i) {
+        void* p = arena->allocate(8 * kKiB * static_cast<std::size_t>(1 + i % 3));
+        if (p == nullptr) {
+          ++bad;
+          continue;
+        }
+        std::memset(p, 1, 8 * kKiB);
+        numarena::deallocate(p);
+      }
+      arena->purge();
+      _exit(bad == 0 ? 0 : 1);
+    }
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  stop.store(true);
+  for (std::thread& w : workers) w.join();
+  CHECK(failed.load() == 0);
+  arena->purge();
+}
+
 namespace {
 
 // A gate that charges nothing and says whether caches should shrink.
@@ -263,10 +432,12 @@ class PressureGate : public numarena::CapacityGate {
 
 // On a fresh thread: allocates `count` objects of each size in `sizes`, frees them all
 // (unsized), and returns how many bytes the arena's statistics still count as allocated
-// beyond `before` while the thread lives, i.e. what its caches kept.
-std::size_t KeptAfterBatch(Arena* arena, const std::vector<std::size_t>& sizes, int count) {
+// beyond `before` while the thread lives, outside the heap's shared caches, i.e. what the
+// thread's own caches kept. `depot` (when given) receives what the shared caches kept.
+std::size_t KeptAfterBatch(Arena* arena, const std::vector<std::size_t>& sizes, int count,
+                           std::size_t* depot = nullptr) {
   const std::size_t before = arena->stats().allocated;
-  std::size_t kept = 0;
+  std::size_t kept = 0, shared = 0;
   std::thread thread([&] {
     std::vector<void*> blocks;
     for (std::size_t size : sizes) {
@@ -274,11 +445,16 @@ std::size_t KeptAfterBatch(Arena* arena, const std::vector<std::size_t>& sizes, 
     }
     for (void* p : blocks) REQUIRE(p != nullptr);
     for (void* p : blocks) numarena::deallocate(p);
-    const std::size_t now = arena->stats().allocated;
-    kept = now > before ? now - before : 0;
+    const numarena::ArenaStats now = arena->stats();
+    shared = now.cached;
+    kept = now.allocated > before + shared ? now.allocated - before - shared : 0;
   });
   thread.join();
-  CHECK(arena->stats().allocated <= before);  // and all of it back when the thread exits
+  // All of the thread's own caches are back when it exits; purge() empties the shared ones.
+  CHECK(arena->stats().allocated <= before + arena->stats().cached);
+  arena->purge();
+  CHECK(arena->stats().allocated <= before);
+  if (depot != nullptr) *depot = shared;
   return kept;
 }
 
@@ -299,6 +475,54 @@ TEST_CASE("a small list grows for a batch freed together, within the cache's bou
   CHECK(kept <= 4 * kMiB + 4 * 32 * kKiB + kJemallocTcacheSlack);
 }
 
+TEST_CASE("a small list that wanders up and down with remote frees does not grow") {
+  // Larson-like: a thread replaces its own live objects in random order and also frees one
+  // object another thread made for every 32 of its own. Its 256 B list fills again and again,
+  // but never at once, so it keeps its start limit (32 KiB); the surplus goes to the depot.
+  // When every full list grew, the list ratcheted up to the growth bound (4 MiB).
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 29}}));
+  constexpr std::size_t kSize = 256;
+  constexpr int kLive = 1000, kSteps = 200000;
+  std::vector<void*> foreign;
+  for (int i = 0; i < kSteps / 32; ++i) {
+    foreign.push_back(arena->allocate(kSize));
+    REQUIRE(foreign.back() != nullptr);
+  }
+  const std::size_t before = arena->stats().allocated - foreign.size() * kSize;
+  std::size_t kept = 0;
+  bool failed = false;
+  std::thread thread([&] {
+    std::vector<void*> live;
+    std::uint64_t random = 0x9E3779B97F4A7C15ULL;
+    auto next = [&] {
+      random ^= random << 13;
+      random ^= random >> 7;
+      random ^= random << 17;
+      return random;
+    };
+    for (int i = 0; i < kLive; ++i) live.push_back(arena->allocate(kSize));
+    for (int step = 0; step < kSteps; ++step) {
+      void*& slot = live[next() % live.size()];
+      numarena::deallocate(slot);
+      slot = arena->allocate(kSize);
+      if (slot == nullptr) failed = true;
+      if (step % 32 == 0 && !foreign.empty()) {
+        numarena::deallocate(foreign.back());
+        foreign.pop_back();
+      }
+    }
+    const numarena::ArenaStats now = arena->stats();
+    const std::size_t in_use = before + (live.size() + foreign.size()) * kSize;
+    kept = now.allocated > in_use + now.cached ? now.allocated - in_use - now.cached : 0;
+    for (void* p : live) numarena::deallocate(p);
+  });
+  thread.join();
+  CHECK_FALSE(failed);
+  CHECK(kept <= 32 * kKiB + kJemallocTcacheSlack);
+  for (void* p : foreign) numarena::deallocate(p);
+  arena->purge();
+}
+
 TEST_CASE("with a capacity gate the caches are smaller, and smaller again under pressure") {
   {
     PressureGate gate(false);
@@ -308,9 +532,15 @@ TEST_CASE("with a capacity gate the caches are smaller, and smaller again under 
     const std::size_t small = KeptAfterBatch(arena, {256, 512, 1024}, 8192);
     CHECK(small >= 1 * kMiB);
     CHECK(small <= 1 * kMiB + 3 * 32 * kKiB + kJemallocTcacheSlack);
-    const std::size_t medium = KeptAfterBatch(arena, {64 * kKiB, 128 * kKiB}, 16);
+    std::size_t depot = 0;
+    const std::size_t medium = KeptAfterBatch(arena, {64 * kKiB, 128 * kKiB}, 16, &depot);
     CHECK(medium >= 512 * kKiB);
     CHECK(medium <= 1 * kMiB);
+    CHECK(medium + depot == 16 * (64 + 128) * kKiB);  // the rest waits in the depot
+    // The depot holds at most 32 MiB with a gate: 48 MiB freed keep at most 33 MiB.
+    KeptAfterBatch(arena, {96 * kKiB}, 512, &depot);
+    CHECK(depot >= 16 * kMiB);
+    CHECK(depot <= 32 * kMiB);
   }
   {
     PressureGate gate(true);
@@ -318,9 +548,12 @@ TEST_CASE("with a capacity gate the caches are smaller, and smaller again under 
     Arena* arena = Get(Policy::WeightedInterleave({{0, 23}}));
     // No growth: each small list keeps its start limit (32 KiB).
     CHECK(KeptAfterBatch(arena, {256, 512, 1024}, 8192) <= 3 * 32 * kKiB + kJemallocTcacheSlack);
-    CHECK(KeptAfterBatch(arena, {64 * kKiB, 128 * kKiB}, 16) <= 256 * kKiB);
+    std::size_t depot = 0;
+    CHECK(KeptAfterBatch(arena, {64 * kKiB, 128 * kKiB}, 16, &depot) <= 256 * kKiB);
+    CHECK(depot == 0);  // nothing in the depot while the gate presses the heap's node
     // A medium object larger than the pressed bound is not kept at all.
-    CHECK(KeptAfterBatch(arena, {1 * kMiB}, 4) == 0);
+    CHECK(KeptAfterBatch(arena, {1 * kMiB}, 4, &depot) == 0);
+    CHECK(depot == 0);
   }
 }
 

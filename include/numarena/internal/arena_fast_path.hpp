@@ -119,10 +119,12 @@ inline unsigned RecordedClassPlusOne(const void* p) noexcept {
 // to the heap, and node, it came from. The classes above 4 KiB ("medium") also share a byte
 // bound per cache, and the small lists' limits grow within a byte bound per cache (both in
 // front_cache.cpp, smaller when a capacity gate is installed or presses the heap's nodes).
+// What a list cannot keep goes to the heap's depot (lib/alloc/depot.cpp).
 struct FrontList {
   void* head;
   std::uint32_t count;
-  std::uint32_t limit;  // 0: the class is not cached
+  std::uint32_t limit;   // 0: the class is not cached
+  std::uint32_t pushes;  // since the list last ran empty or overflowed (front_cache.cpp)
 };
 struct FrontCache {
   FrontList lists[kFrontClasses];
@@ -165,16 +167,29 @@ inline void FrontPush(int heap, FrontCache* cache, unsigned size_class, void* p)
   *static_cast<void**>(p) = list.head;
   list.head = p;
   ++list.count;
+  ++list.pushes;
 }
 
+// The first class the heap's depot holds (16 B: a chain's first object keeps its tail in its
+// second word).
+inline constexpr unsigned kFirstDepotClass = 1;
+
+// An empty list: an object of `size_class` from the heap's depot (lib/alloc/depot.cpp), with
+// the list refilled from the same chain, or nullptr when the depot has none. Cold.
+void* FrontRefill(int heap, FrontCache* cache, unsigned size_class) noexcept;
+
 // `size` bytes (1 <= size <= kFrontMaxCached, default alignment) from this thread's caches
-// for `heap`: its front cache, else jemalloc with the thread's flags. nullptr when the thread
-// has no flags for the heap yet or jemalloc failed (its hooks recorded why).
+// for `heap`: its front cache, the heap's depot, else jemalloc with the thread's flags.
+// nullptr when the thread has no flags for the heap yet or jemalloc failed (its hooks
+// recorded why).
 inline void* AllocateFromThreadCaches(int heap, std::size_t size) noexcept {
   FrontCache* cache = front_caches[heap];
   if (cache == nullptr) return nullptr;  // no cache yet: the slow path makes one
   const unsigned size_class = ClassOfRequest(size);
   if (void* p = FrontPop(cache, size_class)) return p;
+  if (size_class >= kFirstDepotClass) {
+    if (void* p = FrontRefill(heap, cache, size_class)) return p;
+  }
   void* p = mallocx(size, thread_flags[heap]);
   if (p != nullptr) RecordClass(p, size_class);
   return p;
