@@ -239,7 +239,8 @@ class Arena {
 
   // Returns the arena's unused dirty pages to the kernel now (instead of after jemalloc's
   // decay time) and releases their charge on the capacity gate. Objects freed into the
-  // calling thread's caches and the arena's large cache go back first; other threads' cached
+  // calling thread's caches and the arena's shared caches (the depot, the large cache) go
+  // back first; other threads' cached
   // objects stay until those threads overflow their lists or exit. What one thread's cache
   // for one heap holds at most: about 32 KiB per size class up to 4 KiB, plus up to 4 MiB
   // more when its lists grow for batches freed together, and 4 MiB of larger objects up to
