@@ -239,15 +239,18 @@ class Arena {
 
   // Returns the arena's unused dirty pages to the kernel now (instead of after jemalloc's
   // decay time) and releases their charge on the capacity gate. Objects freed into the
-  // calling thread's caches and the arena's shared caches (the depot, the large cache) go
-  // back first; other threads' cached
-  // objects stay until those threads overflow their lists or exit. What one thread's cache
-  // for one heap holds at most: about 32 KiB per size class up to 4 KiB, plus up to 4 MiB
-  // more when its lists grow for batches freed together, and 4 MiB of larger objects up to
-  // 1.75 MiB each. With a capacity gate installed (SetCapacityGate, a Budget) that is 1 MiB
-  // of growth and 1 MiB of larger objects, and when the gate reports pressure on a node of
-  // the heap (CapacityGate::CachesShouldShrink; a Budget from its warn line on) no growth
-  // and 256 KiB, applied at each thread's next list overflow.
+  // calling thread's caches and the arena's shared caches go back first; other threads'
+  // cached objects stay until those threads overflow their lists or exit. What one thread's
+  // cache for one heap holds at most: about 32 KiB per size class up to 4 KiB, plus up to
+  // 4 MiB more when its lists grow for batches freed together, and 4 MiB of larger objects
+  // up to 1.75 MiB each. The shared caches, per heap: the depot (objects of 16 B to 1.75 MiB
+  // that the threads' caches had no room for, up to 128 MiB, and a size class nobody took
+  // from for a second goes back by itself) and the large cache (2 MiB to 256 MiB, up to
+  // 256 MiB); ArenaStats::cached counts them. With a capacity gate installed
+  // (SetCapacityGate, a Budget) that is 1 MiB of growth, 1 MiB of larger objects and a
+  // 32 MiB depot, and when the gate reports pressure on a node of the heap
+  // (CapacityGate::CachesShouldShrink; a Budget from its warn line on) no growth, 256 KiB and
+  // no depot, applied at each thread's next list overflow.
   void purge();
 
   // A snapshot of the arena's counters. Costs a few mallctl calls; not for hot paths.
