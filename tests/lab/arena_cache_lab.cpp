@@ -6,7 +6,7 @@
 // allocates itself, so a page on the arena's node proves the binding, not first touch. The
 // test also checks that the caches were used (some freed addresses come back from A), so it
 // cannot pass by leaving them out.
-// lab-topologies: 2s tiny
+// lab-topologies: 2s snc4 cxl tiny
 #include <catch2/catch.hpp>
 
 #include <cstring>
