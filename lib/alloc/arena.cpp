@@ -458,9 +458,8 @@ void* Arena::AllocateLocal(std::size_t size, std::size_t alignment) noexcept {
   // on it (an online node this process may place memory on), so a heap found here is the
   // one the slow path would use. Threads on other nodes (a CPU of a memory-less node, a node
   // outside the cpuset's mems) keep taking the slow path, which picks the nearest allowed
-  // node. Without this, every allocation of a Local arena took the slow path and bypassed
-  // the front cache its own frees fill: 220 ns per malloc+free pair against 25 ns for a
-  // Bind arena (bench/RESULTS.md, "Code history").
+  // node. Without this path every allocation of a Local arena went to jemalloc while its
+  // frees filled a front cache nothing took from (bench/RESULTS.md, "Code history").
   const int node = os::CurrentNodeFast();
   const int heap =
       node >= 0 && node < node_heap_count_ ? node_heaps_[node].load(std::memory_order_acquire) : -1;
