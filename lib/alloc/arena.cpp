@@ -454,12 +454,13 @@ void* Arena::AllocateWithFallback(std::size_t size, std::size_t alignment, bool 
 }
 
 void* Arena::AllocateLocal(std::size_t size, std::size_t alignment) noexcept {
-  // A node's heap exists only once the slow path has chosen that node for a thread running
-  // on it (an online node this process may place memory on), so a heap found here is the
-  // one the slow path would use. Threads on other nodes (a CPU of a memory-less node, a node
-  // outside the cpuset's mems) keep taking the slow path, which picks the nearest allowed
-  // node. Without this path every allocation of a Local arena went to jemalloc while its
-  // frees filled a front cache nothing took from (bench/RESULTS.md, "Code history").
+  // A node's heap exists only once the slow path has chosen that node, and it chooses only
+  // online nodes this process may place memory on, so for a thread running on that node the
+  // heap found here is the one the slow path would use. Threads on a node without a heap (a
+  // CPU of a memory-less node, a node outside the cpuset's mems) keep taking the slow path,
+  // which picks the nearest allowed node. Without this path every allocation of a Local
+  // arena went to jemalloc while its frees filled a front cache nothing took from
+  // (bench/RESULTS.md, "Code history").
   const int node = os::CurrentNodeFast();
   const int heap =
       node >= 0 && node < node_heap_count_ ? node_heaps_[node].load(std::memory_order_acquire) : -1;
