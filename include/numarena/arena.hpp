@@ -203,14 +203,17 @@ class Arena {
   // unique minimal allocation. Allocations of 2 MiB and more are 2 MiB aligned.
   // Thread-safe; never throws.
   void* allocate(std::size_t size, std::size_t alignment = alignof(std::max_align_t)) noexcept {
-    if (has_fast_path_ && alignment - 1 < alignof(std::max_align_t) &&
-        (alignment & (alignment - 1)) == 0) {
-      size = arena_internal::RequestSize(size, alignment);
-      if (size - 1 < kFastLimit) {
-        if (void* p = arena_internal::AllocateFromThreadCaches(primary_heap_, size)) return p;
-        if (arena_internal::front_caches[primary_heap_] != nullptr) {
-          return AllocateAfterFastMiss(size);
+    if (alignment - 1 < alignof(std::max_align_t) && (alignment & (alignment - 1)) == 0) {
+      if (has_fast_path_) {
+        size = arena_internal::RequestSize(size, alignment);
+        if (size - 1 < kFastLimit) {
+          if (void* p = arena_internal::AllocateFromThreadCaches(primary_heap_, size)) return p;
+          if (arena_internal::front_caches[primary_heap_] != nullptr) {
+            return AllocateAfterFastMiss(size);
+          }
         }
+      } else if (local_fast_path_) {
+        return AllocateLocal(size, alignment);
       }
     }
     return AllocateSlow(size, alignment);
@@ -270,6 +273,9 @@ class Arena {
   void* AllocateSlow(std::size_t size, std::size_t alignment) noexcept;
   // The fast path's mallocx on the primary heap just failed (its hooks said why).
   void* AllocateAfterFastMiss(std::size_t size) noexcept;
+  // Local's fast path: the front cache of the heap of the calling thread's node, once that
+  // heap exists; the slow path otherwise (and on any miss jemalloc cannot serve).
+  void* AllocateLocal(std::size_t size, std::size_t alignment) noexcept;
   void* AllocateWithFallback(std::size_t size, std::size_t alignment, bool primary_tried,
                              Status* error) noexcept;
   void* AllocateOnHeap(int heap, std::size_t size, std::size_t alignment, Status* error) noexcept;
@@ -280,8 +286,9 @@ class Arena {
 
   Policy policy_;
   ArenaOptions options_;
-  int primary_heap_ = 0;        // heap of the fast path
-  bool has_fast_path_ = false;  // false for Local, which picks a heap per call
+  int primary_heap_ = 0;          // heap of the fast path
+  bool has_fast_path_ = false;    // false for Local, which picks a heap per call
+  bool local_fast_path_ = false;  // Local: AllocateLocal picks the heap of the caller's node
   // Preferred / Local: heap per node (-1 = not created yet), indexed by node id.
   std::atomic<int>* node_heaps_ = nullptr;
   int node_heap_count_ = 0;

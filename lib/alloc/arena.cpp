@@ -278,7 +278,9 @@ Status Arena::Init() {
       return absl::OkStatus();
     }
     case PolicyKind::kPreferred:
+      break;
     case PolicyKind::kLocal:
+      local_fast_path_ = true;
       break;
     case PolicyKind::kTarget:  // ForPolicy resolves targets; an arena never holds one
       return absl::InternalError("arena: unresolved memory-target policy");
@@ -450,6 +452,31 @@ void* Arena::AllocateWithFallback(std::size_t size, std::size_t alignment, bool 
       break;
   }
   return nullptr;
+}
+
+void* Arena::AllocateLocal(std::size_t size, std::size_t alignment) noexcept {
+  // A node's heap exists only once the slow path has chosen that node, and it chooses only
+  // online nodes this process may place memory on, so for a thread running on that node the
+  // heap found here is the one the slow path would use. Threads on a node without a heap (a
+  // CPU of a memory-less node, a node outside the cpuset's mems) keep taking the slow path,
+  // which picks the nearest allowed node. Without this path every allocation of a Local
+  // arena went to jemalloc while its frees filled a front cache nothing took from
+  // (bench/RESULTS.md, "Code history").
+  const int node = os::CurrentNodeFast();
+  const int heap =
+      node >= 0 && node < node_heap_count_ ? node_heaps_[node].load(std::memory_order_acquire) : -1;
+  if (heap >= 0) {
+    const std::size_t request = arena_internal::RequestSize(size, alignment);
+    if (request - 1 < kFastLimit) {
+      if (void* p = arena_internal::AllocateFromThreadCaches(heap, request)) return p;
+      // jemalloc failed: it may have stopped between two hooks.
+      if (arena_internal::front_caches[heap] != nullptr) EndHeapGrowWindow();
+    }
+  }
+  // No heap or front cache yet, a size the front cache does not serve, or jemalloc could
+  // not allocate: the slow path makes what is missing, or retries (after purging a full
+  // node's dirty pages) and records the reason of a failure.
+  return AllocateSlow(size, alignment);
 }
 
 void* Arena::AllocateSlow(std::size_t size, std::size_t alignment) noexcept {

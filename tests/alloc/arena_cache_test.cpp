@@ -599,3 +599,22 @@ TEST_CASE("a new heap's jemalloc metadata block is not made of huge pages") {
   }
   for (void* p : blocks) numarena::deallocate(p);
 }
+
+TEST_CASE("a Local arena's allocations come from the front cache its frees fill") {
+  // Local picks the heap of the calling thread's node on each call; once that heap and this
+  // thread's front cache for it exist, the object freed last is the next one handed out, as
+  // in a Bind arena, instead of every allocation going to jemalloc while the frees pile up
+  // in a cache nothing takes from.
+  Arena* local = Get(Policy::Local());
+  for (std::size_t bytes : {std::size_t{48}, std::size_t{1000}, 4 * kKiB, 64 * kKiB, kMiB}) {
+    INFO(bytes << " bytes");
+    numarena::deallocate(local->allocate(bytes));  // the node's heap and this thread's cache
+    void* p = local->allocate(bytes);
+    REQUIRE(p != nullptr);
+    CHECK(numarena::node_of(p) == 0);
+    numarena::deallocate(p);
+    void* q = local->allocate(bytes);
+    CHECK(q == p);
+    numarena::deallocate(q);
+  }
+}

@@ -7,8 +7,11 @@
  *                               "pages=T node0=C0 node1=C1 ... errors=E owned=O" (O: 1 when
  *                               numarena_owns(), found with dlsym, says every block is
  *                               numarena's; 0 when it is missing or says no)
- *   heap_probe local N:CPU ...  per pair a thread pinned to CPU allocates and writes 16 MiB and
- *                               reports "thread node=N pages=T on_node=C errors=E"
+ *   heap_probe local N:CPU ...  per pair a thread pinned to CPU allocates and writes 16 MiB,
+ *                               and 256 x 3000 bytes after it filled its cache of small
+ *                               objects on the next pair's CPU (so a Local heap that followed
+ *                               the thread's earlier CPU would show), and reports
+ *                               "thread node=N pages=T on_node=C errors=E"
  *   heap_probe exhaust MIB      mallocs and writes MIB-sized blocks until malloc returns NULL,
  *                               then "refused after=A MiB errno=ENOMEM" (or errno=<number>) and
  *                               exit 0; exit 1 if nothing was refused after 64 GiB
@@ -105,16 +108,41 @@ static int place(void) {
 typedef struct local_arg {
   int node;
   int cpu;
+  int other_cpu; /* the next pair's CPU (its own when alone) */
   int failed;
   counts c;
 } local_arg;
 
-static void* local_thread(void* raw) {
-  local_arg* arg = raw;
+static int pin(int cpu) {
   cpu_set_t set;
   CPU_ZERO(&set);
-  CPU_SET(arg->cpu, &set);
-  if (sched_setaffinity(0, sizeof set, &set) != 0) { perror("heap_probe: sched_setaffinity"); arg->failed = 1; return NULL; }
+  CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof set, &set) != 0) { perror("heap_probe: sched_setaffinity"); return -1; }
+  return 0;
+}
+
+#define SMALL_COUNT 256
+#define SMALL_BYTES 3000
+
+static void* local_thread(void* raw) {
+  local_arg* arg = raw;
+  void* small[SMALL_COUNT];
+  /* Small objects allocated and freed on the other CPU's node stay in this thread's cache for
+   * that node's heap; back on its own CPU, the thread's next ones must come from its node. */
+  if (pin(arg->other_cpu) != 0) { arg->failed = 1; return NULL; }
+  for (int i = 0; i < SMALL_COUNT; ++i) small[i] = malloc(SMALL_BYTES);
+  for (int i = 0; i < SMALL_COUNT; ++i) free(small[i]);
+  if (pin(arg->cpu) != 0) { arg->failed = 1; return NULL; }
+  for (int i = 0; i < SMALL_COUNT; ++i) {
+    small[i] = malloc(SMALL_BYTES);
+    if (small[i] == NULL) { perror("heap_probe: malloc small"); arg->failed = 1; return NULL; }
+    memset(small[i], 4, SMALL_BYTES);
+  }
+  for (int i = 0; i < SMALL_COUNT; ++i) {
+    if (count_pages(small[i], SMALL_BYTES, &arg->c) != 0) arg->failed = 1;
+    if (owns != NULL && !owns(small[i])) arg->failed = 1;
+  }
+  for (int i = 0; i < SMALL_COUNT; ++i) free(small[i]);
   const size_t size = (size_t)16 << 20;
   char* p = malloc(size);
   if (p == NULL) { perror("heap_probe: malloc 16 MiB"); arg->failed = 1; return NULL; }
@@ -138,6 +166,7 @@ static int local(int argc, char** argv) {
   /* One after another: each thread alone on its CPU, so the pages cannot be another's. */
   for (int i = 0; i < n; ++i) {
     pthread_t thread;
+    args[i].other_cpu = args[(i + 1) % n].cpu;
     if (pthread_create(&thread, NULL, local_thread, &args[i]) != 0) return 1;
     pthread_join(thread, NULL);
     if (args[i].failed) return 1;
