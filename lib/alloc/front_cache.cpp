@@ -19,9 +19,9 @@
 // (larson-like, or remote frees arriving), walks its list up and down, and every full list
 // used to grow; the limits ratcheted up to the bound, 4 MiB of RSS per thread and heap. A
 // medium list (above 4 KiB) holds about 1 MiB (2 to 32 objects), and all medium lists of one
-// cache together at most Bounds::medium (4 MiB). When a list cannot grow, or the medium bound is full, half of that
-// list goes to the heap's depot at once (and, if the bound is still short, the largest medium
-// lists), not one object per free. Cached objects stay committed and charged to the capacity
+// cache together at most Bounds::medium (4 MiB). When a list cannot grow, or the medium bound
+// is full, half of that list goes to the heap's depot at once (and, if the bound is still
+// short, the largest medium lists), not one object per free. Cached objects stay committed and charged to the capacity
 // gate, so with a gate installed the bounds are smaller (1 MiB of growth, 1 MiB of medium
 // objects), and when the gate says a node of the heap is under pressure
 // (CapacityGate::CachesShouldShrink; a Budget from its warn line on) the small lists go back
@@ -48,8 +48,8 @@
 #include <mutex>
 #include <new>
 
-#include "alloc/jemalloc_heap.hpp"
 #include "alloc/depot.hpp"
+#include "alloc/jemalloc_heap.hpp"
 #include "alloc/node_pages.hpp"
 #include "numarena/arena.hpp"
 
@@ -82,7 +82,7 @@ constexpr Bounds kUngatedBounds{4 * kMiB, 4 * kMiB, 128 * kMiB};  // no capacity
 constexpr Bounds kGatedBounds{1 * kMiB, 1 * kMiB, 32 * kMiB};     // a gate, no pressure
 constexpr Bounds kPressedBounds{0, kMiB / 4, 0};  // the gate presses a node of the heap
 
-// What a front cache takes from its heap: sizeof(FrontCache) (1040 bytes) rounded up to a
+// What a front cache takes from its heap: sizeof(FrontCache) (1560 bytes) rounded up to a
 // class whose jemalloc slab is one page; the 1280-byte class's slabs are five.
 constexpr std::size_t kFrontCacheAllocation = 2048;
 static_assert(sizeof(FrontCache) <= kFrontCacheAllocation);

@@ -34,6 +34,27 @@ std::size_t PagesOffNode(const void* p, std::size_t size, int node) {
   return wrong;
 }
 
+// `count` objects of `size` from `arena`, each written with `fill`; how many of their pages
+// are not on `node`, and how many of them are in `freed`. Failed allocations are left out.
+struct Taken {
+  std::vector<void*> objects;
+  std::size_t pages_off_node = 0;
+  std::size_t from_freed = 0;
+};
+Taken TakeAndWrite(Arena* arena, std::size_t size, int count, int node,
+                   const std::set<void*>& freed, int fill) {
+  Taken taken;
+  for (int i = 0; i < count; ++i) {
+    void* p = arena->allocate(size);
+    if (p == nullptr) continue;
+    std::memset(p, fill, size);
+    taken.pages_off_node += PagesOffNode(p, size, node);
+    taken.from_freed += freed.count(p);
+    taken.objects.push_back(p);
+  }
+  return taken;
+}
+
 TEST_CASE("medium and large objects freed on another node's CPU return only to their arena") {
   const auto& lab = lab::Expected();
   for (const auto& a : lab.nodes) {
@@ -66,25 +87,14 @@ TEST_CASE("medium and large objects freed on another node's CPU return only to t
               }
             }
             const std::set<void*> freed_set(freed.begin(), freed.end());
-            std::vector<void*> from_b, from_a;
-            for (int i = 0; i < count; ++i) {
-              void* p = arena_b->allocate(size);
-              if (p == nullptr) continue;
-              std::memset(p, 0x6b, size);
-              wrong_b += PagesOffNode(p, size, b.id);
-              b_got_freed += freed_set.count(p);
-              from_b.push_back(p);
-            }
-            for (int i = 0; i < count; ++i) {
-              void* p = arena_a->allocate(size);
-              if (p == nullptr) continue;
-              std::memset(p, 0x7c, size);
-              wrong_a += PagesOffNode(p, size, a.id);
-              a_reused += freed_set.count(p);
-              from_a.push_back(p);
-            }
-            for (void* p : from_b) deallocate(p);
-            for (void* p : from_a) deallocate(p);
+            const Taken from_b = TakeAndWrite(arena_b, size, count, b.id, freed_set, 0x6b);
+            const Taken from_a = TakeAndWrite(arena_a, size, count, a.id, freed_set, 0x7c);
+            wrong_b = from_b.pages_off_node;
+            b_got_freed = from_b.from_freed;
+            wrong_a = from_a.pages_off_node;
+            a_reused = from_a.from_freed;
+            for (void* p : from_b.objects) deallocate(p);
+            for (void* p : from_a.objects) deallocate(p);
             // This thread's caches go back when it exits; the large cache when purged.
             arena_a->purge();
             arena_b->purge();
@@ -127,16 +137,10 @@ TEST_CASE("a batch freed on another node's CPU waits in its arena's depot, not t
         std::thread remote([&] {
           lab::PinnedTo pin(b.cpus);
           for (void* p : batch) deallocate(p);
-          std::vector<void*> from_b;
-          for (int i = 0; i < kCount; ++i) {
-            void* p = arena_b->allocate(kSize);
-            if (p == nullptr) continue;
-            std::memset(p, 0x6b, kSize);
-            wrong_b += PagesOffNode(p, kSize, b.id);
-            b_got_freed += freed.count(p);
-            from_b.push_back(p);
-          }
-          for (void* p : from_b) deallocate(p);
+          const Taken from_b = TakeAndWrite(arena_b, kSize, kCount, b.id, freed, 0x6b);
+          wrong_b = from_b.pages_off_node;
+          b_got_freed = from_b.from_freed;
+          for (void* p : from_b.objects) deallocate(p);
           arena_b->purge();
         });
         remote.join();  // the remote thread's own caches go back to jemalloc as it exits
@@ -144,19 +148,12 @@ TEST_CASE("a batch freed on another node's CPU waits in its arena's depot, not t
         CHECK(b_got_freed == 0);
         const std::size_t cached = arena_a->stats().cached;
         CHECK(cached >= (kCount - 8) * kSize);
-        std::size_t wrong_a = 0, a_reused = 0;
-        std::vector<void*> again;
-        for (int i = 0; i < kCount; ++i) {
-          void* p = arena_a->allocate(kSize);
-          REQUIRE(p != nullptr);
-          std::memset(p, 0x7c, kSize);
-          wrong_a += PagesOffNode(p, kSize, a.id);
-          a_reused += freed.count(p);
-          again.push_back(p);
-        }
-        CHECK(wrong_a == 0);
-        CHECK(a_reused * kSize >= cached);  // everything the depot kept came back from A
-        for (void* p : again) deallocate(p);
+        const Taken again = TakeAndWrite(arena_a, kSize, kCount, a.id, freed, 0x7c);
+        REQUIRE(again.objects.size() == static_cast<std::size_t>(kCount));
+        CHECK(again.pages_off_node == 0);
+        // Everything the depot kept came back from A.
+        CHECK(again.from_freed * kSize >= cached);
+        for (void* p : again.objects) deallocate(p);
         arena_a->purge();
         CHECK(arena_a->stats().cached == 0);
       }
