@@ -18,7 +18,7 @@ rounds="${3:-3}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 mkdir -p "$out"
 peers='(numarena_arena|numarena_arena_sized|jemalloc_malloc|jemalloc_arena|mimalloc|memkind_node|glibc_malloc|tcmalloc)'
-short="^(alloc_free_(64KiB|2MiB)|producer_consumer|batch_small_random|batch_large_random|larson_like|realloc_growth)/$peers/"
+short="^(alloc_free_(64KiB|2MiB)|producer_consumer|batch_small_random|batch_large_random|batch_aligned64_random|larson_like|realloc_growth)/$peers/"
 tensors="^tensor_loop/$peers/"
 {
   echo "started $(date -u +%FT%TZ) on $(uname -n): $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), Linux $(uname -r)"

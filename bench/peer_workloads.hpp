@@ -29,6 +29,11 @@
 //   batch_small_random    8192 sizes uniform in 16-512 B allocated, then freed in a random
 //                         order (sizes and order fixed by a seed, the same for every peer)
 //   batch_large_random    512 sizes uniform in 4-256 KiB, the same way
+//   batch_aligned64_random  2048 sizes log-uniform in 64 B-256 KiB, each 64-byte aligned
+//                         (posix_memalign(64): how PyTorch and most tensor runtimes ask),
+//                         the same way; peers that implement
+//                           static void* AllocateAligned(std::size_t alignment, std::size_t bytes);
+//                           static void FreeAligned(void* p, std::size_t bytes, std::size_t alignment);
 //   larson_like           threads:2 and threads:8 (more threads than this machine's CPUs):
 //                         each thread keeps 1024 live objects of 16-512 B and replaces a
 //                         random one per step; 1 step in 32 hands the victim to the next
@@ -406,6 +411,36 @@ inline const SizeBatch& LargeBatch() {
   return b;
 }
 
+// Sizes log-uniform in [min_bytes, max_bytes]: as many small objects as large ones.
+inline SizeBatch MakeLogSizeBatch(std::size_t count, std::size_t min_bytes, std::size_t max_bytes,
+                                  std::uint64_t seed) {
+  SizeBatch b = MakeSizeBatch(count, min_bytes, max_bytes, seed);
+  std::uint64_t state = seed ^ 0x5851F42D4C957F2DULL;
+  const double span = std::log(static_cast<double>(max_bytes) / static_cast<double>(min_bytes));
+  b.live_bytes = 0;
+  for (std::size_t& bytes : b.sizes) {
+    const double u = static_cast<double>(NextRandom(state) >> 11) / 9007199254740992.0;  // [0,1)
+    bytes = static_cast<std::size_t>(static_cast<double>(min_bytes) * std::exp(u * span));
+    if (bytes < min_bytes) bytes = min_bytes;
+    if (bytes > max_bytes) bytes = max_bytes;
+    b.live_bytes += static_cast<double>(bytes);
+  }
+  return b;
+}
+
+inline constexpr std::size_t kTensorAlignment = 64;
+inline const SizeBatch& AlignedBatch() {
+  static const SizeBatch b = MakeLogSizeBatch(2048, 64, 256 * 1024, 0x2545F4914F6CDD1DULL);
+  return b;
+}
+
+// Peer's aligned allocation as a peer of its own, for the batch workloads.
+template <typename Peer>
+struct Aligned64 {
+  static void* Allocate(std::size_t bytes) { return Peer::AllocateAligned(kTensorAlignment, bytes); }
+  static void Free(void* p, std::size_t bytes) { Peer::FreeAligned(p, bytes, kTensorAlignment); }
+};
+
 template <typename Peer>
 bool BatchOnce(benchmark::State& state, const SizeBatch& batch, std::vector<void*>& live) {
   for (std::size_t i = 0; i < batch.sizes.size(); ++i) {
@@ -693,6 +728,14 @@ void RegisterServerWorkloads(const std::string& name) {
   add("batch_large_random/" + name, [name](benchmark::State& s) {
     RandomBatch<Peer>(s, LargeBatch(), "batch_large_random/" + name);
   })->Threads(1);
+  if constexpr (requires(void* p) {
+                  Peer::AllocateAligned(kTensorAlignment, 1);
+                  Peer::FreeAligned(p, 1, kTensorAlignment);
+                }) {
+    add("batch_aligned64_random/" + name, [name](benchmark::State& s) {
+      RandomBatch<Aligned64<Peer>>(s, AlignedBatch(), "batch_aligned64_random/" + name);
+    })->Threads(1);
+  }
   add("larson_like/" + name, [name](benchmark::State& s) {
     LarsonLike<Peer>(s, "larson_like/" + name + "/" + std::to_string(s.threads()));
   })->Threads(2)->Threads(kLarsonMaxThreads);

@@ -66,6 +66,10 @@ struct NumarenaArena {
   static void* Realloc(void* p, std::size_t, std::size_t bytes) {
     return numarena_realloc(g_node_c_arena, p, bytes);
   }
+  static void* AllocateAligned(std::size_t alignment, std::size_t bytes) {
+    return g_node_arena->allocate(bytes, alignment);
+  }
+  static void FreeAligned(void* p, std::size_t, std::size_t) { numarena::deallocate(p); }
 };
 // The sized peer has an arena of its own (Arena::Create), so that its rows start from a heap
 // only its own earlier rows used, as every other peer's do: on the shared arena they ran
@@ -77,6 +81,12 @@ struct NumarenaArenaSized {
   static void Free(void* p, std::size_t bytes) { numarena::deallocate(p, bytes); }
   static void* Realloc(void* p, std::size_t, std::size_t bytes) {
     return numarena_realloc(g_node_c_arena, p, bytes);
+  }
+  static void* AllocateAligned(std::size_t alignment, std::size_t bytes) {
+    return g_sized_arena->allocate(bytes, alignment);
+  }
+  static void FreeAligned(void* p, std::size_t bytes, std::size_t alignment) {
+    numarena::deallocate(p, bytes, alignment);
   }
 };
 
@@ -148,6 +158,11 @@ struct JemallocMalloc {
   static void* Allocate(std::size_t bytes) { return std::malloc(bytes); }
   static void Free(void* p, std::size_t) { std::free(p); }
   static void* Realloc(void* p, std::size_t, std::size_t bytes) { return std::realloc(p, bytes); }
+  static void* AllocateAligned(std::size_t alignment, std::size_t bytes) {
+    void* p = nullptr;
+    return posix_memalign(&p, alignment, bytes) == 0 ? p : nullptr;
+  }
+  static void FreeAligned(void* p, std::size_t, std::size_t) { std::free(p); }
 };
 
 int g_jemalloc_arena_flags = 0;
@@ -157,6 +172,10 @@ struct JemallocArena {
   static void* Realloc(void* p, std::size_t, std::size_t bytes) {
     return rallocx(p, bytes, g_jemalloc_arena_flags);
   }
+  static void* AllocateAligned(std::size_t alignment, std::size_t bytes) {
+    return mallocx(bytes, g_jemalloc_arena_flags | MALLOCX_ALIGN(alignment));
+  }
+  static void FreeAligned(void* p, std::size_t, std::size_t) { dallocx(p, 0); }
 };
 
 // ---- mimalloc (dlopen) -------------------------------------------------------------------
@@ -164,10 +183,15 @@ struct JemallocArena {
 void* (*g_mi_malloc)(std::size_t) = nullptr;
 void (*g_mi_free)(void*) = nullptr;
 void* (*g_mi_realloc)(void*, std::size_t) = nullptr;
+void* (*g_mi_malloc_aligned)(std::size_t, std::size_t) = nullptr;
 struct Mimalloc {
   static void* Allocate(std::size_t bytes) { return g_mi_malloc(bytes); }
   static void Free(void* p, std::size_t) { g_mi_free(p); }
   static void* Realloc(void* p, std::size_t, std::size_t bytes) { return g_mi_realloc(p, bytes); }
+  static void* AllocateAligned(std::size_t alignment, std::size_t bytes) {
+    return g_mi_malloc_aligned(bytes, alignment);
+  }
+  static void FreeAligned(void* p, std::size_t, std::size_t) { g_mi_free(p); }
 };
 
 // ---- memkind -----------------------------------------------------------------------------
@@ -179,6 +203,11 @@ struct MemkindNode {
   static void* Realloc(void* p, std::size_t, std::size_t bytes) {
     return memkind_realloc(g_memkind, p, bytes);
   }
+  static void* AllocateAligned(std::size_t alignment, std::size_t bytes) {
+    void* p = nullptr;
+    return memkind_posix_memalign(g_memkind, &p, alignment, bytes) == 0 ? p : nullptr;
+  }
+  static void FreeAligned(void* p, std::size_t, std::size_t) { memkind_free(g_memkind, p); }
 };
 
 // ---- libnuma -----------------------------------------------------------------------------
@@ -312,7 +341,10 @@ int RegisterAll() {
     g_mi_free = reinterpret_cast<void (*)(void*)>(dlsym(mimalloc, "mi_free"));
     g_mi_realloc =
         reinterpret_cast<void* (*)(void*, std::size_t)>(dlsym(mimalloc, "mi_realloc"));
-    if (g_mi_malloc != nullptr && g_mi_free != nullptr && g_mi_realloc != nullptr) {
+    g_mi_malloc_aligned = reinterpret_cast<void* (*)(std::size_t, std::size_t)>(
+        dlsym(mimalloc, "mi_malloc_aligned"));
+    if (g_mi_malloc != nullptr && g_mi_free != nullptr && g_mi_realloc != nullptr &&
+        g_mi_malloc_aligned != nullptr) {
       RegisterPeer<Mimalloc>("mimalloc");
       RegisterServerWorkloads<Mimalloc>("mimalloc");
     }

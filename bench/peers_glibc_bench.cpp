@@ -22,6 +22,11 @@ struct LibcMalloc {
   static void* Allocate(std::size_t bytes) { return std::malloc(bytes); }
   static void Free(void* p, std::size_t) { std::free(p); }
   static void* Realloc(void* p, std::size_t, std::size_t bytes) { return std::realloc(p, bytes); }
+  static void* AllocateAligned(std::size_t alignment, std::size_t bytes) {
+    void* p = nullptr;
+    return posix_memalign(&p, alignment, bytes) == 0 ? p : nullptr;
+  }
+  static void FreeAligned(void* p, std::size_t, std::size_t) { std::free(p); }
 };
 
 const int registered = [] {

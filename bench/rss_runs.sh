@@ -27,5 +27,5 @@ for program in peers_bench peers_glibc_bench peers_tcmalloc_bench; do
     NUMARENA_BENCH_RSS_MODE=1 "$build/bench/$program" --benchmark_filter="^${name//./\\.}\$" \
       --benchmark_out="$out/$program.$n.json" --benchmark_out_format=json >/dev/null
   done < <("$build/bench/$program" --benchmark_list_tests \
-             --benchmark_filter="^(batch_small_random|batch_large_random|larson_like)/($peers)/" 2>/dev/null)
+             --benchmark_filter="^(batch_small_random|batch_large_random|batch_aligned64_random|larson_like)/($peers)/" 2>/dev/null)
 done

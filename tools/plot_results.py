@@ -251,6 +251,7 @@ TARGET_ROWS = [
     ("alloc_free_2MiB", 1, "2 MiB alloc+free pair"),
     ("batch_small_random", 1, "8192 random sizes 16-512 B, random free order"),
     ("batch_large_random", 1, "512 random sizes 4-256 KiB, random free order"),
+    ("batch_aligned64_random", 1, "2048 random sizes 64 B-256 KiB, 64-byte aligned, random order"),
     ("larson_like", 2, "larson-like, 2 threads, 1/32 remote frees"),
     ("producer_consumer", 2, "producer/consumer (allocate on one thread, free on the other)"),
     ("larson_like", 8, "larson-like, 8 threads on 2 CPUs"),

@@ -200,7 +200,10 @@ class Arena {
   // `size` bytes aligned to `alignment` (a power of two), or nullptr with the reason in
   // last_allocation_error(). Every size is aligned, the smallest too: a request of up to 8
   // bytes with alignment 16 (the default) is served from the 16-byte class. size 0 gives a
-  // unique minimal allocation. Allocations of 2 MiB and more are 2 MiB aligned.
+  // unique minimal allocation. Allocations of 2 MiB and more are 2 MiB aligned. An alignment
+  // of up to 64 bytes for sizes up to 1.75 MiB, or of up to 4 KiB for sizes up to 4 KiB, is
+  // served from the same thread caches as the default alignment (from the size class of
+  // `size` rounded up to `alignment`); larger ones take jemalloc's aligned path.
   // Thread-safe; never throws.
   void* allocate(std::size_t size, std::size_t alignment = alignof(std::max_align_t)) noexcept {
     if (alignment - 1 < alignof(std::max_align_t) && (alignment & (alignment - 1)) == 0) {
@@ -271,6 +274,9 @@ class Arena {
 
   [[nodiscard]] Status Init();
   void* AllocateSlow(std::size_t size, std::size_t alignment) noexcept;
+  // An alignment above alignof(max_align_t) that the caches can serve for this size (see
+  // arena_internal::AlignedCachedRequest): from the calling thread's caches, or nullptr.
+  void* AllocateAlignedFromCaches(std::size_t size, std::size_t alignment) noexcept;
   // The fast path's mallocx on the primary heap just failed (its hooks said why).
   void* AllocateAfterFastMiss(std::size_t size) noexcept;
   // Local's fast path: the front cache of the heap of the calling thread's node, once that
@@ -346,6 +352,14 @@ inline void deallocate(void* p, std::size_t size,
     if (heap >= 0 && size - 1 < arena_internal::kFrontMaxCached) {
       if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
         arena_internal::FrontPush(heap, cache, arena_internal::ClassOfRequest(size), p);
+        return;
+      }
+    }
+  } else if (alignment <= arena_internal::kMaxCachedAlignment && heap >= 0) {
+    const std::size_t request = arena_internal::AlignedCachedRequest(size, alignment);
+    if (request != 0) {
+      if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
+        arena_internal::FrontPush(heap, cache, arena_internal::ClassOfRequest(request), p);
         return;
       }
     }

@@ -479,11 +479,35 @@ void* Arena::AllocateLocal(std::size_t size, std::size_t alignment) noexcept {
   return AllocateSlow(size, alignment);
 }
 
+void* Arena::AllocateAlignedFromCaches(std::size_t size, std::size_t alignment) noexcept {
+  // An aligned request of a class whose objects are all aligned enough (tensors: 64 bytes)
+  // is a request of that class: the same caches as the fast path. Everything else, and the
+  // first request of a thread (which makes its caches), goes on to jemalloc's aligned path.
+  const std::size_t request = arena_internal::AlignedCachedRequest(size, alignment);
+  if (request == 0) return nullptr;
+  int heap = -1;
+  if (has_fast_path_) {
+    heap = primary_heap_;
+  } else if (local_fast_path_) {
+    const int node = os::CurrentNodeFast();
+    if (node >= 0 && node < node_heap_count_) {
+      heap = node_heaps_[node].load(std::memory_order_acquire);
+    }
+  }
+  if (heap < 0 || arena_internal::front_caches[heap] == nullptr) return nullptr;
+  if (void* p = arena_internal::AllocateFromThreadCaches(heap, request)) return p;
+  EndHeapGrowWindow();  // jemalloc failed: the slow path retries and records why
+  return nullptr;
+}
+
 void* Arena::AllocateSlow(std::size_t size, std::size_t alignment) noexcept {
   if (!IsPowerOfTwo(alignment)) {
     SetLastError(absl::InvalidArgumentError(absl::StrCat(
         "arena ", policy_.ToString(), ": alignment ", alignment, " is not a power of two")));
     return nullptr;
+  }
+  if (alignment > alignof(std::max_align_t) && alignment <= arena_internal::kMaxCachedAlignment) {
+    if (void* p = AllocateAlignedFromCaches(size, alignment)) return p;
   }
   if (alignment <= alignof(std::max_align_t)) size = arena_internal::RequestSize(size, alignment);
   if (size == 0) size = 1;
@@ -675,6 +699,14 @@ void DeallocateSizedSlow(void* p, std::size_t size, std::size_t alignment) noexc
   if (heap < 0 || HeapById(heap) == nullptr) NotOurs(p);
   if (checked::Enabled()) {
     checked::CheckSizedFree(p, size, alignment);
+  } else if (alignment > alignof(std::max_align_t) && alignment <= kMaxCachedAlignment &&
+             AlignedCachedRequest(size, alignment) != 0) {
+    // The class allocate's cached path uses (and jemalloc's aligned path gives) for this size
+    // and alignment.
+    if (FrontCache* cache = front_caches[heap]) {
+      FrontPush(heap, cache, ClassOfRequest(AlignedCachedRequest(size, alignment)), p);
+      return;
+    }
   } else if (size >= kLargeAlignThreshold && alignment <= kLargeAlignThreshold &&
              FrontCacheEnabled()) {
     // The recorded class, not one computed from `size`: the same for a correct sized free,

@@ -79,6 +79,26 @@ inline unsigned ClassOfRequest(std::size_t n) noexcept {
   return n <= kFrontMaxSize ? front_class_of_request[(n + 7) >> 3] : MediumClassOf(n);
 }
 
+// Alignments above alignof(max_align_t) the caches serve. An object of one of jemalloc's
+// classes up to kFrontMaxSize starts at a multiple of its class's largest power-of-two
+// divisor (capped at the page: it lives in a page-aligned slab), and the class of a size
+// rounded up to an alignment of at most 4 KiB is a multiple of that alignment. Larger
+// classes are extents that jemalloc offsets by a random multiple of 64 bytes (its
+// cache-oblivious layout), so above kFrontMaxSize only alignments up to 64 are served.
+inline constexpr std::size_t kMaxCachedAlignment = 4096;
+inline constexpr std::size_t kMaxLargeCachedAlignment = 64;
+
+// The request size whose class serves `size` bytes aligned to `alignment` (a power of two,
+// alignof(max_align_t) < alignment <= kMaxCachedAlignment) from the caches, or 0 when they
+// cannot (a size above kFrontMaxCached, or an alignment only jemalloc's aligned path gives).
+// Allocation and sized free both go through this, so a sized free names the object's class.
+inline std::size_t AlignedCachedRequest(std::size_t size, std::size_t alignment) {
+  if (size > kFrontMaxCached) return 0;  // also keeps the rounding below from overflowing
+  const std::size_t request = size == 0 ? alignment : (size + alignment - 1) & ~(alignment - 1);
+  if (request <= kFrontMaxSize) return request;
+  return alignment <= kMaxLargeCachedAlignment && request <= kFrontMaxCached ? request : 0;
+}
+
 // The class map: for every 4 KiB chunk of a granule in which a live numarena object starts,
 // 1 + the object's class (0: not recorded). One byte per chunk, one table per granule, made
 // when the granule's first object is recorded. See lib/alloc/class_map.cpp for why a chunk
