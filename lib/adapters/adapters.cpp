@@ -60,6 +60,12 @@ namespace {
 std::mutex g_resources_mutex;
 void LockResources() { g_resources_mutex.lock(); }
 void UnlockResources() { g_resources_mutex.unlock(); }
+// Set when the library is loaded, before any thread can take the lock (os/fork.hpp).
+[[maybe_unused]] const bool g_resources_fork_stage_set = [] {
+  static const os::ForkStageHandlers stage{LockResources, UnlockResources, UnlockResources};
+  os::SetForkStage(os::ForkStage::kResources, &stage);
+  return true;
+}();
 }  // namespace
 
 StatusOr<memory_resource*> policy_resource(const Policy& policy) {
@@ -70,9 +76,7 @@ StatusOr<memory_resource*> policy_resource(const Policy& policy) {
   static absl::flat_hash_map<Policy, memory_resource*>* resources = nullptr;
   std::call_once(once, [] {
     resources = new absl::flat_hash_map<Policy, memory_resource*>();
-    static const os::ForkStageHandlers stage{LockResources, UnlockResources, UnlockResources};
-    os::SetForkStage(os::ForkStage::kResources, &stage);
-    os::InstallForkHandlers();
+    os::InstallForkHandlers();  // the stage is set at load (g_resources_fork_stage_set)
   });
   std::lock_guard<std::mutex> lock(g_resources_mutex);
   if (auto it = resources->find(policy); it != resources->end()) return it->second;

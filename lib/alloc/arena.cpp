@@ -751,15 +751,20 @@ void PrepareNodeHeaps() ABSL_NO_THREAD_SAFETY_ANALYSIS { g_node_heap_mutex.Lock(
 void ParentNodeHeaps() ABSL_NO_THREAD_SAFETY_ANALYSIS { g_node_heap_mutex.Unlock(); }
 void ChildNodeHeaps() { RecreateInChild(g_node_heap_mutex); }
 
-void InstallAllocatorForkHandlers() {
+// The allocator's stages are set when the library is loaded (see os/fork.hpp for why not on
+// first use); the handler itself is installed with the registry.
+[[maybe_unused]] const bool g_allocator_fork_stages_set = [] {
   static const os::ForkStageHandlers registry{PrepareRegistry, ParentRegistry, ChildRegistry};
   static const os::ForkStageHandlers node_heaps{PrepareNodeHeaps, ParentNodeHeaps,
                                                 ChildNodeHeaps};
   os::SetForkStage(os::ForkStage::kArenaRegistry, &registry);
   os::SetForkStage(os::ForkStage::kNodeHeaps, &node_heaps);
   SetHeapForkStages();
-  os::InstallForkHandlers();
-}
+  checked::SetForkStage();
+  return true;
+}();
+
+void InstallAllocatorForkHandlers() { os::InstallForkHandlers(); }
 
 }  // namespace
 }  // namespace numarena

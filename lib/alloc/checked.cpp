@@ -96,8 +96,7 @@ void ReadSetting() {
     on = true;
   }
   if (on) {
-    g_shards = new Shard[kShards];
-    SetForkStage();
+    g_shards = new Shard[kShards];  // its fork stage is set at load (arena.cpp)
   }
   g_enabled.store(on, std::memory_order_release);
 }

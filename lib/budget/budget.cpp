@@ -854,17 +854,21 @@ std::mutex g_budgets_mutex;
 std::vector<Budget*>* g_budgets = nullptr;  // guarded by g_budgets_mutex; never freed
 }  // namespace
 
-void BudgetFork::Register(Budget* budget) {
-  static const os::ForkStageHandlers budgets{Prepare, Parent, Child};
-  static const os::ForkStageHandlers callbacks{nullptr, nullptr, ChildCallbacks};
-  {
-    std::lock_guard<std::mutex> lock(g_budgets_mutex);
-    if (g_budgets == nullptr) g_budgets = new std::vector<Budget*>();
-    g_budgets->push_back(budget);
-  }
+// Set when the library is loaded, before any thread can take these locks (os/fork.hpp).
+[[maybe_unused]] const bool g_budget_fork_stages_set = [] {
+  static const os::ForkStageHandlers budgets{BudgetFork::Prepare, BudgetFork::Parent,
+                                             BudgetFork::Child};
+  static const os::ForkStageHandlers callbacks{nullptr, nullptr, BudgetFork::ChildCallbacks};
   os::SetForkStage(os::ForkStage::kBudgets, &budgets);
   os::SetForkStage(os::ForkStage::kCallbackLocks, &callbacks);
-  os::InstallForkHandlers();
+  return true;
+}();
+
+void BudgetFork::Register(Budget* budget) {
+  os::InstallForkHandlers();  // before the first of the stage's locks is taken
+  std::lock_guard<std::mutex> lock(g_budgets_mutex);
+  if (g_budgets == nullptr) g_budgets = new std::vector<Budget*>();
+  g_budgets->push_back(budget);
 }
 
 void BudgetFork::Unregister(Budget* budget) {

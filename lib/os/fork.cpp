@@ -63,6 +63,10 @@ void SetForkStage(ForkStage stage, const ForkStageHandlers* handlers) {
   g_stages[static_cast<int>(stage)].store(handlers, std::memory_order_release);
 }
 
+const ForkStageHandlers* ForkStageOf(ForkStage stage) {
+  return g_stages[static_cast<int>(stage)].load(std::memory_order_acquire);
+}
+
 void InstallForkHandlers() {
   // pthread_once underneath: unlike a function-local static's guard, glibc's pthread_once
   // recovers in a child whose fork() interrupted another thread's call.

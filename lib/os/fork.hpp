@@ -52,10 +52,19 @@ struct ForkStageHandlers {
   void (*child)() = nullptr;
 };
 
-// Sets the handlers of `stage` (a pointer to a constant that lives for ever). Call before the
-// locks the stage takes are first used, then InstallForkHandlers(). A fork that starts while a
-// stage is being set uses the handlers it saw in prepare for all three steps.
+// Sets the handlers of `stage` (a pointer to a constant that lives for ever). Call it from the
+// static initialization of the file that owns the stage's locks, so that the stage is set
+// before any thread can take them, and call InstallForkHandlers() before the first of them is
+// taken. A stage set lazily can be missed: once the handler is installed (by any other
+// stage's first use), a fork on one thread may run prepare just before another thread sets
+// the stage and takes its lock, and the child then inherits the lock taken (a TSan run caught
+// exactly that with the heap creation lock, 2026-12-02). A fork that starts while a stage is
+// being set uses the handlers it saw in prepare for all three steps.
 void SetForkStage(ForkStage stage, const ForkStageHandlers* handlers);
+
+// The handlers of `stage`, nullptr when none are set (tests check that every stage of the
+// layers linked in is set at load).
+const ForkStageHandlers* ForkStageOf(ForkStage stage);
 
 // Registers numarena's pthread_atfork handler, after initializing jemalloc (see above). Once
 // per process; later calls return at once. If pthread_atfork fails (ENOMEM) it says so on
