@@ -12,9 +12,7 @@
 // numarena's node page provider (lib/alloc/node_pages.hpp). Every provider span lies in a virtual
 // address range reserved for that arena's placement, so the owner of any numarena pointer,
 // and its node, is an O(1) table lookup: `numarena::deallocate(p)` needs no arena or node,
-// and `node_of(p)` makes no system call. Small objects go through a jemalloc thread cache
-// that belongs to one (thread, arena) pair only, so an object freed into node 0's arena is
-// never handed to a caller of node 1's arena. In front of that cache sits numarena's own
+// and `node_of(p)` makes no system call. Objects below 2 MiB go through numarena's own
 // front cache (lib/alloc/front_cache.cpp; the state the inline paths read is in
 // numarena/internal/arena_fast_path.hpp): per (thread, arena), per size class up to 1.75 MiB,
 // a list of freed objects (about 32 KiB per class up to 4 KiB; above that about 1 MiB per class
@@ -50,14 +48,12 @@
 // The class map that unsized frees read (lib/alloc/class_map.cpp; one byte per 4 KiB of the
 // arena's address space in which objects start) prefers the arena's node but is not
 // charged: its pages are faulted in by stores on the allocation fast path.
-// jemalloc also allocates for a heap outside its extent hooks: an explicit thread cache per
-// (thread, heap) in its default arena, a new jemalloc arena's statistics and the leaves of
+// jemalloc also allocates for a heap outside its extent hooks: a new jemalloc arena's statistics and the leaves of
 // its extent map when the heap's address space grows. numarena has jemalloc do that with the
 // calling thread's memory policy preferring the heap's node (restored exactly afterwards),
 // so those pages land there too; jemalloc offers no way to charge them, so they are placed
 // but not charged. Not placed: the few pages of its own metadata jemalloc touches after
-// numarena's hooks have returned (1-2 pages per thread's first use of an arena in the lab;
-// a thread cache's fresh pages, first touched as the cache fills, are among them),
+// numarena's hooks have returned (1-2 pages per thread's first use of an arena in the lab),
 // the process's one-time setup in its first ForPolicy call, and, now and then, a leaf of
 // jemalloc's extent map (2 MiB, one per GiB of address space it covers, shared by every
 // arena so no node is right for it) that jemalloc makes when it splits an extent it already

@@ -1,4 +1,4 @@
-// The front cache: numarena's own per-thread free lists in front of jemalloc's thread caches.
+// The front cache: numarena's own per-thread free lists, the thread cache of numarena's heaps.
 //
 // numarena must use jemalloc's explicit API (mallocx/dallocx with MALLOCX_ARENA and
 // MALLOCX_TCACHE flags) so that each object comes from, and returns to, its own node's arena.
@@ -219,7 +219,7 @@ void CreateFrontCache(int heap) noexcept {
   // on the heap's node and is charged with it, like any object of the heap. Past jemalloc's
   // thread cache, which would fill a bin with more objects of its size just for this one.
   void* memory = mallocx(kFrontCacheAllocation, UncachedFlags(heap));
-  if (memory == nullptr) return;  // no front cache: jemalloc's thread cache still serves
+  if (memory == nullptr) return;  // no front cache: this thread takes the slow paths
   auto* cache = new (memory) FrontCache();
   if (Heap* owner = HeapById(heap)) owner->front_caches.fetch_add(1, std::memory_order_relaxed);
   for (int i = 0; i < kFrontClasses; ++i) {

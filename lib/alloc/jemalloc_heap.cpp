@@ -520,9 +520,16 @@ int EnsureThreadCache(int heap) noexcept {
   // Construct this thread's SpanFailure here, outside any hook: registering a thread_local
   // destructor may allocate, and the hooks that record failures must not.
   (void)ThreadSpanFailure();
+  // With the front cache on, jemalloc's thread cache would only be a second cache behind it
+  // (the front cache holds every class jemalloc's would, and more), holding memory of its own
+  // per (thread, heap): the slots of every bin, and objects. What misses the front cache
+  // and the depot goes to the shard's bins directly. Without the front cache (checked mode,
+  // or a jemalloc with other size classes) each thread gets an explicit jemalloc cache.
   unsigned id = 0;
   size_t id_size = sizeof id;
-  if (mallctl("tcache.create", &id, &id_size, nullptr, 0) == 0) {
+  if (!checked::Enabled() && FrontCacheEnabled()) {
+    flags = MALLOCX_TCACHE_NONE;
+  } else if (mallctl("tcache.create", &id, &id_size, nullptr, 0) == 0) {
     flags = MALLOCX_TCACHE(id);
   } else {
     flags = MALLOCX_TCACHE_NONE;  // jemalloc's explicit cache table is full: uncached

@@ -255,24 +255,29 @@ TEST_CASE("frees from other threads, two threads across arenas") {
 }
 
 TEST_CASE("thread caches are destroyed when threads exit") {
-  // jemalloc has about 4k explicit thread caches; 2,500 threads x 2 arenas would exhaust
-  // them if exiting threads leaked theirs.
+  // Each thread's caches for a heap: its front cache, or in checked mode (no front cache) an
+  // explicit jemalloc thread cache, of which jemalloc has about 4k; 2,500 threads x 2 arenas
+  // would exhaust them, or pile up front caches, if exiting threads leaked theirs.
   Arena* a = Get(Policy::Bind(0));
   Arena* b = Get(Policy::Interleave({0}));
   int heap_a = numarena::arena_internal::HeapOf(a->allocate(8));
+  const int front_caches_before = numarena::HeapById(heap_a)->front_caches.load();
   std::atomic<int> uncached{0};
   for (int t = 0; t < 2500; ++t) {
     std::thread thread([&] {
       void* p = a->allocate(32);
       void* q = b->allocate(32);
       int flags = numarena::ThreadFlags(heap_a);  // in checked mode too
-      if (numarena::arena_internal::TcacheIdOf(flags) < 0) ++uncached;
+      const bool has_cache = numarena::arena_internal::front_caches[heap_a] != nullptr ||
+                             numarena::arena_internal::TcacheIdOf(flags) >= 0;
+      if (!has_cache) ++uncached;
       numarena::deallocate(p);
       numarena::deallocate(q);
     });
     thread.join();
   }
   CHECK(uncached.load() == 0);
+  CHECK(numarena::HeapById(heap_a)->front_caches.load() == front_caches_before);
 }
 
 TEST_CASE("the front cache never hands out an object smaller than asked") {
