@@ -204,10 +204,20 @@ struct ArenaOptions {
   static constexpr std::size_t kHugetlb2M = std::size_t{2} << 20;
   static constexpr std::size_t kHugetlb1G = std::size_t{1} << 30;
 
+  // jemalloc arenas ("shards") per heap: threads that use the arena spread over them, a new
+  // thread joining the least used, so threads whose requests miss numarena's caches (new
+  // memory, objects of 2 MiB and more) do not all wait for one jemalloc arena's lock. Each
+  // shard keeps partly used slabs of its own (about 0.45 MiB more resident in a 2-thread
+  // larson-like run, bench/RESULTS.md "Issue 16, round 6") and commits a 2 MiB metadata block.
+  // 0 (default): one per 4 CPUs this process may run on, at least 1; 1 to kMaxShards: that
+  // many at most; more is InvalidArgument.
+  int shards = 0;
+  static constexpr int kMaxShards = 8;
+
   friend bool operator==(const ArenaOptions&, const ArenaOptions&) = default;
   template <typename H>
   friend H AbslHashValue(H h, const ArenaOptions& o) {
-    return H::combine(std::move(h), o.hugetlb_page_bytes);
+    return H::combine(std::move(h), o.hugetlb_page_bytes, o.shards);
   }
 };
 

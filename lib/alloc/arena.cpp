@@ -192,6 +192,11 @@ StatusOr<Policy> ArenaPolicy(const Policy& policy, const ArenaOptions& options) 
         absl::StrCat("arena for ", resolved->ToString(), ": hugetlb_page_bytes ", huge,
                      " is not 0, 2 MiB (ArenaOptions::kHugetlb2M) or 1 GiB (kHugetlb1G)"));
   }
+  if (options.shards < 0 || options.shards > ArenaOptions::kMaxShards) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "arena for ", resolved->ToString(), ": shards ", options.shards, " is not 0 (one per 4 CPUs) or 1 to ",
+        ArenaOptions::kMaxShards));
+  }
   return resolved;
 }
 }  // namespace

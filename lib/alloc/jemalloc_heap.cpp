@@ -424,8 +424,13 @@ StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options)
                                HookPurgeForced, HookSplit,    HookMerge};
   heap->id = id;
   heap->pages = *pages;
+  // ArenaOptions::shards; by default one per 4 CPUs: with the front cache and the depot in
+  // front, jemalloc's arena locks are taken only on their misses.
   heap->shard_limit =
-      static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, kMaxShards));
+      options.shards > 0
+          ? std::min(options.shards, kMaxShards)
+          : static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency() / 4, 1,
+                                                  kMaxShards));
   for (std::atomic<int>& shard : heap->shard_arena) shard.store(-1, std::memory_order_relaxed);
   for (std::atomic<int>& threads : heap->shard_threads) threads.store(0, std::memory_order_relaxed);
   StatusOr<unsigned> first =

@@ -41,18 +41,17 @@
 
 namespace numarena {
 
-// jemalloc arenas per heap at most. Large allocations bypass thread caches and take their
-// arena's lock, so threads sharing one arena serialize on it; like jemalloc's own malloc,
-// which spreads threads over 4 arenas per CPU, a heap spreads its threads over up to this
-// many arenas (all with the same hooks, so the same provider and node), created when a
-// thread first needs one.
-inline constexpr int kMaxShards = 8;
+// jemalloc arenas per heap at most. What misses numarena's caches takes a jemalloc arena's
+// lock, so threads sharing one arena serialize on it; a heap spreads its threads over up to
+// ArenaOptions::shards arenas (all with the same hooks, so the same provider and node),
+// created when a thread first needs one.
+inline constexpr int kMaxShards = ArenaOptions::kMaxShards;
 
 struct Heap {
   extent_hooks_t hooks;  // first member: jemalloc hands &hooks back to every hook
   int id = -1;
   NodePages* pages = nullptr;
-  int shard_limit = 1;  // shards this heap may create: min(kMaxShards, CPUs of the process)
+  int shard_limit = 1;  // shards this heap may create (ArenaOptions::shards, resolved)
   // jemalloc arena index of each shard, -1 until created. Shard 0 exists with the heap.
   std::atomic<int> shard_arena[kMaxShards];
   // Live threads assigned to each shard: a new thread takes the least used one, so two busy

@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -350,10 +351,19 @@ TEST_CASE("purge and thread exit return front-cached objects to jemalloc") {
   CHECK(arena->stats().allocated == baseline);
 }
 
-TEST_CASE("live threads get their own jemalloc arena shard while there are CPUs for it") {
-  // Large allocations take their jemalloc arena's lock: two busy threads on one node arena
-  // must not share one. Both threads stay alive until both have been assigned.
-  Arena* arena = Get(Policy::WeightedInterleave({{0, 9}}));
+Arena* WithShards(const Policy& policy, int shards) {
+  numarena::ArenaOptions options;
+  options.shards = shards;
+  auto arena = Arena::ForPolicy(policy, options);
+  INFO(arena.status().ToString());
+  REQUIRE(arena.ok());
+  return *arena;
+}
+
+TEST_CASE("live threads get their own jemalloc arena shard while the arena has shards for it") {
+  // Large allocations take their jemalloc arena's lock: two busy threads on an arena with two
+  // shards must not share one. Both threads stay alive until both have been assigned.
+  Arena* arena = WithShards(Policy::WeightedInterleave({{0, 9}}), 2);
   int heap = numarena::arena_internal::HeapOf(arena->allocate(64));
   std::atomic<int> assigned{0};
   int jemalloc_arena[2] = {-1, -1};
@@ -369,9 +379,44 @@ TEST_CASE("live threads get their own jemalloc arena shard while there are CPUs 
   b.join();
   CHECK(jemalloc_arena[0] >= 0);
   CHECK(jemalloc_arena[1] >= 0);
-  if (std::thread::hardware_concurrency() >= 2) {
-    CHECK(jemalloc_arena[0] != jemalloc_arena[1]);
-    CHECK(arena->stats().jemalloc_arenas >= 2);
+  CHECK(jemalloc_arena[0] != jemalloc_arena[1]);
+  CHECK(arena->stats().jemalloc_arenas == 2);
+}
+
+TEST_CASE("an arena has one shard per 4 CPUs by default, and the shards option is checked") {
+  // Default: threads beyond the shard count share; here every live thread joins a shard.
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 17}}));
+  const int heap = numarena::arena_internal::HeapOf(arena->allocate(64));
+  const int expected = std::clamp<int>(static_cast<int>(std::thread::hardware_concurrency() / 4),
+                                       1, numarena::ArenaOptions::kMaxShards);
+  constexpr int kThreads = 12;
+  std::atomic<int> assigned{0};
+  std::set<int> seen;
+  std::mutex seen_mutex;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      numarena::deallocate(arena->allocate(std::size_t{1} << 20));
+      {
+        std::lock_guard<std::mutex> lock(seen_mutex);
+        seen.insert(numarena::arena_internal::ArenaIndexOf(numarena::ThreadFlags(heap)));
+      }
+      assigned.fetch_add(1);
+      while (assigned.load() < kThreads) std::this_thread::yield();
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(static_cast<int>(seen.size()) == expected);
+  CHECK(arena->stats().jemalloc_arenas == expected);
+  // The option keys the arena: the same policy with 3 shards is another arena.
+  Arena* three = WithShards(Policy::WeightedInterleave({{0, 17}}), 3);
+  CHECK(three != arena);
+  for (int shards : {-1, numarena::ArenaOptions::kMaxShards + 1}) {
+    numarena::ArenaOptions options;
+    options.shards = shards;
+    auto refused = Arena::ForPolicy(Policy::Bind(0), options);
+    CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(refused.status().message()), Catch::Contains("shards"));
   }
 }
 
@@ -427,7 +472,7 @@ TEST_CASE("memory freed into one shard makes room for another thread before a re
   // charged) in A's jemalloc arena shard, idle, with no purge. Thread B, on another shard
   // of the same arena, then needs 200 MiB. Before numarena purged its own dirty pages on a
   // refusal, B got 52 MiB and then nullptr.
-  Arena* arena = Get(Policy::WeightedInterleave({{0, 5}}));
+  Arena* arena = WithShards(Policy::WeightedInterleave({{0, 5}}), 2);
   numarena::deallocate(arena->allocate(64));  // the main thread takes the first shard
   numarena::BudgetOptions options;
   options.mode = numarena::BudgetMode::kQuota;
@@ -478,7 +523,7 @@ TEST_CASE("memory freed into one shard makes room for another thread before a re
   INFO("B got " << (got >> 20) << " MiB; " << refusal.ToString() << "; shards " << shard_a
                 << " and " << shard_b);
   CHECK(got == 200 * kMiB);
-  if (std::thread::hardware_concurrency() >= 2) CHECK(shard_a != shard_b);
+  CHECK(shard_a != shard_b);
   arena->purge();
   CHECK((*budget)->usage(0) <= 8 * kMiB);  // jemalloc's metadata blocks of the shards
 }

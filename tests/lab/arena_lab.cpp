@@ -104,12 +104,15 @@ TEST_CASE("objects freed into node A's arena are never returned by node B's aren
 TEST_CASE("threads on different shards of a node's arena place every page on that node") {
   // Each live thread joins the least used of the heap's jemalloc arenas (shards); all share
   // the node's page provider. Two workers alive together, beside the main thread that used
-  // the arena first, must get two different shards (every lab machine has 2+ CPUs), and every
-  // page either allocates, touched from the farthest node's CPUs, must be on the arena's node.
+  // the arena first, must get two different shards of an arena with 3 (ArenaOptions::shards),
+  // and every page either allocates, touched from the farthest node's CPUs, must be on the
+  // arena's node.
   const auto& lab = lab::Expected();
+  ArenaOptions three_shards;
+  three_shards.shards = 3;
   for (const auto& target : lab.nodes) {
     DYNAMIC_SECTION("node " << target.id) {
-      auto arena = Arena::ForNode(target.id);
+      auto arena = Arena::ForPolicy(Policy::Bind(target.id), three_shards);
       REQUIRE(arena.ok());
       deallocate((*arena)->allocate(64));  // the main thread takes its shard first
       std::optional<int> toucher = lab.farthest_cpu_node(target.id);

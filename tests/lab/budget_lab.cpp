@@ -326,7 +326,9 @@ TEST_CASE("system mode: memory another thread freed makes room before a refusal"
   const Nodes nodes = PickNodes();
   InstalledBudget installed;
   Budget& budget = *installed.budget;
-  Arena* arena = installed.Use(Arena::ForNode(nodes.small));
+  ArenaOptions two_shards;  // A and B on shards of their own
+  two_shards.shards = 2;
+  Arena* arena = installed.Use(Arena::ForPolicy(Policy::Bind(nodes.small), two_shards));
   numarena::deallocate(arena->allocate(64));  // the main thread takes the first shard
   REQUIRE(budget.Refresh().ok());
   const NodeBudgetSnapshot start = *budget.Snapshot().node(nodes.small);
