@@ -32,8 +32,10 @@
 //   batch_aligned64_random  2048 sizes log-uniform in 64 B-256 KiB, each 64-byte aligned
 //                         (posix_memalign(64): how PyTorch and most tensor runtimes ask),
 //                         the same way; peers that implement
-//                           static void* AllocateAligned(std::size_t alignment, std::size_t bytes);
-//                           static void FreeAligned(void* p, std::size_t bytes, std::size_t alignment);
+//                           static void* AllocateAligned(std::size_t alignment,
+//                                                        std::size_t bytes);
+//                           static void FreeAligned(void* p, std::size_t bytes,
+//                                                   std::size_t alignment);
 //   larson_like           threads:2 and threads:8 (more threads than this machine's CPUs):
 //                         each thread keeps 1024 live objects of 16-512 B and replaces a
 //                         random one per step; 1 step in 32 hands the victim to the next
@@ -437,7 +439,9 @@ inline const SizeBatch& AlignedBatch() {
 // Peer's aligned allocation as a peer of its own, for the batch workloads.
 template <typename Peer>
 struct Aligned64 {
-  static void* Allocate(std::size_t bytes) { return Peer::AllocateAligned(kTensorAlignment, bytes); }
+  static void* Allocate(std::size_t bytes) {
+    return Peer::AllocateAligned(kTensorAlignment, bytes);
+  }
   static void Free(void* p, std::size_t bytes) { Peer::FreeAligned(p, bytes, kTensorAlignment); }
 };
 

@@ -48,11 +48,11 @@
 // The class map that unsized frees read (lib/alloc/class_map.cpp; one byte per 4 KiB of the
 // arena's address space in which objects start) prefers the arena's node but is not
 // charged: its pages are faulted in by stores on the allocation fast path.
-// jemalloc also allocates for a heap outside its extent hooks: a new jemalloc arena's statistics and the leaves of
-// its extent map when the heap's address space grows. numarena has jemalloc do that with the
-// calling thread's memory policy preferring the heap's node (restored exactly afterwards),
-// so those pages land there too; jemalloc offers no way to charge them, so they are placed
-// but not charged. Not placed: the few pages of its own metadata jemalloc touches after
+// jemalloc also allocates for a heap outside its extent hooks: a new jemalloc arena's
+// statistics and the leaves of its extent map when the heap's address space grows. numarena
+// has jemalloc do that with the calling thread's memory policy preferring the heap's node
+// (restored exactly afterwards), so those pages land there too; jemalloc offers no way to
+// charge them, so they are placed but not charged. Not placed: the few pages of its own metadata jemalloc touches after
 // numarena's hooks have returned (1-2 pages per thread's first use of an arena in the lab),
 // the process's one-time setup in its first ForPolicy call, and, now and then, a leaf of
 // jemalloc's extent map (2 MiB, one per GiB of address space it covers, shared by every

@@ -193,9 +193,9 @@ StatusOr<Policy> ArenaPolicy(const Policy& policy, const ArenaOptions& options) 
                      " is not 0, 2 MiB (ArenaOptions::kHugetlb2M) or 1 GiB (kHugetlb1G)"));
   }
   if (options.shards < 0 || options.shards > ArenaOptions::kMaxShards) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "arena for ", resolved->ToString(), ": shards ", options.shards, " is not 0 (one per 4 CPUs) or 1 to ",
-        ArenaOptions::kMaxShards));
+    return absl::InvalidArgumentError(
+        absl::StrCat("arena for ", resolved->ToString(), ": shards ", options.shards,
+                     " is not 0 (one per 4 CPUs) or 1 to ", ArenaOptions::kMaxShards));
   }
   return resolved;
 }
@@ -511,7 +511,8 @@ void* Arena::AllocateSlow(std::size_t size, std::size_t alignment) noexcept {
         "arena ", policy_.ToString(), ": alignment ", alignment, " is not a power of two")));
     return nullptr;
   }
-  if (alignment > alignof(std::max_align_t) && alignment <= arena_internal::kMaxCachedAlignment) {
+  if (alignment > alignof(std::max_align_t) &&
+      alignment <= arena_internal::kMaxCachedAlignment) {
     if (void* p = AllocateAlignedFromCaches(size, alignment)) return p;
   }
   if (alignment <= alignof(std::max_align_t)) size = arena_internal::RequestSize(size, alignment);

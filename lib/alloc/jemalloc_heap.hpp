@@ -10,8 +10,9 @@
 // arena (jemalloc issues #1016, #518), so it is never used: numarena's front cache is the
 // thread cache, per (thread, heap), and calls pass MALLOCX_TCACHE_NONE. Without the front
 // cache (checked mode) each thread gets an explicit jemalloc cache per heap
-// (mallctl("tcache.create"), used with MALLOCX_TCACHE, destroyed when the thread exits). Shards of one heap share its provider, so mixing
-// between them is harmless: every object is on the heap's node.
+// (mallctl("tcache.create"), used with MALLOCX_TCACHE, destroyed when the thread exits).
+// Shards of one heap share its provider, so mixing between them is harmless: every object is
+// on the heap's node.
 //
 // Cost of a shard: jemalloc commits a 2 MiB metadata block per arena through the hooks, so
 // each shard charges 2 MiB to the capacity gate (mostly untouched, so not resident).
@@ -66,8 +67,8 @@ struct Heap {
 // preferred, not bound, so bookkeeping never OOM-kills), and its previous policy is put back
 // exactly afterwards. jemalloc allocates some memory for a heap outside the heap's extent
 // hooks, from its default arena 0 and its own metadata base, on pages first touched by the
-// calling thread: an explicit thread cache (tcache.create, checked mode), the statistics of a new arena
-// (arenas.create), the radix-tree leaves of its extent map. numarena runs the calls that make
+// calling thread: an explicit thread cache (tcache.create, checked mode), the statistics of a
+// new arena (arenas.create), the radix-tree leaves of its extent map. numarena runs the calls that make
 // those under this scope, so the pages land on the heap's node instead of the caller's.
 // Allocation-free.
 class PlacementScope {

@@ -60,6 +60,58 @@ Taken TakeAndWrite(Arena* arena, std::size_t size, int count, int node,
   return taken;
 }
 
+// What one round of the cross-node case saw: `count` objects of `size` (aligned to
+// `alignment`) allocated from arena A, freed by a thread pinned to node B's CPUs (alternately
+// unsized and sized), which then takes as many from B's arena and from A's.
+struct CrossNodeRound {
+  std::size_t wrong_a = 0;      // pages (or objects misaligned) off A's node, of A's objects
+  std::size_t wrong_b = 0;      // the same for B
+  std::size_t a_reused = 0;     // freed objects A handed out again
+  std::size_t b_got_freed = 0;  // freed objects B handed out: must be none
+};
+CrossNodeRound FreeOnOtherNode(Arena* arena_a, const lab::ExpectedNode& a, Arena* arena_b,
+                               const lab::ExpectedNode& b, std::size_t size,
+                               std::size_t alignment, int count) {
+  std::vector<void*> freed;
+  for (int i = 0; i < count; ++i) {
+    void* p = arena_a->allocate(size, alignment);
+    INFO(last_allocation_error().ToString());
+    REQUIRE(p != nullptr);
+    CHECK(reinterpret_cast<std::uintptr_t>(p) % alignment == 0);
+    std::memset(p, 0x5a, size);
+    CHECK(PagesOffNode(p, size, a.id) == 0);
+    freed.push_back(p);
+  }
+  CrossNodeRound round;
+  std::thread remote([&] {
+    lab::PinnedTo pin(b.cpus);
+    // The thread's caches for A exist first (its first request makes them), so that the
+    // frees below go into them.
+    deallocate(arena_a->allocate(size, alignment));
+    for (std::size_t i = 0; i < freed.size(); ++i) {
+      if (i % 2 == 0) {
+        deallocate(freed[i]);
+      } else {
+        deallocate(freed[i], size, alignment);
+      }
+    }
+    const std::set<void*> freed_set(freed.begin(), freed.end());
+    const Taken from_b = TakeAndWrite(arena_b, size, count, b.id, freed_set, 0x6b, alignment);
+    const Taken from_a = TakeAndWrite(arena_a, size, count, a.id, freed_set, 0x7c, alignment);
+    round.wrong_b = from_b.pages_off_node;
+    round.b_got_freed = from_b.from_freed;
+    round.wrong_a = from_a.pages_off_node;
+    round.a_reused = from_a.from_freed;
+    for (void* p : from_b.objects) deallocate(p, size, alignment);
+    for (void* p : from_a.objects) deallocate(p);
+    // This thread's caches go back when it exits; the shared caches when purged.
+    arena_a->purge();
+    arena_b->purge();
+  });
+  remote.join();
+  return round;
+}
+
 TEST_CASE("medium and large objects freed on another node's CPU return only to their arena") {
   const auto& lab = lab::Expected();
   for (const auto& a : lab.nodes) {
@@ -71,44 +123,13 @@ TEST_CASE("medium and large objects freed on another node's CPU return only to t
         for (std::size_t size : {8 * kKiB, 64 * kKiB, 256 * kKiB, 1 * kMiB, 1792 * kKiB,
                                  2 * kMiB, 8 * kMiB, 24 * kMiB}) {
           INFO("size " << size);
-          const int count = size >= 8 * kMiB ? 2 : 4;
-          std::vector<void*> freed;
-          for (int i = 0; i < count; ++i) {
-            void* p = arena_a->allocate(size);
-            INFO(last_allocation_error().ToString());
-            REQUIRE(p != nullptr);
-            std::memset(p, 0x5a, size);
-            CHECK(PagesOffNode(p, size, a.id) == 0);
-            freed.push_back(p);
-          }
-          std::size_t wrong_b = 0, wrong_a = 0, b_got_freed = 0, a_reused = 0;
-          std::thread remote([&] {
-            lab::PinnedTo pin(b.cpus);
-            for (std::size_t i = 0; i < freed.size(); ++i) {
-              if (i % 2 == 0) {
-                deallocate(freed[i]);
-              } else {
-                deallocate(freed[i], size);
-              }
-            }
-            const std::set<void*> freed_set(freed.begin(), freed.end());
-            const Taken from_b = TakeAndWrite(arena_b, size, count, b.id, freed_set, 0x6b);
-            const Taken from_a = TakeAndWrite(arena_a, size, count, a.id, freed_set, 0x7c);
-            wrong_b = from_b.pages_off_node;
-            b_got_freed = from_b.from_freed;
-            wrong_a = from_a.pages_off_node;
-            a_reused = from_a.from_freed;
-            for (void* p : from_b.objects) deallocate(p);
-            for (void* p : from_a.objects) deallocate(p);
-            // This thread's caches go back when it exits; the large cache when purged.
-            arena_a->purge();
-            arena_b->purge();
-          });
-          remote.join();
-          CHECK(wrong_b == 0);
-          CHECK(b_got_freed == 0);
-          CHECK(wrong_a == 0);
-          CHECK(a_reused >= 1);  // the freed objects were cached and came back from A
+          const CrossNodeRound round = FreeOnOtherNode(arena_a, a, arena_b, b, size,
+                                                       alignof(std::max_align_t),
+                                                       size >= 8 * kMiB ? 2 : 4);
+          CHECK(round.wrong_b == 0);
+          CHECK(round.b_got_freed == 0);
+          CHECK(round.wrong_a == 0);
+          CHECK(round.a_reused >= 1);  // the freed objects were cached and came back from A
         }
       }
     }
@@ -130,50 +151,14 @@ TEST_CASE("aligned objects freed on another node's CPU return only to their aren
         for (const auto& [size, alignment] : kRequests) {
           INFO("size " << size << " alignment " << alignment);
           constexpr int kCount = 4;
-          std::vector<void*> freed;
-          for (int i = 0; i < kCount; ++i) {
-            void* p = arena_a->allocate(size, alignment);
-            INFO(last_allocation_error().ToString());
-            REQUIRE(p != nullptr);
-            CHECK(reinterpret_cast<std::uintptr_t>(p) % alignment == 0);
-            std::memset(p, 0x5a, size);
-            CHECK(PagesOffNode(p, size, a.id) == 0);
-            freed.push_back(p);
-          }
-          std::size_t wrong_b = 0, wrong_a = 0, b_got_freed = 0, a_reused = 0;
-          std::thread remote([&, size = size, alignment = alignment] {
-            lab::PinnedTo pin(b.cpus);
-            // The thread's caches for A exist first (its first request makes them), so that
-            // the frees below go into them.
-            deallocate(arena_a->allocate(size, alignment));
-            for (std::size_t i = 0; i < freed.size(); ++i) {
-              if (i % 2 == 0) {
-                deallocate(freed[i]);
-              } else {
-                deallocate(freed[i], size, alignment);
-              }
-            }
-            const std::set<void*> freed_set(freed.begin(), freed.end());
-            const Taken from_b =
-                TakeAndWrite(arena_b, size, kCount, b.id, freed_set, 0x6b, alignment);
-            const Taken from_a =
-                TakeAndWrite(arena_a, size, kCount, a.id, freed_set, 0x7c, alignment);
-            wrong_b = from_b.pages_off_node;
-            b_got_freed = from_b.from_freed;
-            wrong_a = from_a.pages_off_node;
-            a_reused = from_a.from_freed;
-            for (void* p : from_b.objects) deallocate(p, size, alignment);
-            for (void* p : from_a.objects) deallocate(p);
-            arena_a->purge();
-            arena_b->purge();
-          });
-          remote.join();
-          CHECK(wrong_b == 0);
-          CHECK(b_got_freed == 0);
-          CHECK(wrong_a == 0);
+          const CrossNodeRound round =
+              FreeOnOtherNode(arena_a, a, arena_b, b, size, alignment, kCount);
+          CHECK(round.wrong_b == 0);
+          CHECK(round.b_got_freed == 0);
+          CHECK(round.wrong_a == 0);
           // The freed objects were cached and came back from A: all four up to 64 KiB; of
           // 1.75 MiB objects a thread's list keeps two, and what overflows may go to jemalloc.
-          CHECK(a_reused >= (size <= 64 * kKiB ? std::size_t{kCount} : 1));
+          CHECK(round.a_reused >= (size <= 64 * kKiB ? std::size_t{kCount} : 1));
         }
       }
     }
