@@ -112,57 +112,57 @@ CrossNodeRound FreeOnOtherNode(Arena* arena_a, const lab::ExpectedNode& a, Arena
   return round;
 }
 
-TEST_CASE("medium and large objects freed on another node's CPU return only to their arena") {
+// Every page on its arena's node, B never handed out A's objects, A at least `min_reused`.
+void CheckOnlyAReused(const CrossNodeRound& round, std::size_t min_reused) {
+  CHECK(round.wrong_b == 0);
+  CHECK(round.b_got_freed == 0);
+  CHECK(round.wrong_a == 0);
+  CHECK(round.a_reused >= min_reused);
+}
+
+// Runs `round(a, arena_a, b, arena_b)` in a section per ordered pair of nodes: A any node,
+// B another node with CPUs (the freeing thread's).
+template <typename Round>
+void ForEachNodePair(Round round) {
   const auto& lab = lab::Expected();
   for (const auto& a : lab.nodes) {
     for (const auto& b : lab.nodes) {
       if (a.id == b.id || b.memory_only()) continue;
       DYNAMIC_SECTION("A = node " << a.id << ", B = node " << b.id << " (the freeing thread's)") {
-        Arena* arena_a = *Arena::ForNode(a.id);
-        Arena* arena_b = *Arena::ForNode(b.id);
-        for (std::size_t size : {8 * kKiB, 64 * kKiB, 256 * kKiB, 1 * kMiB, 1792 * kKiB,
-                                 2 * kMiB, 8 * kMiB, 24 * kMiB}) {
-          INFO("size " << size);
-          const CrossNodeRound round = FreeOnOtherNode(arena_a, a, arena_b, b, size,
-                                                       alignof(std::max_align_t),
-                                                       size >= 8 * kMiB ? 2 : 4);
-          CHECK(round.wrong_b == 0);
-          CHECK(round.b_got_freed == 0);
-          CHECK(round.wrong_a == 0);
-          CHECK(round.a_reused >= 1);  // the freed objects were cached and came back from A
-        }
+        round(a, *Arena::ForNode(a.id), b, *Arena::ForNode(b.id));
       }
     }
   }
 }
 
+TEST_CASE("medium and large objects freed on another node's CPU return only to their arena") {
+  ForEachNodePair([](const auto& a, Arena* arena_a, const auto& b, Arena* arena_b) {
+    for (std::size_t size : {8 * kKiB, 64 * kKiB, 256 * kKiB, 1 * kMiB, 1792 * kKiB, 2 * kMiB,
+                             8 * kMiB, 24 * kMiB}) {
+      INFO("size " << size);
+      const CrossNodeRound round = FreeOnOtherNode(
+          arena_a, a, arena_b, b, size, alignof(std::max_align_t), size >= 8 * kMiB ? 2 : 4);
+      CheckOnlyAReused(round, 1);  // the freed objects were cached and came back from A
+    }
+  });
+}
+
 TEST_CASE("aligned objects freed on another node's CPU return only to their arena") {
   // Aligned requests the caches serve (64 bytes up to 1.75 MiB, up to 4 KiB for small sizes:
   // posix_memalign for tensors) use the same per-(thread, heap) caches.
-  const auto& lab = lab::Expected();
   const std::pair<std::size_t, std::size_t> kRequests[] = {
       {256, 64}, {4 * kKiB, 4 * kKiB}, {1000, 512}, {64 * kKiB, 64}, {1792 * kKiB - 100, 64}};
-  for (const auto& a : lab.nodes) {
-    for (const auto& b : lab.nodes) {
-      if (a.id == b.id || b.memory_only()) continue;
-      DYNAMIC_SECTION("A = node " << a.id << ", B = node " << b.id << " (the freeing thread's)") {
-        Arena* arena_a = *Arena::ForNode(a.id);
-        Arena* arena_b = *Arena::ForNode(b.id);
-        for (const auto& [size, alignment] : kRequests) {
-          INFO("size " << size << " alignment " << alignment);
-          constexpr int kCount = 4;
-          const CrossNodeRound round =
-              FreeOnOtherNode(arena_a, a, arena_b, b, size, alignment, kCount);
-          CHECK(round.wrong_b == 0);
-          CHECK(round.b_got_freed == 0);
-          CHECK(round.wrong_a == 0);
-          // The freed objects were cached and came back from A: all four up to 64 KiB; of
-          // 1.75 MiB objects a thread's list keeps two, and what overflows may go to jemalloc.
-          CHECK(round.a_reused >= (size <= 64 * kKiB ? std::size_t{kCount} : 1));
-        }
-      }
+  ForEachNodePair([&](const auto& a, Arena* arena_a, const auto& b, Arena* arena_b) {
+    for (const auto& [size, alignment] : kRequests) {
+      INFO("size " << size << " alignment " << alignment);
+      constexpr int kCount = 4;
+      const CrossNodeRound round =
+          FreeOnOtherNode(arena_a, a, arena_b, b, size, alignment, kCount);
+      // The freed objects were cached and came back from A: all four up to 64 KiB; of
+      // 1.75 MiB objects a thread's list keeps two, and what overflows may go to jemalloc.
+      CheckOnlyAReused(round, size <= 64 * kKiB ? std::size_t{kCount} : 1);
     }
-  }
+  });
 }
 
 TEST_CASE("a batch freed on another node's CPU waits in its arena's depot, not the other's") {
