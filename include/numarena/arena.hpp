@@ -87,9 +87,9 @@ namespace numarena {
 // provider's own count of bytes charged against the capacity gate.
 struct ArenaStats {
   // Bytes in live allocations (small + large), counting objects that sit freed in thread
-  // caches (jemalloc's and numarena's front cache) until purge() or thread exit and in the
-  // arena's large cache until purge(), but not the
-  // front caches themselves (numarena's, one per thread that uses the arena, in its memory).
+  // caches (numarena's front caches; jemalloc's in checked mode) until purge() or thread
+  // exit, and in the arena's depot and large cache until purge(), but not the front caches
+  // themselves (one per thread that uses the arena, in its memory).
   std::size_t allocated = 0;
   // The part of `allocated` that is freed objects the arena's shared caches keep for any of
   // its threads to reuse (per heap: the depot, 16 B to 1.75 MiB, and the large cache,
