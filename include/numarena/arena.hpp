@@ -52,8 +52,9 @@
 // statistics and the leaves of its extent map when the heap's address space grows. numarena
 // has jemalloc do that with the calling thread's memory policy preferring the heap's node
 // (restored exactly afterwards), so those pages land there too; jemalloc offers no way to
-// charge them, so they are placed but not charged. Not placed: the few pages of its own metadata jemalloc touches after
-// numarena's hooks have returned (1-2 pages per thread's first use of an arena in the lab),
+// charge them, so they are placed but not charged. Not placed: the few pages of its own
+// metadata jemalloc touches after numarena's hooks have returned (1-2 pages per thread's
+// first use of an arena in the lab),
 // the process's one-time setup in its first ForPolicy call, and, now and then, a leaf of
 // jemalloc's extent map (2 MiB, one per GiB of address space it covers, shared by every
 // arena so no node is right for it) that jemalloc makes when it splits an extent it already
@@ -278,6 +279,8 @@ class Arena {
   // Local's fast path: the front cache of the heap of the calling thread's node, once that
   // heap exists; the slow path otherwise (and on any miss jemalloc cannot serve).
   void* AllocateLocal(std::size_t size, std::size_t alignment) noexcept;
+  // Preferred / Local: the heap of the calling thread's node, -1 while it has none.
+  int CurrentNodeHeap() const noexcept;
   void* AllocateWithFallback(std::size_t size, std::size_t alignment, bool primary_tried,
                              Status* error) noexcept;
   void* AllocateOnHeap(int heap, std::size_t size, std::size_t alignment, Status* error) noexcept;
@@ -342,17 +345,10 @@ inline void deallocate(void* p) noexcept {
 // alignof(max_align_t) counts as alignof(max_align_t)).
 inline void deallocate(void* p, std::size_t size,
                        std::size_t alignment = alignof(std::max_align_t)) noexcept {
-  int heap = arena_internal::HeapOf(p);
-  if (alignment <= alignof(std::max_align_t)) {
-    size = arena_internal::RequestSize(size, alignment);  // the class allocate used
-    if (heap >= 0 && size - 1 < arena_internal::kFrontMaxCached) {
-      if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
-        arena_internal::FrontPush(heap, cache, arena_internal::ClassOfRequest(size), p);
-        return;
-      }
-    }
-  } else if (alignment <= arena_internal::kMaxCachedAlignment && heap >= 0) {
-    const std::size_t request = arena_internal::AlignedCachedRequest(size, alignment);
+  const int heap = arena_internal::HeapOf(p);
+  if (heap >= 0) {
+    // The class allocate used for this size and alignment.
+    const std::size_t request = arena_internal::CachedRequest(size, alignment);
     if (request != 0) {
       if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
         arena_internal::FrontPush(heap, cache, arena_internal::ClassOfRequest(request), p);

@@ -105,9 +105,6 @@ void RecordClass(void* p) {
                                      : arena_internal::MediumClassOf(usable));
 }
 
-// Sets the allocator's fork stages and registers the fork handler (end of this file).
-void InstallAllocatorForkHandlers();
-
 }  // namespace
 
 // A node that could not take a heap (ResourceExhausted) is asked again after this long, not
@@ -137,7 +134,8 @@ class ArenaRegistry {
     static ArenaRegistry* registry = nullptr;
     std::call_once(once, [] {
       registry = new ArenaRegistry();
-      InstallAllocatorForkHandlers();  // before any thread can hold the registry's lock
+      // Before any thread can hold the registry's lock (the stages are set at load).
+      os::InstallForkHandlers();
     });
     return *registry;
   }
@@ -467,9 +465,7 @@ void* Arena::AllocateLocal(std::size_t size, std::size_t alignment) noexcept {
   // which picks the nearest allowed node. Without this path every allocation of a Local
   // arena went to jemalloc while its frees filled a front cache nothing took from
   // (bench/RESULTS.md, "Code history").
-  const int node = os::CurrentNodeFast();
-  const int heap =
-      node >= 0 && node < node_heap_count_ ? node_heaps_[node].load(std::memory_order_acquire) : -1;
+  const int heap = CurrentNodeHeap();
   if (heap >= 0) {
     const std::size_t request = arena_internal::RequestSize(size, alignment);
     if (request - 1 < kFastLimit) {
@@ -484,21 +480,19 @@ void* Arena::AllocateLocal(std::size_t size, std::size_t alignment) noexcept {
   return AllocateSlow(size, alignment);
 }
 
+int Arena::CurrentNodeHeap() const noexcept {
+  const int node = os::CurrentNodeFast();
+  return node >= 0 && node < node_heap_count_ ? node_heaps_[node].load(std::memory_order_acquire)
+                                              : -1;
+}
+
 void* Arena::AllocateAlignedFromCaches(std::size_t size, std::size_t alignment) noexcept {
   // An aligned request of a class whose objects are all aligned enough (tensors: 64 bytes)
   // is a request of that class: the same caches as the fast path. Everything else, and the
   // first request of a thread (which makes its caches), goes on to jemalloc's aligned path.
   const std::size_t request = arena_internal::AlignedCachedRequest(size, alignment);
   if (request == 0) return nullptr;
-  int heap = -1;
-  if (has_fast_path_) {
-    heap = primary_heap_;
-  } else if (local_fast_path_) {
-    const int node = os::CurrentNodeFast();
-    if (node >= 0 && node < node_heap_count_) {
-      heap = node_heaps_[node].load(std::memory_order_acquire);
-    }
-  }
+  const int heap = has_fast_path_ ? primary_heap_ : local_fast_path_ ? CurrentNodeHeap() : -1;
   if (heap < 0 || arena_internal::front_caches[heap] == nullptr) return nullptr;
   if (void* p = arena_internal::AllocateFromThreadCaches(heap, request)) return p;
   EndHeapGrowWindow();  // jemalloc failed: the slow path retries and records why
@@ -703,16 +697,10 @@ void DeallocateSizedSlow(void* p, std::size_t size, std::size_t alignment) noexc
   if (p == nullptr) return;
   int heap = HeapOf(p);
   if (heap < 0 || HeapById(heap) == nullptr) NotOurs(p);
+  // The size allocate used (and checked mode recorded).
+  if (alignment <= alignof(std::max_align_t)) size = RequestSize(size, alignment);
   if (checked::Enabled()) {
     checked::CheckSizedFree(p, size, alignment);
-  } else if (alignment > alignof(std::max_align_t) && alignment <= kMaxCachedAlignment &&
-             AlignedCachedRequest(size, alignment) != 0) {
-    // The class allocate's cached path uses (and jemalloc's aligned path gives) for this size
-    // and alignment.
-    if (FrontCache* cache = front_caches[heap]) {
-      FrontPush(heap, cache, ClassOfRequest(AlignedCachedRequest(size, alignment)), p);
-      return;
-    }
   } else if (size >= kLargeAlignThreshold && alignment <= kLargeAlignThreshold &&
              FrontCacheEnabled()) {
     // The recorded class, not one computed from `size`: the same for a correct sized free,
@@ -722,7 +710,6 @@ void DeallocateSizedSlow(void* p, std::size_t size, std::size_t alignment) noexc
       return;
     }
   }
-  if (alignment <= alignof(std::max_align_t)) size = RequestSize(size, alignment);
   if (size == 0) size = 1;
   sdallocx(p, size, EnsureThreadCache(heap) | AlignFlags(EffectiveAlignment(size, alignment)));
 }
@@ -757,20 +744,16 @@ void PrepareNodeHeaps() ABSL_NO_THREAD_SAFETY_ANALYSIS { g_node_heap_mutex.Lock(
 void ParentNodeHeaps() ABSL_NO_THREAD_SAFETY_ANALYSIS { g_node_heap_mutex.Unlock(); }
 void ChildNodeHeaps() { RecreateInChild(g_node_heap_mutex); }
 
-// The allocator's stages are set when the library is loaded (see os/fork.hpp for why not on
-// first use); the handler itself is installed with the registry.
-[[maybe_unused]] const bool g_allocator_fork_stages_set = [] {
+// The registry's and node heaps' stages are set when the library is loaded (see os/fork.hpp
+// for why not on first use); the handler itself is installed with the registry.
+[[maybe_unused]] const bool g_arena_fork_stages_set = [] {
   static const os::ForkStageHandlers registry{PrepareRegistry, ParentRegistry, ChildRegistry};
   static const os::ForkStageHandlers node_heaps{PrepareNodeHeaps, ParentNodeHeaps,
                                                 ChildNodeHeaps};
   os::SetForkStage(os::ForkStage::kArenaRegistry, &registry);
   os::SetForkStage(os::ForkStage::kNodeHeaps, &node_heaps);
-  SetHeapForkStages();
-  checked::SetForkStage();
   return true;
 }();
-
-void InstallAllocatorForkHandlers() { os::InstallForkHandlers(); }
 
 }  // namespace
 }  // namespace numarena

@@ -96,7 +96,7 @@ void ReadSetting() {
     on = true;
   }
   if (on) {
-    g_shards = new Shard[kShards];  // its fork stage is set at load (arena.cpp)
+    g_shards = new Shard[kShards];  // its fork stage is set at load (end of this file)
   }
   g_enabled.store(on, std::memory_order_release);
 }
@@ -175,9 +175,14 @@ void ForgetHeap(int heap) noexcept {
   }
 }
 
-void SetForkStage() {
+namespace {
+// Set when the library is loaded (os/fork.hpp); its handlers do nothing until the table
+// exists.
+[[maybe_unused]] const bool g_checked_fork_stage_set = [] {
   static const os::ForkStageHandlers handlers{LockAll, UnlockAll, UnlockAll};
   os::SetForkStage(os::ForkStage::kCheckedTable, &handlers);
-}
+  return true;
+}();
+}  // namespace
 
 }  // namespace numarena::checked

@@ -41,7 +41,4 @@ void CheckLive(const void* p, const char* caller) noexcept;
 // names the heap.
 void ForgetHeap(int heap) noexcept;
 
-// Registers the table's fork stage (os/fork.hpp).
-void SetForkStage();
-
 }  // namespace numarena::checked

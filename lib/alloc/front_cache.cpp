@@ -21,13 +21,13 @@
 // medium list (above 4 KiB) holds about 1 MiB (2 to 32 objects), and all medium lists of one
 // cache together at most Bounds::medium (4 MiB). When a list cannot grow, or the medium bound
 // is full, half of that list goes to the heap's depot at once (and, if the bound is still
-// short, the largest medium lists), not one object per free. Cached objects stay committed and charged to the capacity
-// gate, so with a gate installed the bounds are smaller (1 MiB of growth, 1 MiB of medium
-// objects), and when the gate says a node of the heap is under pressure
-// (CapacityGate::CachesShouldShrink; a Budget from its warn line on) the small lists go back
-// to their start limits and the medium lists hold at most 256 KiB. The bounds are re-read
-// on every overflow (the cold path), so a cache shrinks at its thread's next overflow, not
-// at once. Everything in it is returned, and the small limits reset, when the thread exits
+// short, the largest medium lists), not one object per free. Cached objects stay committed
+// and charged to the capacity gate, so with a gate installed the bounds are smaller (1 MiB
+// of growth, 1 MiB of medium objects), and when the gate says a node of the heap is under
+// pressure (CapacityGate::CachesShouldShrink; a Budget from its warn line on) the small
+// lists go back to their start limits and the medium lists hold at most 256 KiB. The bounds
+// are re-read on every overflow (the cold path), so a cache shrinks at its thread's next
+// overflow, not at once. Everything in it is returned, and the small limits reset, when the thread exits
 // and when the thread calls Arena::purge() or a purge for lack of room runs on it.
 //
 // Objects a list cannot keep (16 B and up) go to the heap's depot (depot.cpp) as one chain,

@@ -386,7 +386,10 @@ PlacementScope::~PlacementScope() {
   if (active_) (void)os::SetThreadPolicyNoAlloc(saved_);
 }
 
-void SetHeapForkStages() {
+namespace {
+// The fork stages of heap creation, heap lifecycle and the page providers' locks, set when
+// the library is loaded (os/fork.hpp says why not on first use).
+[[maybe_unused]] const bool g_heap_fork_stages_set = [] {
   static const os::ForkStageHandlers creation{PrepareHeapCreation, ParentHeapCreation,
                                               ChildHeapCreation};
   static const os::ForkStageHandlers providers{nullptr, nullptr,
@@ -396,7 +399,9 @@ void SetHeapForkStages() {
   os::SetForkStage(os::ForkStage::kHeapCreation, &creation);
   os::SetForkStage(os::ForkStage::kHeapLifecycle, &lifecycle);
   os::SetForkStage(os::ForkStage::kProviderLocks, &providers);
-}
+  return true;
+}();
+}  // namespace
 
 StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options) {
   CreateLock lock;

@@ -68,8 +68,9 @@ struct Heap {
 // exactly afterwards. jemalloc allocates some memory for a heap outside the heap's extent
 // hooks, from its default arena 0 and its own metadata base, on pages first touched by the
 // calling thread: an explicit thread cache (tcache.create, checked mode), the statistics of a
-// new arena (arenas.create), the radix-tree leaves of its extent map. numarena runs the calls that make
-// those under this scope, so the pages land on the heap's node instead of the caller's.
+// new arena (arenas.create), the radix-tree leaves of its extent map. numarena runs the calls
+// that make those under this scope, so the pages land on the heap's node instead of the
+// caller's.
 // Allocation-free.
 class PlacementScope {
  public:
@@ -132,8 +133,5 @@ int EnsureThreadCache(int heap) noexcept;
 
 // This thread's flags for `heap` without creating anything: 0 when it has none yet.
 int ThreadFlags(int heap) noexcept;
-
-// Sets the fork stages of heap creation and of the page providers' locks (os/fork.hpp).
-void SetHeapForkStages();
 
 }  // namespace numarena

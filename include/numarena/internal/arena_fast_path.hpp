@@ -99,6 +99,16 @@ inline std::size_t AlignedCachedRequest(std::size_t size, std::size_t alignment)
   return alignment <= kMaxLargeCachedAlignment && request <= kFrontMaxCached ? request : 0;
 }
 
+// The request size whose class the caches serve `size` bytes aligned to `alignment` (a power
+// of two) from, for any alignment: 0 when they do not.
+inline std::size_t CachedRequest(std::size_t size, std::size_t alignment) {
+  if (alignment <= alignof(std::max_align_t)) {
+    const std::size_t request = RequestSize(size, alignment);
+    return request <= kFrontMaxCached ? request : 0;
+  }
+  return alignment <= kMaxCachedAlignment ? AlignedCachedRequest(size, alignment) : 0;
+}
+
 // The class map: for every 4 KiB chunk of a granule in which a live numarena object starts,
 // 1 + the object's class (0: not recorded). One byte per chunk, one table per granule, made
 // when the granule's first object is recorded. See lib/alloc/class_map.cpp for why a chunk
