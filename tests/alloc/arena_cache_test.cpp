@@ -658,6 +658,13 @@ TEST_CASE("aligned requests of up to 4 KiB alignment come from the caches, alway
       }
     }
   }
+  // Sizes whose rounding up to the alignment would overflow are refused, not wrapped to a
+  // small class.
+  for (std::size_t size : {SIZE_MAX, SIZE_MAX - 63, SIZE_MAX / 2 + 1}) {
+    INFO("size " << size);
+    CHECK(arena->allocate(size, 64) == nullptr);
+    CHECK(numarena::last_allocation_error().code() == absl::StatusCode::kInvalidArgument);
+  }
   // A default-aligned object of a class that is not 64-aligned (48 bytes) is never handed to
   // a 32-aligned request of that size: the request is served from the 64-byte class.
   std::vector<void*> small;
