@@ -9,17 +9,21 @@
 // below 2 MiB, a LIFO list of freed objects, threaded through each object's first word.
 // `allocate` pops, `deallocate` pushes; both are inline in arena.hpp.
 //
-// Bounds. A small list (classes up to 4 KiB) starts at about 32 KiB (4 to 256 objects). A
-// thread that frees more of a class than the list holds (a batch of requests' objects freed
-// together) would otherwise send half the list away and ask for it again on every round; so a
-// small list that filled at once (at most `limit` frees since it last ran empty or
-// overflowed) doubles its limit, up to kMaxGrownObjects, as long as the growth of all small
-// lists of the cache stays within a byte bound (Bounds::small_growth, 4 MiB). Only at once: a
-// thread that frees about as many objects of a class as it allocates, in random order
-// (larson-like, or remote frees arriving), walks its list up and down, and every full list
-// used to grow; the limits ratcheted up to the bound, 4 MiB of RSS per thread and heap. A
-// medium list (above 4 KiB) holds about 1 MiB (2 to 32 objects), and all medium lists of one
-// cache together at most Bounds::medium (4 MiB). When a list cannot grow, or the medium bound
+// Bounds. A small list (classes up to 4 KiB) starts at about 8 KiB (4 to 64 objects): a
+// thread's lists hold objects its next allocations may never ask for, and each keeps part of
+// a jemalloc slab resident (at 32 KiB the lists of a larson-like run held about 1.5 times the
+// threads' live bytes). A thread that frees more of a class than the list holds (a batch of
+// requests' objects freed together) would otherwise send half the list away and ask for it
+// again on every round; so a small list that filled by frees alone (no allocation since it
+// last ran empty, was refilled or overflowed, and at least half its limit of frees) doubles
+// its limit, up to kMaxGrownObjects, as long as the growth of all small lists of the cache
+// stays within a byte bound (Bounds::small_growth, 4 MiB); and a grown list that fills with
+// allocations in between halves back toward its start limit. Only by frees alone: a thread
+// that frees about as many objects of a class as it allocates, in random order (larson-like,
+// or remote frees arriving), walks its list up and down, and a list refilled from the depot
+// is full at once; when every full list grew, the limits ratcheted up to the bound, 4 MiB of
+// RSS per thread and heap. A medium list (above 4 KiB) holds about 1 MiB (2 to 32 objects),
+// and all medium lists of one cache together at most Bounds::medium (4 MiB). When a list cannot grow, or the medium bound
 // is full, half of that list goes to the heap's depot at once (and, if the bound is still
 // short, the largest medium lists), not one object per free. Cached objects stay committed
 // and charged to the capacity gate, so with a gate installed the bounds are smaller (1 MiB
@@ -27,8 +31,9 @@
 // pressure (CapacityGate::CachesShouldShrink; a Budget from its warn line on) the small
 // lists go back to their start limits and the medium lists hold at most 256 KiB. The bounds
 // are re-read on every overflow (the cold path), so a cache shrinks at its thread's next
-// overflow, not at once. Everything in it is returned, and the small limits reset, when the thread exits
-// and when the thread calls Arena::purge() or a purge for lack of room runs on it.
+// overflow, not at once. Everything in it is returned, and the small limits reset, when the
+// thread exits and when the thread calls Arena::purge() or a purge for lack of room runs on
+// it.
 //
 // Objects a list cannot keep (16 B and up) go to the heap's depot (depot.cpp) as one chain,
 // not to jemalloc one by one, and a list that is empty refills from the depot before it asks
@@ -62,9 +67,9 @@ using arena_internal::kClassOf4K;
 using arena_internal::kFrontClasses;
 using arena_internal::kFrontMaxSize;
 
-constexpr std::size_t kListBytes = 32768;          // what one small list holds at first
+constexpr std::size_t kListBytes = 8192;           // what one small list holds at first
 constexpr std::uint32_t kMinObjects = 4;
-constexpr std::uint32_t kMaxObjects = 256;
+constexpr std::uint32_t kMaxObjects = 64;
 constexpr std::uint32_t kMaxGrownObjects = 8192;   // the most a grown small list holds
 constexpr std::size_t kMediumListBytes = 1 << 20;  // what one medium list may hold
 constexpr std::uint32_t kMinMediumObjects = 2;
@@ -157,6 +162,19 @@ Bounds CacheBounds(int heap) noexcept {
   return kGatedBounds;
 }
 
+// Starts the list's fill history over (FrontList::pushes).
+void ResetFillHistory(FrontList& list) {
+  list.pushes = 0;
+  list.reset_count = list.count;
+}
+
+// The list is full and got there by frees alone since its last reset, and by at least half
+// its limit of them: a batch freed together, not a list that wanders up and down (or one
+// refilled from the depot that a single free tips over).
+bool FilledByFreesAlone(const FrontList& list) {
+  return list.reset_count + list.pushes == list.count && list.pushes >= list.limit / 2;
+}
+
 // Hands the objects of `cache`'s list `size_class` back to jemalloc until `keep` remain. A
 // front cache exists only while the thread's flags for its heap are set (EnsureThreadCache
 // creates it after them, DestroyFrontCaches runs before they are cleared).
@@ -171,6 +189,7 @@ void Drain(int heap, FrontCache& cache, unsigned size_class, std::uint32_t keep)
     if (size_class > kClassOf4K) cache.medium_bytes -= bytes;
     sdallocx(p, bytes, flags);  // the class's size: jemalloc skips its own size lookup
   }
+  ResetFillHistory(list);
 }
 
 // Moves list `size_class` of `cache` to the heap's depot as one chain until `keep` objects
@@ -188,6 +207,7 @@ void DrainToDepot(int heap, FrontCache& cache, unsigned size_class, std::uint32_
   for (std::uint32_t i = 1; i < chain.count; ++i) chain.tail = *static_cast<void**>(chain.tail);
   list.head = *static_cast<void**>(chain.tail);
   list.count = keep;
+  ResetFillHistory(list);
   if (size_class > kClassOf4K) {
     cache.medium_bytes -= chain.count * arena_internal::front_class_bytes[size_class];
   }
@@ -223,7 +243,7 @@ void CreateFrontCache(int heap) noexcept {
   auto* cache = new (memory) FrontCache();
   if (Heap* owner = HeapById(heap)) owner->front_caches.fetch_add(1, std::memory_order_relaxed);
   for (int i = 0; i < kFrontClasses; ++i) {
-    cache->lists[i] = FrontList{nullptr, 0, g_class_limit[i]};
+    cache->lists[i] = FrontList{nullptr, 0, g_class_limit[i], 0, 0};
   }
   cache->medium_bytes = 0;
   cache->medium_limit = CacheBounds(heap).medium;
@@ -266,18 +286,24 @@ void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) no
   if (cache->small_growth > bounds.small_growth) ResetSmallLimits(heap, *cache);
   const std::size_t bytes = front_class_bytes[size_class];
   if (list.count >= list.limit) {
-    // A small list that filled at once doubles while the cache's growth bound allows;
-    // otherwise half goes to the depot.
-    const std::uint32_t grow =
-        size_class > kClassOf4K || list.limit >= kMaxGrownObjects
-            ? 0
-            : std::min(list.limit, kMaxGrownObjects - list.limit);
-    const bool filled_at_once = list.pushes <= list.limit;
-    list.pushes = 0;
-    if (filled_at_once && grow > 0 && cache->small_growth + grow * bytes <= bounds.small_growth) {
+    // A small list that filled at once doubles while the cache's growth bound allows. One
+    // that did not halves back toward its start limit if it had grown. Otherwise half of
+    // what it may hold goes to the depot.
+    const bool small = size_class <= kClassOf4K;
+    const bool at_once = FilledByFreesAlone(list);
+    const std::uint32_t grow = !small || list.limit >= kMaxGrownObjects
+                                   ? 0
+                                   : std::min(list.limit, kMaxGrownObjects - list.limit);
+    if (at_once && grow > 0 && cache->small_growth + grow * bytes <= bounds.small_growth) {
       list.limit += grow;
       cache->small_growth += grow * bytes;
+      ResetFillHistory(list);
     } else {
+      if (!at_once && small && list.limit > g_class_limit[size_class]) {
+        const std::uint32_t shrunk = std::max(g_class_limit[size_class], list.limit / 2);
+        cache->small_growth -= std::min(cache->small_growth, (list.limit - shrunk) * bytes);
+        list.limit = shrunk;
+      }
       DrainToDepot(heap, *cache, size_class, list.limit / 2, bounds.depot);
     }
   }
@@ -300,7 +326,7 @@ void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) no
 }
 
 void* FrontRefill(int heap, FrontCache* cache, unsigned size_class) noexcept {
-  cache->lists[size_class].pushes = 0;  // the list ran empty
+  ResetFillHistory(cache->lists[size_class]);  // the list ran empty
   const ObjectChain chain = DepotTake(heap, size_class);
   if (chain.count == 0) return nullptr;
   // The first object is the caller's. The list is empty (the caller's pop missed): as many of
@@ -335,6 +361,7 @@ void* FrontRefill(int heap, FrontCache* cache, unsigned size_class) noexcept {
   }
   list.count += kept;
   if (size_class > kClassOf4K) cache->medium_bytes += kept * bytes;
+  ResetFillHistory(list);
   return chain.head;
 }
 

@@ -467,18 +467,19 @@ constexpr std::size_t kJemallocTcacheSlack = 256 * kKiB;
 TEST_CASE("a small list grows for a batch freed together, within the cache's bound") {
   Arena* arena = Get(Policy::WeightedInterleave({{0, 21}}));
   // 4000 objects of 256 B (1 MiB) freed together: the list grows to hold them (it starts
-  // at 32 KiB), so the next batch comes from the cache instead of jemalloc.
+  // at 8 KiB), so the next batch comes from the cache instead of jemalloc.
   CHECK(KeptAfterBatch(arena, {256}, 4000) >= 4000 * 256);
   // 8192 each of 256, 512, 1024 and 2048 B (30 MiB): the growth stops at 4 MiB.
   const std::size_t kept = KeptAfterBatch(arena, {256, 512, 1024, 2048}, 8192);
   CHECK(kept >= 4 * kMiB);
-  CHECK(kept <= 4 * kMiB + 4 * 32 * kKiB + kJemallocTcacheSlack);
+  CHECK(kept <= 4 * kMiB + 4 * 8 * kKiB + kJemallocTcacheSlack);
 }
 
 TEST_CASE("a small list that wanders up and down with remote frees does not grow") {
   // Larson-like: a thread replaces its own live objects in random order and also frees one
   // object another thread made for every 32 of its own. Its 256 B list fills again and again,
-  // but never at once, so it keeps its start limit (32 KiB); the surplus goes to the depot.
+  // but never by frees alone, so it keeps its start limit (8 KiB); the surplus goes to the
+  // depot.
   // When every full list grew, the list ratcheted up to the growth bound (4 MiB).
   Arena* arena = Get(Policy::WeightedInterleave({{0, 29}}));
   constexpr std::size_t kSize = 256;
@@ -518,8 +519,93 @@ TEST_CASE("a small list that wanders up and down with remote frees does not grow
   });
   thread.join();
   CHECK_FALSE(failed);
-  CHECK(kept <= 32 * kKiB + kJemallocTcacheSlack);
+  CHECK(kept <= 8 * kKiB + kJemallocTcacheSlack);
   for (void* p : foreign) numarena::deallocate(p);
+  arena->purge();
+}
+
+namespace {
+
+// What this thread's own caches hold of `arena`: allocated bytes that are neither `in_use`
+// nor in the heap's shared caches.
+std::size_t ThreadKept(Arena* arena, std::size_t in_use) {
+  const numarena::ArenaStats now = arena->stats();
+  return now.allocated > in_use + now.cached ? now.allocated - in_use - now.cached : 0;
+}
+
+}  // namespace
+
+TEST_CASE("a list refilled from the depot is not grown by the free that fills it") {
+  // A list that runs empty takes a chain from the depot and is full again; the next free
+  // overflows it. That is no batch of frees: counted as one, every refill doubled the list,
+  // and a thread that allocates about as much as it frees ratcheted up to the growth bound.
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 32}}));
+  constexpr std::size_t kSize = 256;
+  const std::size_t before = arena->stats().allocated;
+  // Another thread frees 80000 objects: its list grows to its most (8192 objects) and the
+  // rest goes to the depot as chains of 4096, enough for every round below even if each
+  // doubled the list.
+  std::thread([&] {
+    std::vector<void*> blocks;
+    for (int i = 0; i < 80000; ++i) blocks.push_back(arena->allocate(kSize));
+    for (void* p : blocks) REQUIRE(p != nullptr);
+    for (void* p : blocks) numarena::deallocate(p);
+  }).join();
+  REQUIRE(arena->stats().cached >= 60000 * kSize);
+  std::size_t kept = 0;
+  std::thread([&] {
+    // Each round allocates until the list ran empty and the depot refilled it to its limit
+    // (the depot's bytes drop), then frees one object, which overflows the list.
+    std::vector<void*> live;
+    for (int round = 0; round < 12; ++round) {
+      std::size_t depot = arena->stats().cached;
+      for (int i = 0; i < 10000; ++i) {
+        live.push_back(arena->allocate(kSize));
+        const std::size_t now = arena->stats().cached;
+        if (now < depot) break;
+        depot = now;
+      }
+      numarena::deallocate(live.back());
+      live.pop_back();
+    }
+    for (void* p : live) REQUIRE(p != nullptr);
+    kept = ThreadKept(arena, before + live.size() * kSize);
+    for (void* p : live) numarena::deallocate(p);
+  }).join();
+  CHECK(kept <= 8 * kKiB);
+  arena->purge();
+}
+
+TEST_CASE("a grown list halves back once allocations come between its frees") {
+  // A batch freed together grows the 256 B list to 8192 objects (2 MiB). Then the thread
+  // frees two objects for every one it allocates: each overflow came with allocations in
+  // between, so the list halves at each until it is back at its start limit (32 objects).
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 33}}));
+  constexpr std::size_t kSize = 256;
+  const std::size_t before = arena->stats().allocated;
+  std::size_t grown = 0, after = 0;
+  bool failed = false;
+  std::thread([&] {
+    std::vector<void*> live;
+    for (int i = 0; i < 8192; ++i) live.push_back(arena->allocate(kSize));
+    for (void* p : live) numarena::deallocate(p);
+    live.clear();
+    grown = ThreadKept(arena, before);
+    for (int i = 0; i < 14000; ++i) live.push_back(arena->allocate(kSize));
+    while (live.size() >= 2) {
+      numarena::deallocate(live.back());
+      live.pop_back();
+      numarena::deallocate(live.back());
+      live.pop_back();
+      live.push_back(arena->allocate(kSize));
+      if (live.back() == nullptr) failed = true;
+    }
+    after = ThreadKept(arena, before + live.size() * kSize);
+    for (void* p : live) numarena::deallocate(p);
+  }).join();
+  CHECK_FALSE(failed);
+  CHECK(grown >= 8000 * kSize);
+  CHECK(after <= 32 * kSize);
   arena->purge();
 }
 
@@ -531,7 +617,7 @@ TEST_CASE("with a capacity gate the caches are smaller, and smaller again under 
     // Small lists grow by at most 1 MiB; medium lists hold at most 1 MiB together.
     const std::size_t small = KeptAfterBatch(arena, {256, 512, 1024}, 8192);
     CHECK(small >= 1 * kMiB);
-    CHECK(small <= 1 * kMiB + 3 * 32 * kKiB + kJemallocTcacheSlack);
+    CHECK(small <= 1 * kMiB + 3 * 8 * kKiB + kJemallocTcacheSlack);
     std::size_t depot = 0;
     const std::size_t medium = KeptAfterBatch(arena, {64 * kKiB, 128 * kKiB}, 16, &depot);
     CHECK(medium >= 512 * kKiB);
@@ -546,8 +632,8 @@ TEST_CASE("with a capacity gate the caches are smaller, and smaller again under 
     PressureGate gate(true);
     GateScope scope(&gate);
     Arena* arena = Get(Policy::WeightedInterleave({{0, 23}}));
-    // No growth: each small list keeps its start limit (32 KiB).
-    CHECK(KeptAfterBatch(arena, {256, 512, 1024}, 8192) <= 3 * 32 * kKiB + kJemallocTcacheSlack);
+    // No growth: each small list keeps its start limit (8 KiB).
+    CHECK(KeptAfterBatch(arena, {256, 512, 1024}, 8192) <= 3 * 8 * kKiB + kJemallocTcacheSlack);
     std::size_t depot = 0;
     CHECK(KeptAfterBatch(arena, {64 * kKiB, 128 * kKiB}, 16, &depot) <= 256 * kKiB);
     CHECK(depot == 0);  // nothing in the depot while the gate presses the heap's node

@@ -154,7 +154,11 @@ struct FrontList {
   void* head;
   std::uint32_t count;
   std::uint32_t limit;   // 0: the class is not cached
-  std::uint32_t pushes;  // since the list last ran empty or overflowed (front_cache.cpp)
+  // Since the list's last reset (it ran empty, was refilled, overflowed or was drained):
+  // the pushes, and the count it had then. front_cache.cpp grows a list only when it filled
+  // with frees alone (no pop since the reset), and shrinks a grown one that did not.
+  std::uint32_t pushes;
+  std::uint32_t reset_count;
 };
 struct FrontCache {
   FrontList lists[kFrontClasses];
