@@ -8,33 +8,44 @@
 # Runs issue 16's rows for every peer ROUNDS times (default 3), the three programs in turn
 # within each round so that load on a shared machine falls on all peers alike; every
 # benchmark repeats 3 times per round and the check takes the median of all runs
-# (tools/plot_results.py). tensor_loop runs once, after the rounds. Then bench/rss_runs.sh (one process per batch/larson benchmark,
-# every page of the batches written) and the check itself, written to OUT_DIR/targets.md.
+# (tools/plot_results.py). tensor_loop runs after the rounds, 3 repetitions. Then
+# bench/rss_runs.sh (one process per batch/larson benchmark, every page of the batches
+# written) and the check itself, written to OUT_DIR/targets.md.
 # OUT_DIR/load.txt keeps the load average before and after each program, and the machine.
+#
+# The single-threaded rows run pinned to one CPU (ISSUE16_CPU, default 0), the multi-threaded
+# ones on all CPUs. glibc and tcmalloc are measured in programs of their own (a process has
+# one malloc), and the two vCPUs of the guest this was written on were seen to differ by up
+# to 1.8x for minutes at a time (neighbours on the host): unpinned, whichever vCPU a program
+# landed on decided a row's ratio.
 set -euo pipefail
 build="${1:?usage: bench/issue16_run.sh BUILD_DIR OUT_DIR [ROUNDS]}"
 out="${2:?usage: bench/issue16_run.sh BUILD_DIR OUT_DIR [ROUNDS]}"
 rounds="${3:-3}"
+cpu="${ISSUE16_CPU:-0}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 mkdir -p "$out"
 peers='(numarena_arena|numarena_arena_sized|jemalloc_malloc|jemalloc_arena|mimalloc|memkind_node|glibc_malloc|tcmalloc)'
 short="^(alloc_free_(64KiB|2MiB)|producer_consumer|batch_small_random|batch_large_random|batch_aligned64_random|larson_like|realloc_growth)/$peers/"
 tensors="^tensor_loop/$peers/"
 {
-  echo "started $(date -u +%FT%TZ) on $(uname -n): $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), Linux $(uname -r)"
+  echo "started $(date -u +%FT%TZ) on $(uname -n): $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), Linux $(uname -r); single-threaded rows on CPU $cpu"
 } > "$out/load.txt"
 for round in $(seq 1 "$rounds"); do
   for p in peers_bench peers_glibc_bench peers_tcmalloc_bench; do
     echo "round $round $p start $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/load.txt"
     # 3 repetitions of every row (the server rows register their 3 themselves).
-    "$build/bench/$p" --benchmark_filter="$short" --benchmark_repetitions=3 \
-      --benchmark_out="$out/$p.$round.json" --benchmark_out_format=json >/dev/null
+    taskset -c "$cpu" "$build/bench/$p" --benchmark_filter="$short.*threads:1\$" \
+      --benchmark_repetitions=3 --benchmark_out="$out/$p.$round.json" \
+      --benchmark_out_format=json >/dev/null
+    "$build/bench/$p" --benchmark_filter="$short.*threads:[2-9]\$" --benchmark_repetitions=3 \
+      --benchmark_out="$out/$p.threads.$round.json" --benchmark_out_format=json >/dev/null
   done
 done
-# The tensor loop once (a peer that returns its pages takes about 30 s per run here).
+# The tensor loop, 3 repetitions (a peer that returns its pages takes about 30 s per run here).
 for p in peers_bench peers_glibc_bench peers_tcmalloc_bench; do
   echo "tensors $p start $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/load.txt"
-  "$build/bench/$p" --benchmark_filter="$tensors" \
+  taskset -c "$cpu" "$build/bench/$p" --benchmark_filter="$tensors" --benchmark_repetitions=3 \
     --benchmark_out="$out/$p.tensors.json" --benchmark_out_format=json >/dev/null
 done
 echo "rss runs start $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/load.txt"
