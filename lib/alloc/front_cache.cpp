@@ -9,26 +9,27 @@
 // below 2 MiB, a LIFO list of freed objects, threaded through each object's first word.
 // `allocate` pops, `deallocate` pushes; both are inline in arena.hpp.
 //
-// Bounds. A small list (classes up to 4 KiB) starts at about 8 KiB (4 to 64 objects): a
+// Bounds. A small list (classes up to 4 KiB) starts at about 16 KiB (4 to 128 objects): a
 // thread's lists hold objects its next allocations may never ask for, and each keeps part of
-// a jemalloc slab resident (at 32 KiB the lists of a larson-like run held about 1.5 times the
-// threads' live bytes). A thread that frees more of a class than the list holds (a batch of
-// requests' objects freed together) would otherwise send half the list away and ask for it
-// again on every round; so a small list that filled by frees alone (no allocation since it
-// last ran empty, was refilled or overflowed, and at least half its limit of frees) doubles
-// its limit, up to kMaxGrownObjects, as long as the growth of all small lists of the cache
-// stays within a byte bound (Bounds::small_growth, 4 MiB); and a grown list that fills with
-// allocations in between halves back toward its start limit. Only by frees alone: a thread
-// that frees about as many objects of a class as it allocates, in random order (larson-like,
-// or remote frees arriving), walks its list up and down, and a list refilled from the depot
-// is full at once; when every full list grew, the limits ratcheted up to the bound, 4 MiB of
-// RSS per thread and heap. A medium list (above 4 KiB) holds about 1 MiB (2 to 32 objects),
-// and all medium lists of one cache together at most Bounds::medium (4 MiB). When a list cannot grow, or the medium bound
-// is full, half of that list goes to the heap's depot at once (and, if the bound is still
-// short, the largest medium lists), not one object per free. Cached objects stay committed
-// and charged to the capacity gate, so with a gate installed the bounds are smaller (1 MiB
-// of growth, 1 MiB of medium objects), and when the gate says a node of the heap is under
-// pressure (CapacityGate::CachesShouldShrink; a Budget from its warn line on) the small
+// a jemalloc slab resident (at 32 KiB, with lists that grew, the lists of a larson-like run
+// held about 1.5 times the threads' live bytes; at 8 KiB that run took 1.2x the time). A
+// thread that frees more of a class than the list holds (a batch of requests' objects freed
+// together) would otherwise send half the list away and ask for it again on every round; so a
+// small list that filled by frees alone (no allocation since it last ran empty, was refilled
+// or overflowed, and at least half its limit of frees) doubles its limit, up to
+// kMaxGrownObjects, as long as the growth of all small lists of the cache stays within a byte
+// bound (Bounds::small_growth, 4 MiB); and a grown list that fills with allocations in
+// between halves back toward its start limit. Only by frees alone: a thread that frees about
+// as many objects of a class as it allocates, in random order (larson-like, or remote frees
+// arriving), walks its list up and down, and a list refilled from the depot is full at once;
+// when every full list grew, the limits ratcheted up to the bound, 4 MiB of RSS per thread
+// and heap. A medium list (above 4 KiB) holds about 1 MiB (2 to 32 objects), and all medium
+// lists of one cache together at most Bounds::medium (4 MiB). When a list cannot grow, or the
+// medium bound is full, half of that list goes to the heap's depot at once (and, if the bound
+// is still short, the largest medium lists), not one object per free. Cached objects stay
+// committed and charged to the capacity gate, so with a gate installed the bounds are smaller
+// (1 MiB of growth, 1 MiB of medium objects), and when the gate says a node of the heap is
+// under pressure (CapacityGate::CachesShouldShrink; a Budget from its warn line on) the small
 // lists go back to their start limits and the medium lists hold at most 256 KiB. The bounds
 // are re-read on every overflow (the cold path), so a cache shrinks at its thread's next
 // overflow, not at once. Everything in it is returned, and the small limits reset, when the
@@ -67,9 +68,9 @@ using arena_internal::kClassOf4K;
 using arena_internal::kFrontClasses;
 using arena_internal::kFrontMaxSize;
 
-constexpr std::size_t kListBytes = 8192;           // what one small list holds at first
+constexpr std::size_t kListBytes = 16384;          // what one small list holds at first
 constexpr std::uint32_t kMinObjects = 4;
-constexpr std::uint32_t kMaxObjects = 64;
+constexpr std::uint32_t kMaxObjects = 128;
 constexpr std::uint32_t kMaxGrownObjects = 8192;   // the most a grown small list holds
 constexpr std::size_t kMediumListBytes = 1 << 20;  // what one medium list may hold
 constexpr std::uint32_t kMinMediumObjects = 2;
