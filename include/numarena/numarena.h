@@ -95,6 +95,37 @@ numarena_arena* numarena_arena_for_policy(const char* policy);
  * shared with the shared arenas) is full: destroy arenas you no longer need. */
 numarena_arena* numarena_arena_create(const char* policy);
 
+/* How an arena backs its memory (numarena::ArenaOptions, include/numarena/policy.hpp).
+ * Zero it, set `size` to sizeof(numarena_arena_options), then set what you need: a program
+ * built against this header keeps working with a later numarena that adds fields.
+ *   hugetlb_page_bytes  0 (ordinary pages, transparent huge pages for 2 MiB and more), or
+ *                       2 MiB or 1 GiB: hugetlbfs pages of that size from the bound node's
+ *                       own pool (NUMARENA_FAILED_PRECONDITION when it holds none).
+ *   shards              jemalloc arenas per heap; 0: one per 4 CPUs, at least 1; 1 to 8.
+ * Example:
+ *   numarena_arena_options options = {sizeof options};
+ *   options.shards = 2;
+ *   numarena_arena* arena = numarena_arena_create_with_options("bind(1)", &options); */
+typedef struct numarena_arena_options {
+  size_t size;
+  size_t hugetlb_page_bytes;
+  int shards;
+} numarena_arena_options;
+
+/* numarena_arena_create with options; NULL options are the defaults. NULL with
+ * NUMARENA_INVALID_ARGUMENT for a `size` smaller than this header's struct, for bytes past it
+ * that are not zero (fields of a later numarena this one does not know), for a shard count
+ * outside 0-8 or a huge page size other than 0, 2 MiB and 1 GiB; other errors as
+ * numarena_arena_create. */
+numarena_arena* numarena_arena_create_with_options(const char* policy,
+                                                   const numarena_arena_options* options);
+
+/* Writes the options `arena` was made with into `*out` (shards 0 stays 0: the default count)
+ * and sets out->size. NUMARENA_INVALID_ARGUMENT for a NULL arena or `out`, or out->size
+ * smaller than this header's struct. */
+numarena_code numarena_arena_options_of(const numarena_arena* arena,
+                                        numarena_arena_options* out);
+
 /* Destroys an arena made by numarena_arena_create (numarena::Arena::Destroy): every
  * allocation still in it is freed at once, its pages go back to the kernel and its budget
  * charge is released. Every pointer it handed out is invalid afterwards (using or freeing one

@@ -174,6 +174,64 @@ numarena_arena* numarena_arena_create(const char* policy) {
   return Handle(*arena);
 }
 
+numarena_arena* numarena_arena_create_with_options(const char* policy,
+                                                   const numarena_arena_options* options) {
+  if (policy == nullptr) {
+    Invalid("numarena_arena_create_with_options: the policy string is NULL");
+    return nullptr;
+  }
+  ArenaOptions arena_options;
+  if (options != nullptr) {
+    if (options->size < sizeof(numarena_arena_options)) {
+      Invalid(absl::StrCat("numarena_arena_create_with_options: options->size is ",
+                           options->size, ", less than sizeof(numarena_arena_options) (",
+                           sizeof(numarena_arena_options),
+                           "): zero the struct and set size = sizeof(numarena_arena_options)"));
+      return nullptr;
+    }
+    // A caller built against a later header may pass more fields; they must be unset here.
+    const auto* bytes = reinterpret_cast<const unsigned char*>(options);
+    for (std::size_t i = sizeof(numarena_arena_options); i < options->size; ++i) {
+      if (bytes[i] != 0) {
+        Invalid(absl::StrCat("numarena_arena_create_with_options: byte ", i,
+                             " of the options is set, but this numarena (", NUMARENA_VERSION_STRING,
+                             ") knows only the first ", sizeof(numarena_arena_options)));
+        return nullptr;
+      }
+    }
+    arena_options.hugetlb_page_bytes = options->hugetlb_page_bytes;
+    arena_options.shards = options->shards;
+  }
+  auto parsed = Policy::Parse(policy);
+  if (!parsed.ok()) {
+    Fail(parsed.status());
+    return nullptr;
+  }
+  auto arena = Arena::Create(*parsed, arena_options);
+  if (!arena.ok()) {
+    Fail(arena.status());
+    return nullptr;
+  }
+  return Handle(*arena);
+}
+
+numarena_code numarena_arena_options_of(const numarena_arena* arena,
+                                        numarena_arena_options* out) {
+  if (arena == nullptr || out == nullptr) {
+    return Invalid("numarena_arena_options_of: the arena or the output is NULL");
+  }
+  if (out->size < sizeof(numarena_arena_options)) {
+    return Invalid(absl::StrCat("numarena_arena_options_of: out->size is ", out->size,
+                                ", less than sizeof(numarena_arena_options) (",
+                                sizeof(numarena_arena_options), ")"));
+  }
+  const ArenaOptions& options = ArenaOf(arena)->options();
+  out->size = sizeof(numarena_arena_options);
+  out->hugetlb_page_bytes = options.hugetlb_page_bytes;
+  out->shards = options.shards;
+  return NUMARENA_OK;
+}
+
 numarena_code numarena_arena_destroy(numarena_arena* arena) {
   if (arena == nullptr) return Invalid("numarena_arena_destroy: the arena is NULL");
   Status status = Arena::Destroy(ArenaOf(arena));

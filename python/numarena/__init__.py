@@ -373,14 +373,37 @@ class Arena:
         return cls._from_handle(_lib.numarena_arena_for_policy(cls._policy_bytes(policy)))
 
     @classmethod
-    def create(cls, policy):
+    def create(cls, policy, *, shards=0, hugetlb_page_bytes=0):
         """A new arena of its own for a policy string, never shared (every call makes
-        another), which destroy() takes down again. Errors as for_policy, and
-        ResourceExhaustedError when numarena's heap table (256) is full."""
-        handle = _lib.numarena_arena_create(cls._policy_bytes(policy))
+        another), which destroy() takes down again. `shards` and `hugetlb_page_bytes` are
+        numarena::ArenaOptions: jemalloc arenas per heap (0: one per 4 CPUs; 1 to 8), and 0
+        for ordinary pages or 2 MiB / 1 GiB for hugetlbfs pages from the bound node's own
+        pool. Errors as for_policy; InvalidArgumentError for options out of range,
+        FailedPreconditionError when the node's huge page pool is empty, and
+        ResourceExhaustedError when numarena's heap table (256) is full.
+
+            arena = numarena.Arena.create("bind(1)", shards=2)
+        """
+        options = _capi.ArenaOptions(ctypes.sizeof(_capi.ArenaOptions),
+                                     _check_size(hugetlb_page_bytes, "hugetlb_page_bytes"),
+                                     _check_c_int(shards, "shards"))
+        handle = _lib.numarena_arena_create_with_options(cls._policy_bytes(policy),
+                                                         ctypes.byref(options))
         if not handle:
             raise _capi.last_error()
         return cls(handle, owned=True)
+
+    @property
+    def options(self):
+        """The options the arena was made with, as a dict: {"shards": n,
+        "hugetlb_page_bytes": b} (shards 0: the default count)."""
+        if self._handle is None:
+            raise FailedPreconditionError(_capi.FAILED_PRECONDITION,
+                                          "numarena.Arena.options: the arena was destroyed")
+        options = _capi.ArenaOptions(ctypes.sizeof(_capi.ArenaOptions), 0, 0)
+        if _lib.numarena_arena_options_of(self._handle, ctypes.byref(options)) != 0:
+            raise _capi.last_error()
+        return {"shards": options.shards, "hugetlb_page_bytes": options.hugetlb_page_bytes}
 
     @property
     def destroyed(self):

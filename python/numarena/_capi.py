@@ -173,6 +173,11 @@ class BudgetNode(ctypes.Structure):
                 ("numarena_bytes", ctypes.c_uint64), ("refusals", ctypes.c_uint64)]
 
 
+class ArenaOptions(ctypes.Structure):  # numarena_arena_options
+    _fields_ = [("size", ctypes.c_size_t), ("hugetlb_page_bytes", ctypes.c_size_t),
+                ("shards", ctypes.c_int)]
+
+
 class NodeInfo(ctypes.Structure):
     _fields_ = [("id", ctypes.c_int), ("cpu_count", ctypes.c_int), ("allowed", ctypes.c_int),
                 ("mem_total_bytes", ctypes.c_uint64), ("mem_free_bytes", ctypes.c_uint64)]
@@ -193,6 +198,8 @@ _PROTOTYPES = {
     "numarena_arena_policy": (_sz, [_vp, ctypes.c_char_p, _sz]),
     "numarena_arena_purge": (None, [_vp]),
     "numarena_arena_create": (_vp, [ctypes.c_char_p]),
+    "numarena_arena_create_with_options": (_vp, [ctypes.c_char_p, ctypes.POINTER(ArenaOptions)]),
+    "numarena_arena_options_of": (_int, [_vp, ctypes.POINTER(ArenaOptions)]),
     "numarena_arena_destroy": (_int, [_vp]),
     "numarena_malloc": (_vp, [_vp, _sz]),
     "numarena_calloc": (_vp, [_vp, _sz, _sz]),

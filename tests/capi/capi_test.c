@@ -220,6 +220,70 @@ static void test_arena_lifecycle(void) {
   CHECK(numarena_last_error() == NUMARENA_OK);
 }
 
+static void test_arena_options(void) {
+  numarena_clear_error();
+  numarena_arena_options options;
+  memset(&options, 0, sizeof options);
+  options.size = sizeof options;
+  options.shards = 2;
+  numarena_arena* arena = numarena_arena_create_with_options("bind(0)", &options);
+  CHECK(arena != NULL);
+  if (arena != NULL) {
+    numarena_arena_options seen;
+    memset(&seen, 0, sizeof seen);
+    seen.size = sizeof seen;
+    CHECK(numarena_arena_options_of(arena, &seen) == NUMARENA_OK);
+    CHECK(seen.shards == 2 && seen.hugetlb_page_bytes == 0 && seen.size == sizeof seen);
+    unsigned char* p = numarena_malloc(arena, 3 << 20);
+    CHECK(p != NULL);
+    if (p != NULL) memset(p, 5, 3 << 20);
+    CHECK(numarena_node_of(p) == 0);
+    CHECK(numarena_arena_destroy(arena) == NUMARENA_OK);
+  }
+  /* NULL options are the defaults. */
+  arena = numarena_arena_create_with_options("bind(0)", NULL);
+  CHECK(arena != NULL);
+  if (arena != NULL) {
+    numarena_arena_options seen = {sizeof seen, 1, 7};
+    CHECK(numarena_arena_options_of(arena, &seen) == NUMARENA_OK);
+    CHECK(seen.shards == 0 && seen.hugetlb_page_bytes == 0);
+    CHECK(numarena_arena_destroy(arena) == NUMARENA_OK);
+  }
+  /* Out of range, and a struct that does not say its size. */
+  options.shards = 9;
+  CHECK(numarena_arena_create_with_options("bind(0)", &options) == NULL);
+  CHECK_ERROR(NUMARENA_INVALID_ARGUMENT, "shards 9");
+  options.shards = 0;
+  options.hugetlb_page_bytes = (size_t)3 << 20;
+  CHECK(numarena_arena_create_with_options("bind(0)", &options) == NULL);
+  CHECK_ERROR(NUMARENA_INVALID_ARGUMENT, "hugetlb_page_bytes");
+  options.hugetlb_page_bytes = 0;
+  options.size = 0;
+  CHECK(numarena_arena_create_with_options("bind(0)", &options) == NULL);
+  CHECK_ERROR(NUMARENA_INVALID_ARGUMENT, "sizeof(numarena_arena_options)");
+  CHECK(numarena_arena_create_with_options(NULL, NULL) == NULL);
+  CHECK_ERROR(NUMARENA_INVALID_ARGUMENT, "NULL");
+  /* A caller built against a later header: unknown fields must be zero. */
+  struct {
+    numarena_arena_options known;
+    int later_field;
+  } later;
+  memset(&later, 0, sizeof later);
+  later.known.size = sizeof later;
+  arena = numarena_arena_create_with_options("bind(0)", &later.known);
+  CHECK(arena != NULL);
+  if (arena != NULL) CHECK(numarena_arena_destroy(arena) == NUMARENA_OK);
+  later.later_field = 1;
+  CHECK(numarena_arena_create_with_options("bind(0)", &later.known) == NULL);
+  CHECK_ERROR(NUMARENA_INVALID_ARGUMENT, "knows only the first");
+  numarena_arena_options small = {0, 0, 0};
+  CHECK(numarena_arena_options_of(numarena_arena_for_node(0), &small) == NUMARENA_INVALID_ARGUMENT);
+  CHECK_ERROR(NUMARENA_INVALID_ARGUMENT, "out->size");
+  CHECK(numarena_arena_options_of(NULL, &small) == NUMARENA_INVALID_ARGUMENT);
+  CHECK_ERROR(NUMARENA_INVALID_ARGUMENT, "NULL");
+  CHECK(numarena_last_error() == NUMARENA_OK);
+}
+
 static void test_threads(void) {
   numarena_clear_error();
   struct handoff h = {numarena_malloc(numarena_arena_for_node(0), 256), NUMARENA_OK};
@@ -412,6 +476,7 @@ int main(void) {
   test_errors_start_clear();
   test_arenas();
   test_arena_lifecycle();
+  test_arena_options();
   test_allocation();
   test_realloc();
   test_aligned();

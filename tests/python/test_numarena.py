@@ -255,6 +255,27 @@ class NodeBufferTest(unittest.TestCase):
         with self.assertRaises(numarena.InvalidArgumentError):
             numarena.Arena.create("bogus")
 
+    def test_arena_create_with_options(self):
+        arena = numarena.Arena.create("bind(0)", shards=2)
+        self.assertEqual(arena.options, {"shards": 2, "hugetlb_page_bytes": 0})
+        with arena.buffer(1 << 20) as buf:
+            buf.view()[:] = b"z" * (1 << 20)
+            self.assertEqual(numarena.node_of(buf.address), 0)
+        arena.destroy()
+        with self.assertRaisesRegex(numarena.FailedPreconditionError, "destroyed"):
+            arena.options
+        self.assertEqual(numarena.Arena.for_node(0).options["shards"], 0)
+        with self.assertRaisesRegex(numarena.InvalidArgumentError, "shards 9"):
+            numarena.Arena.create("bind(0)", shards=9)
+        with self.assertRaisesRegex(numarena.InvalidArgumentError, "shards -1"):
+            numarena.Arena.create("bind(0)", shards=-1)
+        with self.assertRaises(numarena.InvalidArgumentError):
+            numarena.Arena.create("bind(0)", shards=1 << 40)  # not truncated to another count
+        with self.assertRaises(TypeError):
+            numarena.Arena.create("bind(0)", shards="2")
+        with self.assertRaisesRegex(numarena.InvalidArgumentError, "huge"):
+            numarena.Arena.create("bind(0)", hugetlb_page_bytes=3 << 20)
+
     def test_zero_and_alignment(self):
         with numarena.NodeBuffer(3 * PAGE + 5, node=0) as dirty:
             dirty.view()[:] = b"\xff" * len(dirty)
