@@ -88,6 +88,53 @@ std::size_t CopyOut(const std::string& text, char* buffer, std::size_t size) {
   return text.size();
 }
 
+// The arena `make` (Arena::ForPolicy or Arena::Create with its options) gives for the policy
+// string, or NULL with the error recorded; `function` names the C entry point.
+template <typename Make>
+numarena_arena* ArenaForString(const char* function, const char* policy, Make make) {
+  if (policy == nullptr) {
+    Invalid(absl::StrCat(function, ": the policy string is NULL"));
+    return nullptr;
+  }
+  auto parsed = Policy::Parse(policy);
+  if (!parsed.ok()) {
+    Fail(parsed.status());
+    return nullptr;
+  }
+  StatusOr<Arena*> arena = make(*parsed);
+  if (!arena.ok()) {
+    Fail(arena.status());
+    return nullptr;
+  }
+  return Handle(*arena);
+}
+
+// `options` as ArenaOptions (NULL: the defaults), or InvalidArgument recorded and false.
+bool ReadOptions(const numarena_arena_options* options, ArenaOptions* out) {
+  *out = ArenaOptions();
+  if (options == nullptr) return true;
+  if (options->size < sizeof(numarena_arena_options)) {
+    Invalid(absl::StrCat("numarena_arena_create_with_options: options->size is ", options->size,
+                         ", less than sizeof(numarena_arena_options) (",
+                         sizeof(numarena_arena_options),
+                         "): zero the struct and set size = sizeof(numarena_arena_options)"));
+    return false;
+  }
+  // A caller built against a later header may pass more fields; they must be unset here.
+  const auto* bytes = reinterpret_cast<const unsigned char*>(options);
+  for (std::size_t i = sizeof(numarena_arena_options); i < options->size; ++i) {
+    if (bytes[i] != 0) {
+      Invalid(absl::StrCat("numarena_arena_create_with_options: byte ", i,
+                           " of the options is set, but this numarena (", NUMARENA_VERSION_STRING,
+                           ") knows only the first ", sizeof(numarena_arena_options)));
+      return false;
+    }
+  }
+  out->hugetlb_page_bytes = options->hugetlb_page_bytes;
+  out->shards = options->shards;
+  return true;
+}
+
 void* Allocate(numarena_arena* arena, std::size_t size, std::size_t alignment) {
   if (arena == nullptr) {
     Invalid("numarena allocation: the arena is NULL (numarena_arena_for_node or "
@@ -139,80 +186,22 @@ numarena_arena* numarena_arena_for_node(int node) {
 }
 
 numarena_arena* numarena_arena_for_policy(const char* policy) {
-  if (policy == nullptr) {
-    Invalid("numarena_arena_for_policy: the policy string is NULL");
-    return nullptr;
-  }
-  auto parsed = Policy::Parse(policy);
-  if (!parsed.ok()) {
-    Fail(parsed.status());
-    return nullptr;
-  }
-  auto arena = Arena::ForPolicy(*parsed);
-  if (!arena.ok()) {
-    Fail(arena.status());
-    return nullptr;
-  }
-  return Handle(*arena);
+  return ArenaForString("numarena_arena_for_policy", policy,
+                        [](const Policy& parsed) { return Arena::ForPolicy(parsed); });
 }
 
 numarena_arena* numarena_arena_create(const char* policy) {
-  if (policy == nullptr) {
-    Invalid("numarena_arena_create: the policy string is NULL");
-    return nullptr;
-  }
-  auto parsed = Policy::Parse(policy);
-  if (!parsed.ok()) {
-    Fail(parsed.status());
-    return nullptr;
-  }
-  auto arena = Arena::Create(*parsed);
-  if (!arena.ok()) {
-    Fail(arena.status());
-    return nullptr;
-  }
-  return Handle(*arena);
+  return ArenaForString("numarena_arena_create", policy,
+                        [](const Policy& parsed) { return Arena::Create(parsed); });
 }
 
 numarena_arena* numarena_arena_create_with_options(const char* policy,
                                                    const numarena_arena_options* options) {
-  if (policy == nullptr) {
-    Invalid("numarena_arena_create_with_options: the policy string is NULL");
-    return nullptr;
-  }
   ArenaOptions arena_options;
-  if (options != nullptr) {
-    if (options->size < sizeof(numarena_arena_options)) {
-      Invalid(absl::StrCat("numarena_arena_create_with_options: options->size is ",
-                           options->size, ", less than sizeof(numarena_arena_options) (",
-                           sizeof(numarena_arena_options),
-                           "): zero the struct and set size = sizeof(numarena_arena_options)"));
-      return nullptr;
-    }
-    // A caller built against a later header may pass more fields; they must be unset here.
-    const auto* bytes = reinterpret_cast<const unsigned char*>(options);
-    for (std::size_t i = sizeof(numarena_arena_options); i < options->size; ++i) {
-      if (bytes[i] != 0) {
-        Invalid(absl::StrCat("numarena_arena_create_with_options: byte ", i,
-                             " of the options is set, but this numarena (", NUMARENA_VERSION_STRING,
-                             ") knows only the first ", sizeof(numarena_arena_options)));
-        return nullptr;
-      }
-    }
-    arena_options.hugetlb_page_bytes = options->hugetlb_page_bytes;
-    arena_options.shards = options->shards;
-  }
-  auto parsed = Policy::Parse(policy);
-  if (!parsed.ok()) {
-    Fail(parsed.status());
-    return nullptr;
-  }
-  auto arena = Arena::Create(*parsed, arena_options);
-  if (!arena.ok()) {
-    Fail(arena.status());
-    return nullptr;
-  }
-  return Handle(*arena);
+  if (!ReadOptions(options, &arena_options)) return nullptr;
+  return ArenaForString(
+      "numarena_arena_create_with_options", policy,
+      [&arena_options](const Policy& parsed) { return Arena::Create(parsed, arena_options); });
 }
 
 numarena_code numarena_arena_options_of(const numarena_arena* arena,

@@ -430,6 +430,13 @@ class PressureGate : public numarena::CapacityGate {
   bool pressed_;
 };
 
+// What this thread's own caches hold of `arena`: allocated bytes that are neither `in_use`
+// nor in the heap's shared caches.
+std::size_t ThreadKept(Arena* arena, std::size_t in_use) {
+  const numarena::ArenaStats now = arena->stats();
+  return now.allocated > in_use + now.cached ? now.allocated - in_use - now.cached : 0;
+}
+
 // On a fresh thread: allocates `count` objects of each size in `sizes`, frees them all
 // (unsized), and returns how many bytes the arena's statistics still count as allocated
 // beyond `before` while the thread lives, outside the heap's shared caches, i.e. what the
@@ -445,9 +452,8 @@ std::size_t KeptAfterBatch(Arena* arena, const std::vector<std::size_t>& sizes, 
     }
     for (void* p : blocks) REQUIRE(p != nullptr);
     for (void* p : blocks) numarena::deallocate(p);
-    const numarena::ArenaStats now = arena->stats();
-    shared = now.cached;
-    kept = now.allocated > before + shared ? now.allocated - before - shared : 0;
+    shared = arena->stats().cached;
+    kept = ThreadKept(arena, before);
   });
   thread.join();
   // All of the thread's own caches are back when it exits; purge() empties the shared ones.
@@ -512,9 +518,7 @@ TEST_CASE("a small list that wanders up and down with remote frees does not grow
         foreign.pop_back();
       }
     }
-    const numarena::ArenaStats now = arena->stats();
-    const std::size_t in_use = before + (live.size() + foreign.size()) * kSize;
-    kept = now.allocated > in_use + now.cached ? now.allocated - in_use - now.cached : 0;
+    kept = ThreadKept(arena, before + (live.size() + foreign.size()) * kSize);
     for (void* p : live) numarena::deallocate(p);
   });
   thread.join();
@@ -523,17 +527,6 @@ TEST_CASE("a small list that wanders up and down with remote frees does not grow
   for (void* p : foreign) numarena::deallocate(p);
   arena->purge();
 }
-
-namespace {
-
-// What this thread's own caches hold of `arena`: allocated bytes that are neither `in_use`
-// nor in the heap's shared caches.
-std::size_t ThreadKept(Arena* arena, std::size_t in_use) {
-  const numarena::ArenaStats now = arena->stats();
-  return now.allocated > in_use + now.cached ? now.allocated - in_use - now.cached : 0;
-}
-
-}  // namespace
 
 TEST_CASE("a list refilled from the depot is not grown by the free that fills it") {
   // A list that runs empty takes a chain from the depot and is full again; the next free
