@@ -113,10 +113,10 @@ typedef struct numarena_arena_options {
 } numarena_arena_options;
 
 /* numarena_arena_create with options; NULL options are the defaults. NULL with
- * NUMARENA_INVALID_ARGUMENT for a `size` smaller than this header's struct, for bytes past it
- * that are not zero (fields of a later numarena this one does not know), for a shard count
- * outside 0-8 or a huge page size other than 0, 2 MiB and 1 GiB; other errors as
- * numarena_arena_create. */
+ * NUMARENA_INVALID_ARGUMENT for a `size` smaller than this header's struct or over 4096, for
+ * bytes past the struct that are not zero (fields of a later numarena this one does not know),
+ * for a shard count outside 0-8 or a huge page size other than 0, 2 MiB and 1 GiB; other
+ * errors as numarena_arena_create. */
 numarena_arena* numarena_arena_create_with_options(const char* policy,
                                                    const numarena_arena_options* options);
 

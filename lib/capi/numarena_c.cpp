@@ -121,6 +121,15 @@ bool ReadOptions(const numarena_arena_options* options, ArenaOptions* out) {
     return false;
   }
   // A caller built against a later header may pass more fields; they must be unset here.
+  // Past kMaxOptionsSize the size is not an options struct's (uninitialised, or hostile):
+  // reading that far could run off the caller's memory.
+  constexpr std::size_t kMaxOptionsSize = 4096;
+  if (options->size > kMaxOptionsSize) {
+    Invalid(absl::StrCat("numarena_arena_create_with_options: options->size is ", options->size,
+                         ", more than any numarena's options struct (", kMaxOptionsSize,
+                         "): set size = sizeof(numarena_arena_options)"));
+    return false;
+  }
   const auto* bytes = reinterpret_cast<const unsigned char*>(options);
   for (std::size_t i = sizeof(numarena_arena_options); i < options->size; ++i) {
     if (bytes[i] != 0) {

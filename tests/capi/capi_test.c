@@ -261,6 +261,10 @@ static void test_arena_options(void) {
   options.size = 0;
   CHECK(numarena_arena_create_with_options("bind(0)", &options) == NULL);
   CHECK_ERROR(NUMARENA_INVALID_ARGUMENT, "sizeof(numarena_arena_options)");
+  options.size = (size_t)-1; /* never read that far */
+  CHECK(numarena_arena_create_with_options("bind(0)", &options) == NULL);
+  CHECK_ERROR(NUMARENA_INVALID_ARGUMENT, "more than any");
+  options.size = sizeof options;
   CHECK(numarena_arena_create_with_options(NULL, NULL) == NULL);
   CHECK_ERROR(NUMARENA_INVALID_ARGUMENT, "NULL");
   /* A caller built against a later header: unknown fields must be zero. */
