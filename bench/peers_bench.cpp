@@ -4,8 +4,9 @@
 //   numarena_arena           Arena::ForNode(node): jemalloc arena on node-bound pages,
 //                            per-(thread, arena) tcache; free with numarena::deallocate(p)
 //   numarena_arena_sized     an arena of its own on that node (Arena::Create(Bind(node))),
-//                            freed with numarena::deallocate(p, size) (both grow with
-//                            numarena_realloc of the C API on the shared node arena)
+//                            freed with numarena::deallocate(p, size); numarena_arena
+//                            grows with the C API's numarena_realloc on its arena, the
+//                            sized peer with Arena::reallocate on its own
 //   numarena_interleave      Arena::ForPolicy(Interleave(all allowed nodes))
 //   numarena_allocator       numarena::allocator<std::byte>(Bind(node)) (the STL adapter)
 //   numarena_pmr             numarena::node_resource(node) (std::pmr adapter, virtual call)
@@ -80,7 +81,7 @@ struct NumarenaArenaSized {
   static void* Allocate(std::size_t bytes) { return g_sized_arena->allocate(bytes); }
   static void Free(void* p, std::size_t bytes) { numarena::deallocate(p, bytes); }
   static void* Realloc(void* p, std::size_t, std::size_t bytes) {
-    return numarena_realloc(g_node_c_arena, p, bytes);
+    return g_sized_arena->reallocate(p, bytes);
   }
   static void* AllocateAligned(std::size_t alignment, std::size_t bytes) {
     return g_sized_arena->allocate(bytes, alignment);

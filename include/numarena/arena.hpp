@@ -237,6 +237,33 @@ class Arena {
   void deallocate(void* p, std::size_t size,
                   std::size_t alignment = alignof(std::max_align_t)) noexcept;
 
+  // Resizes the allocation at `p` to `size` bytes in this arena, keeping its first
+  // min(size, old usable size) bytes, as C's realloc does. The result is `p` itself when
+  // this arena made `p` (contains), `p` is aligned to `alignment`, and `size` falls in the
+  // size class `p` already has (so a sized deallocate of the result with `size` and
+  // `alignment` is correct either way). Otherwise it is a new allocation of this arena, on
+  // this arena's placement (a pointer from another arena moves to this one's nodes), with the
+  // bytes copied and `p` freed. nullptr `p` is allocate(size, alignment); size 0 gives a
+  // minimal allocation, as allocate(0) does (C's numarena_realloc frees instead).
+  //
+  // On failure it returns nullptr and `p` stays allocated and unchanged, with the reason in
+  // last_allocation_error(): allocate's reasons, or InvalidArgument for a `p` numarena does
+  // not own (freed by nothing: it is not numarena's to free). Checked mode (NUMARENA_CHECK=1)
+  // always moves, so every size it records stays exact. Thread-safe; never throws.
+  //
+  //   auto* buf = static_cast<float*>(arena->allocate(1024 * sizeof(float)));
+  //   void* grown = arena->reallocate(buf, 4096 * sizeof(float));
+  //   if (grown == nullptr) return numarena::last_allocation_error();  // buf still valid
+  //   buf = static_cast<float*>(grown);
+  void* reallocate(void* p, std::size_t size,
+                   std::size_t alignment = alignof(std::max_align_t)) noexcept;
+
+  // True when `p` points into memory of one of this arena's heaps: this arena allocated
+  // it (and it has not been freed). An arena made by Create contains nothing another arena
+  // handed out, even on the same node. O(1) for Bind and interleave arenas, O(nodes) for
+  // Preferred and Local; no system call.
+  bool contains(const void* p) const noexcept;
+
   const Policy& policy() const { return policy_; }
   const ArenaOptions& options() const { return options_; }
 

@@ -156,8 +156,10 @@ void* numarena_malloc(numarena_arena* arena, size_t size);
 void* numarena_calloc(numarena_arena* arena, size_t count, size_t size);
 
 /* Resizes `ptr` (NULL: like numarena_malloc) keeping its contents up to the smaller size.
- * The new block comes from `arena`, which may differ from the one `ptr` came from (a way to
- * move a buffer to another node). size 0 frees `ptr` and returns NULL. On failure `ptr` is
+ * The result is `ptr` itself when `arena` made it and the new size fits its block without
+ * leaving more than half of it unused (or falls in its size class); otherwise a new block
+ * from `arena`, which may differ from the one `ptr` came from (a way to move a buffer to
+ * another node), and `ptr` is freed. size 0 frees `ptr` and returns NULL. On failure `ptr` is
  * untouched and still owned by the caller. `ptr` must be a numarena pointer. */
 void* numarena_realloc(numarena_arena* arena, void* ptr, size_t size);
 
@@ -179,6 +181,11 @@ size_t numarena_usable_size(const void* ptr);
 
 /* 1 when `ptr` points into memory numarena's arenas manage, else 0. No system call. */
 int numarena_owns(const void* ptr);
+
+/* 1 when `arena` allocated `ptr` (a live block of one of its heaps), else 0: an arena made by
+ * numarena_arena_create contains nothing another arena handed out, even on the same node.
+ * 0 for a NULL arena or pointer. No system call. */
+int numarena_arena_contains(const numarena_arena* arena, const void* ptr);
 
 /* The node the arena of `ptr` places its pages on; NUMARENA_NODE_MIXED for interleaved or
  * multi-node arenas, NUMARENA_NODE_NONE when numarena does not own `ptr`. No system call:

@@ -3,6 +3,7 @@
 #include "numarena/arena.hpp"
 
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -559,6 +560,47 @@ void Arena::deallocate(void* p) noexcept { numarena::deallocate(p); }
 
 void Arena::deallocate(void* p, std::size_t size, std::size_t alignment) noexcept {
   numarena::deallocate(p, size, alignment);
+}
+
+bool Arena::contains(const void* p) const noexcept {
+  const int heap = arena_internal::HeapOf(p);
+  if (heap < 0) return false;
+  if (node_heaps_ == nullptr) return heap == primary_heap_;
+  for (int i = 0; i < node_heap_count_; ++i) {
+    if (node_heaps_[i].load(std::memory_order_acquire) == heap) return true;
+  }
+  return false;
+}
+
+void* Arena::reallocate(void* p, std::size_t size, std::size_t alignment) noexcept {
+  if (p == nullptr) return allocate(size, alignment);
+  if (!numarena::owns(p)) {
+    SetLastError(absl::InvalidArgumentError(
+        absl::StrCat("arena ", policy_.ToString(), ": reallocate(0x",
+                     absl::Hex(reinterpret_cast<std::uintptr_t>(p)),
+                     "): the pointer was not allocated by numarena; resize it with the "
+                     "allocator that made it")));
+    return nullptr;
+  }
+  const std::size_t usable = usable_size(p);
+  if (IsPowerOfTwo(alignment) && size <= (std::size_t{1} << 62) && !checked::Enabled() &&
+      reinterpret_cast<std::uintptr_t>(p) % alignment == 0 && contains(p)) {
+    // The class a sized free of (size, alignment) names: the caches' request, else the
+    // request jemalloc's sized free sees. Equal usable sizes are the same class.
+    std::size_t request = arena_internal::CachedRequest(size, alignment);
+    int flags = 0;
+    if (request == 0) {
+      request = alignment <= alignof(std::max_align_t)
+                    ? arena_internal::RequestSize(size, alignment) : size;
+      flags = AlignFlags(EffectiveAlignment(request, alignment));
+    }
+    if (nallocx(request == 0 ? 1 : request, flags) == usable) return p;
+  }
+  void* fresh = allocate(size, alignment);
+  if (fresh == nullptr) return nullptr;
+  std::memcpy(fresh, p, size < usable ? size : usable);
+  numarena::deallocate(p);
+  return fresh;
 }
 
 // ---- maintenance and statistics ---------------------------------------------------------------

@@ -273,18 +273,20 @@ void* numarena_realloc(numarena_arena* arena, void* ptr, size_t size) {
     numarena::deallocate(ptr);
     return nullptr;
   }
-  const std::size_t usable = usable_size(ptr);
-  // Kept in place when it fits without wasting more than half of it and the target arena
-  // places pages where `ptr`'s do (a realloc into another arena is a move to its node).
-  if (arena != nullptr && size <= usable && size >= usable / 2) {
-    const int node = ArenaOf(arena)->policy().single_node();
-    if (node >= 0 && node_of(ptr) == node) return ptr;
+  if (arena == nullptr) {
+    Invalid("numarena_realloc: the arena is NULL (numarena_arena_for_node or "
+            "numarena_arena_for_policy returned NULL; see the error it left); ptr is unchanged");
+    return nullptr;
   }
-  void* fresh = Allocate(arena, size, alignof(std::max_align_t));
-  if (fresh == nullptr) return nullptr;
-  std::memcpy(fresh, ptr, size < usable ? size : usable);
-  numarena::deallocate(ptr);
-  return fresh;
+  Arena* target = ArenaOf(arena);
+  // Kept in place when the arena made it and it fits without wasting more than half of it:
+  // C callers free unsized, so a smaller class than the object's does no harm. Anything else
+  // is the C++ reallocate (in place only within the object's class, else moved to `arena`).
+  const std::size_t usable = usable_size(ptr);
+  if (size <= usable && size >= usable / 2 && target->contains(ptr)) return ptr;
+  void* resized = target->reallocate(ptr, size);
+  if (resized == nullptr) Fail(last_allocation_error());
+  return resized;
 }
 
 void* numarena_aligned_alloc(numarena_arena* arena, size_t alignment, size_t size) {
@@ -317,6 +319,10 @@ void numarena_free(void* ptr) { numarena::deallocate(ptr); }
 size_t numarena_usable_size(const void* ptr) { return owns(ptr) ? usable_size(ptr) : 0; }
 
 int numarena_owns(const void* ptr) { return owns(ptr) ? 1 : 0; }
+
+int numarena_arena_contains(const numarena_arena* arena, const void* ptr) {
+  return arena != nullptr && ArenaOf(arena)->contains(ptr) ? 1 : 0;
+}
 
 int numarena_node_of(const void* ptr) { return node_of(ptr); }
 

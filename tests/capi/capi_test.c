@@ -149,6 +149,38 @@ static void test_realloc(void) {
   int on_stack = 0;
   CHECK(numarena_realloc(arena, &on_stack, 64) == NULL);
   CHECK_ERROR(NUMARENA_INVALID_ARGUMENT, "not allocated by numarena");
+  CHECK(numarena_realloc(NULL, numarena_malloc(arena, 8), 64) == NULL);
+  CHECK_ERROR(NUMARENA_INVALID_ARGUMENT, "the arena is NULL");
+}
+
+/* In place only in the arena that made the block; into another arena of the same node it
+ * moves, so destroying either arena cannot take the other's buffer. */
+static void test_realloc_between_arenas(void) {
+  numarena_arena* shared = numarena_arena_for_node(0);
+  numarena_arena* own = numarena_arena_create("bind(0)");
+  numarena_arena* spread = numarena_arena_for_policy("interleave(0)");
+  CHECK(own != NULL && spread != NULL);
+  char* p = numarena_malloc(shared, 1000);
+  CHECK(p != NULL);
+  memset(p, 'a', 1000);
+  CHECK(numarena_arena_contains(shared, p) == 1);
+  CHECK(numarena_arena_contains(own, p) == 0);
+  CHECK(numarena_arena_contains(NULL, p) == 0);
+  CHECK(numarena_arena_contains(shared, NULL) == 0);
+  /* Shrinking by less than half stays in place, in its own arena. */
+  CHECK(numarena_realloc(shared, p, 900) == p);
+  char* moved = numarena_realloc(own, p, 900);
+  CHECK(moved != NULL && moved != p);
+  CHECK(numarena_arena_contains(own, moved) == 1);
+  CHECK(numarena_arena_contains(shared, moved) == 0);
+  CHECK(moved[0] == 'a' && moved[899] == 'a');
+  /* An interleaved arena keeps its own blocks in place too. */
+  char* wide = numarena_realloc(spread, moved, 900);
+  CHECK(wide != NULL && wide != moved && numarena_arena_contains(spread, wide) == 1);
+  CHECK(numarena_realloc(spread, wide, 600) == wide);
+  CHECK(wide[599] == 'a');
+  numarena_free(wide);
+  CHECK(numarena_arena_destroy(own) == NUMARENA_OK);
 }
 
 static void test_aligned(void) {
@@ -483,6 +515,7 @@ int main(void) {
   test_arena_options();
   test_allocation();
   test_realloc();
+  test_realloc_between_arenas();
   test_aligned();
   test_threads();
   test_pages();
