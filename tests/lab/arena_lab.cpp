@@ -1,7 +1,8 @@
 // Arenas in the NUMA lab: every page of every size from each node's arena is on that node
 // (memory-only nodes included), a node's arena never hands out objects freed into another
 // node's arena, threads on the arena's other jemalloc arena shards place their pages on the
-// node too, interleave spreads pages evenly and weighted interleave 3:1 gives 3:1.
+// node too, reallocate into another node's arena moves every page there, interleave spreads
+// pages evenly and weighted interleave 3:1 gives 3:1.
 // Memory is written (faulted in) from a CPU on the farthest other node wherever one exists,
 // so a page on the right node proves the binding, not first-touch locality. Expectations come
 // from the topology QEMU was given (lab_support.hpp), not from numarena's discovery.
@@ -95,6 +96,48 @@ TEST_CASE("objects freed into node A's arena are never returned by node B's aren
           }
           CHECK(wrong_owner == 0);
           for (void* p : objects) deallocate(p);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("reallocate into node B's arena moves every page to B, and growth in A stays on A") {
+  const auto& lab = lab::Expected();
+  for (const auto& a : lab.nodes) {
+    for (const auto& b : lab.nodes) {
+      if (a.id == b.id) continue;
+      DYNAMIC_SECTION("A = node " << a.id << ", B = node " << b.id) {
+        // The copy into B is written from a CPU far from B, so pages on B prove the binding.
+        std::optional<lab::PinnedTo> pin;
+        if (std::optional<int> toucher = lab.farthest_cpu_node(b.id)) {
+          pin.emplace(lab.node(*toucher).cpus);
+        }
+        Arena* arena_a = *Arena::ForNode(a.id);
+        Arena* arena_b = *Arena::ForNode(b.id);
+        // Small (front cache), medium, and large (2 MiB classes and the large cache).
+        for (std::size_t size : {std::size_t{256}, std::size_t{64} << 10, 2 * kMiB, 6 * kMiB}) {
+          INFO("size " << size);
+          void* p = arena_a->allocate(size);
+          REQUIRE(p != nullptr);
+          std::memset(p, 0x5a, size);
+          void* grown = arena_a->reallocate(p, 2 * size);  // another class: moved within A
+          INFO(last_allocation_error().ToString());
+          REQUIRE(grown != nullptr);
+          std::memset(static_cast<char*>(grown) + size, 0x5a, size);
+          CHECK(arena_a->contains(grown));
+          CheckAllOn(grown, 2 * size, a.id);
+          void* moved = arena_b->reallocate(grown, 2 * size);
+          REQUIRE(moved != nullptr);
+          CHECK(moved != grown);
+          CHECK(arena_b->contains(moved));
+          CHECK(node_of(moved) == b.id);
+          CheckAllOn(moved, 2 * size, b.id);
+          const auto* bytes = static_cast<const unsigned char*>(moved);
+          std::size_t changed = 0;
+          for (std::size_t i = 0; i < 2 * size; ++i) changed += bytes[i] != 0x5a;
+          CHECK(changed == 0);
+          deallocate(moved);
         }
       }
     }
