@@ -452,6 +452,15 @@ class Arena:
         """A NodeBuffer of `size` bytes from this arena (see NodeBuffer)."""
         return NodeBuffer(size, arena=self, alignment=alignment, zero=zero)
 
+    def contains(self, target):
+        """True when this arena allocated `target` (an int address or a buffer): an arena of
+        Arena.create contains nothing another arena handed out, even on the same node. False
+        for a destroyed arena."""
+        with _Span(target, 0, "Arena.contains") as span:
+            if self._handle is None:
+                return False
+            return bool(_lib.numarena_arena_contains(self._handle, span.address))
+
     def __repr__(self):
         return f"<numarena.Arena {self.policy}>"
 

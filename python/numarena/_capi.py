@@ -207,6 +207,7 @@ _PROTOTYPES = {
     "numarena_free": (None, [_vp]),
     "numarena_usable_size": (_sz, [_vp]),
     "numarena_owns": (_int, [_vp]),
+    "numarena_arena_contains": (_int, [_vp, _vp]),
     "numarena_node_of": (_int, [_vp]),
     "numarena_page_nodes": (_int, [_vp, _sz, c_size_p, _sz, ctypes.POINTER(PageCounts)]),
     "numarena_prefault": (_int, [_vp, _sz, _int, ctypes.POINTER(PlacementReport)]),

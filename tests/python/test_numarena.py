@@ -255,6 +255,18 @@ class NodeBufferTest(unittest.TestCase):
         with self.assertRaises(numarena.InvalidArgumentError):
             numarena.Arena.create("bogus")
 
+    def test_arena_contains(self):
+        shared = numarena.Arena.for_node(0)
+        own = numarena.Arena.create("bind(0)")
+        with shared.buffer(4096) as a, own.buffer(4096) as b:
+            self.assertTrue(shared.contains(a))
+            self.assertFalse(own.contains(a))  # same node, another arena
+            self.assertTrue(own.contains(b.address))
+            self.assertFalse(shared.contains(b))
+            self.assertFalse(shared.contains(bytearray(64)))
+        own.destroy()
+        self.assertFalse(own.contains(0))
+
     def test_arena_create_with_options(self):
         arena = numarena.Arena.create("bind(0)", shards=2)
         self.assertEqual(arena.options, {"shards": 2, "hugetlb_page_bytes": 0})
