@@ -22,7 +22,8 @@
 // free (`BudgetOptions::inactive_file_is_free`, on by default); active file pages (a model
 // that is mmap'd and read every token, the server's own binaries) stay counted as used,
 // since reclaiming them costs refaults. NodeBudgetSnapshot::inactive_file shows the amount.
-// The cgroup side is unchanged: memory.current includes the cgroup's own page cache.
+// Under a cgroup v2 memory limit the same holds for the cgroup's own page cache, which
+// memory.current includes: its memory.stat inactive_file counts as free too.
 //
 // Free pages on per-CPU lists (System mode). A CPU that frees pages keeps up to a limit of
 // them on its own per-CPU list for the zone (the zone's low watermark divided by the node's
@@ -262,6 +263,9 @@ struct BudgetSnapshot {
   std::string last_refresh_error;             // empty when the last refresh succeeded
   std::optional<std::uint64_t> cgroup_limit;  // memory.max in force, if any
   std::optional<std::uint64_t> cgroup_usage;  // memory.current of that cgroup
+  // inactive_file of that cgroup's memory.stat: page cache counted as free when
+  // BudgetOptions::inactive_file_is_free (it is part of cgroup_usage).
+  std::optional<std::uint64_t> cgroup_inactive_file;
   std::chrono::milliseconds refresh_interval{0};
 
   // The node's entry, or nullptr.
@@ -393,6 +397,7 @@ class Budget final : public CapacityGate {
   std::string last_refresh_error_;             // guarded by refresh_mutex_
   std::optional<std::uint64_t> cgroup_limit_;  // guarded by refresh_mutex_
   std::optional<std::uint64_t> cgroup_usage_;  // guarded by refresh_mutex_
+  std::optional<std::uint64_t> cgroup_inactive_file_;  // guarded by refresh_mutex_
   std::unique_ptr<RefreshThread> refresher_;
   // Set in a fork child when the parent's refresh thread was lost with the fork.
   mutable std::atomic<bool> refresher_lost_{false};

@@ -768,6 +768,7 @@ BudgetSnapshot Budget::Snapshot() const {
     s.last_refresh_error = last_refresh_error_;
     s.cgroup_limit = cgroup_limit_;
     s.cgroup_usage = cgroup_usage_;
+    s.cgroup_inactive_file = cgroup_inactive_file_;
     s.refresh_interval = options_.refresh_interval;
   }
   return s;
@@ -812,7 +813,12 @@ Status Budget::Refresh() {
       std::uint64_t available = m.free + (options_.inactive_file_is_free ? m.inactive_file : 0);
       if (cgroup.limit) {
         capacity = std::min(capacity, *cgroup.limit);
-        const std::uint64_t current = cgroup.current.value_or(0);
+        std::uint64_t current = cgroup.current.value_or(0);
+        // The cgroup's own page cache is in memory.current; its inactive part counts as free
+        // here as the node's does (read a moment later, it may exceed what current showed).
+        if (options_.inactive_file_is_free) {
+          current -= std::min(current, cgroup.inactive_file.value_or(0));
+        }
         available = std::min(available, *cgroup.limit > current ? *cgroup.limit - current : 0);
       }
       const auto used = static_cast<std::int64_t>(capacity > available ? capacity - available : 0);
@@ -834,6 +840,7 @@ Status Budget::Refresh() {
     }
     cgroup_limit_ = cgroup.limit;
     cgroup_usage_ = cgroup.current;
+    cgroup_inactive_file_ = cgroup.inactive_file;
     last_refresh_error_.clear();
     refreshes_.fetch_add(1, std::memory_order_relaxed);
   }

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/parse_text.hpp"
 #include "topology/zoneinfo_parse.hpp"
 
 namespace numarena::budget_internal {
@@ -89,6 +90,31 @@ StatusOr<NodeMemory> ParseNodeMeminfo(std::string_view text, const std::string& 
   return NodeMemory{*total, *free, inactive_file.value_or(0)};
 }
 
+StatusOr<std::optional<std::uint64_t>> ParseCgroupInactiveFile(std::string_view text,
+                                                                const std::string& display_path) {
+  std::optional<std::uint64_t> found;
+  for (absl::string_view line : absl::StrSplit(AsAbsl(text), '\n')) {
+    // "inactive_file 123456789"
+    std::vector<absl::string_view> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (words.empty() || words[0] != "inactive_file") continue;
+    std::optional<std::uint64_t> value;
+    if (words.size() == 2) {
+      value = ParseUnsigned(std::string_view(words[1].data(), words[1].size()));
+    }
+    if (!value) {
+      return absl::DataLossError(
+          absl::StrCat(display_path, ": malformed line ",
+                       parse::text::Quote(std::string_view(line.data(), line.size())),
+                       " (expected 'inactive_file <bytes>')"));
+    }
+    if (found) {
+      return absl::DataLossError(absl::StrCat(display_path, ": two inactive_file lines"));
+    }
+    found = value;
+  }
+  return found;
+}
+
 StatusOr<NodeMemory> ReadNodeMemory(const SystemReader& reader, int node) {
   std::string path = absl::StrCat("/sys/devices/system/node/node", node, "/meminfo");
   auto text = reader.Read(path);
@@ -157,6 +183,16 @@ StatusOr<CgroupMemory> ReadCgroupMemory(const SystemReader& reader) {
           if (!s.ok()) return s;
         } else if (!absl::IsNotFound(current_text.status())) {
           return current_text.status();
+        }
+        result.inactive_file.reset();
+        auto stat_text = reader.Read(base + "/memory.stat");
+        if (stat_text.ok()) {
+          auto inactive =
+              ParseCgroupInactiveFile(*stat_text, reader.DisplayPath(base + "/memory.stat"));
+          if (!inactive.ok()) return inactive.status();
+          result.inactive_file = *inactive;
+        } else if (!absl::IsNotFound(stat_text.status())) {
+          return stat_text.status();
         }
       }
     } else if (!absl::IsNotFound(max_text.status())) {

@@ -1,8 +1,8 @@
 // What a System-mode budget reads from the kernel: a node's MemTotal and MemFree
 // (/sys/devices/system/node/nodeN/meminfo), the free pages waiting on its per-CPU lists
 // (/proc/zoneinfo, which MemFree does not count) and the cgroup v2 memory limit of the process
-// (memory.max and memory.current of the cgroup named in /proc/self/cgroup, the tightest
-// limit on the way up to the root). Everything is read through a SystemReader, so tests
+// (memory.max, memory.current and memory.stat's inactive_file of the cgroup named in
+// /proc/self/cgroup, the tightest limit on the way up to the root). Everything is read through a SystemReader, so tests
 // feed fixture content and the parsers below are pure functions.
 #pragma once
 
@@ -42,8 +42,17 @@ struct NodeMemory {
 struct CgroupMemory {
   std::optional<std::uint64_t> limit;    // tightest memory.max on the path; nullopt: "max"
   std::optional<std::uint64_t> current;  // memory.current of the cgroup that sets `limit`
+  // inactive_file of that cgroup's memory.stat: the part of `current` that is page cache the
+  // kernel reclaims first. nullopt when the file or its line is absent.
+  std::optional<std::uint64_t> inactive_file;
   std::string cgroup;                    // the process's cgroup ("/" when at the root)
 };
+
+// The "inactive_file <bytes>" line of a cgroup v2 memory.stat ("<key> <value>" lines, other
+// keys ignored): nullopt when there is none; DataLoss naming `display_path` when its value is
+// not a byte count or the line appears twice.
+[[nodiscard]] StatusOr<std::optional<std::uint64_t>> ParseCgroupInactiveFile(
+    std::string_view text, const std::string& display_path);
 
 // The process's cgroup v2 memory limit. Absent files (no cgroup v2, root cgroup, no
 // memory controller) give an empty CgroupMemory, not an error; malformed ones DataLoss.

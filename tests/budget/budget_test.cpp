@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "budget/budget_system.hpp"
 
 namespace numarena {
 namespace {
@@ -622,6 +623,76 @@ TEST_CASE("System mode: capacity is MemTotal, usage the node's used memory plus 
   CHECK(snap.node(0)->system_used == 400 * kMiB);
   CHECK(snap.node(0)->peak == 921 * kMiB);
   CHECK_FALSE(snap.cgroup_limit.has_value());
+}
+
+TEST_CASE("memory.stat's inactive_file line: found, absent, malformed, twice") {
+  using numarena::budget_internal::ParseCgroupInactiveFile;
+  const std::string path = "/sys/fs/cgroup/x/memory.stat";
+  auto found = ParseCgroupInactiveFile("anon 5\ninactive_file 4096\nactive_file 7\n", path);
+  REQUIRE(found.ok());
+  CHECK(*found == std::optional<std::uint64_t>(4096));
+  // "inactive_file_x" or a key that merely contains it is another key.
+  auto absent = ParseCgroupInactiveFile("anon 5\ninactive_filex 3\nxinactive_file 3\n", path);
+  REQUIRE(absent.ok());
+  CHECK_FALSE(absent->has_value());
+  CHECK(ParseCgroupInactiveFile("", path)->has_value() == false);
+  for (const char* bad : {"inactive_file\n", "inactive_file -1\n", "inactive_file 1 2\n",
+                          "inactive_file 99999999999999999999999\n", "inactive_file 0x10\n",
+                          "inactive_file 1\ninactive_file 2\n"}) {
+    INFO(bad);
+    auto parsed = ParseCgroupInactiveFile(bad, path);
+    CHECK(parsed.status().code() == absl::StatusCode::kDataLoss);
+    CHECK(Message(parsed.status()).find(path) != std::string::npos);
+  }
+}
+
+TEST_CASE("System mode: the cgroup's inactive page cache counts as free, as the node's does") {
+  auto reader = std::make_shared<FakeReader>();
+  reader->SetNode(0, 1000 * kMiB, 900 * kMiB);
+  reader->Set("/proc/self/cgroup", "0::/pod\n");
+  reader->Set("/sys/fs/cgroup/pod/memory.max", "419430400\n");      // 400 MiB
+  reader->Set("/sys/fs/cgroup/pod/memory.current", "377487360\n");  // 360 MiB: 90 %
+  // A server that just read its model files: 200 MiB of the 360 are inactive page cache.
+  reader->Set("/sys/fs/cgroup/pod/memory.stat",
+              "anon 94371840\nfile 283115520\nactive_anon 94371840\ninactive_anon 0\n"
+              "active_file 73400320\ninactive_file 209715200\n");
+  auto created = Budget::Create(SystemOptions(reader, milliseconds(0)), {0});
+  REQUIRE(created.ok());
+  Budget& b = **created;
+  CHECK(b.capacity(0) == 400 * kMiB);
+  CHECK(b.usage(0) == 160 * kMiB);
+  CHECK(b.state(0) == NodeState::kNormal);
+  auto snap = b.Snapshot();
+  REQUIRE(snap.cgroup_inactive_file.has_value());
+  CHECK(*snap.cgroup_inactive_file == 200 * kMiB);
+  CHECK(*snap.cgroup_usage == 360 * kMiB);
+
+  // Read a moment after memory.current, the cache may have grown past it: nothing below 0.
+  reader->Set("/sys/fs/cgroup/pod/memory.stat", "inactive_file 524288000\n");
+  REQUIRE(b.Refresh().ok());
+  CHECK(b.usage(0) == 0);
+
+  // Without the option every cached page counts as used: 360 of 400 MiB trips the budget.
+  BudgetOptions strict = SystemOptions(reader, milliseconds(0));
+  strict.inactive_file_is_free = false;
+  auto counted = Budget::Create(strict, {0});
+  REQUIRE(counted.ok());
+  CHECK((*counted)->usage(0) == 360 * kMiB);
+  CHECK((*counted)->state(0) == NodeState::kTripped);
+
+  // No memory.stat (or no inactive_file line): memory.current alone, as before.
+  reader->Erase("/sys/fs/cgroup/pod/memory.stat");
+  REQUIRE(b.Refresh().ok());
+  CHECK(b.usage(0) == 360 * kMiB);
+  CHECK_FALSE(b.Snapshot().cgroup_inactive_file.has_value());
+
+  // A malformed line fails the refresh, names the file and keeps the figures.
+  reader->Set("/sys/fs/cgroup/pod/memory.stat", "inactive_file lots\n");
+  Status s = b.Refresh();
+  CHECK(s.code() == absl::StatusCode::kDataLoss);
+  CHECK(Message(s).find("/sys/fs/cgroup/pod/memory.stat") != std::string::npos);
+  CHECK(Message(s).find("inactive_file lots") != std::string::npos);
+  CHECK(b.usage(0) == 360 * kMiB);
 }
 
 TEST_CASE("System mode: a lower cgroup memory.max is the capacity") {

@@ -56,7 +56,13 @@ void PrintBudgetView(std::ostream& out, const BudgetSnapshot& s) {
       << ", hysteresis " << FormatPercent(t.hysteresis) << "\n";
   if (s.cgroup_limit) {
     out << "cgroup memory.max " << FormatBytes(*s.cgroup_limit);
-    if (s.cgroup_usage) out << " (memory.current " << FormatBytes(*s.cgroup_usage) << ")";
+    if (s.cgroup_usage) {
+      out << " (memory.current " << FormatBytes(*s.cgroup_usage);
+      if (s.cgroup_inactive_file) {
+        out << ", of it inactive page cache " << FormatBytes(*s.cgroup_inactive_file);
+      }
+      out << ")";
+    }
     out << "\n";
   }
   auto row = [&out](const std::string& a, const std::string& b, const std::string& c,
@@ -122,6 +128,12 @@ void WriteBudgetJson(JsonWriter& json, const BudgetSnapshot& s) {
     json.Key("usage_bytes");
     if (s.cgroup_usage) {
       json.Uint(*s.cgroup_usage);
+    } else {
+      json.Null();
+    }
+    json.Key("inactive_file_bytes");
+    if (s.cgroup_inactive_file) {
+      json.Uint(*s.cgroup_inactive_file);
     } else {
       json.Null();
     }

@@ -37,7 +37,8 @@ void PrintBudgetView(std::ostream& out, const BudgetSnapshot& snapshot);
 //   {"schema": "numarena.budget/1", "mode": "system" | "quota",
 //    "thresholds": {"warn", "admission_closed", "trip", "hysteresis", "gentle_reclaim"},
 //    "weights": {"high", "normal", "low"},                       fractions of capacity
-//    "cgroup": null | {"limit_bytes": int, "usage_bytes": int | null},
+//    "cgroup": null | {"limit_bytes": int, "usage_bytes": int | null,
+//                      "inactive_file_bytes": int | null},
 //    "refresh": {"interval_ms", "refreshes", "failures", "last_error": str | null},
 //    "nodes": [{"id", "state": "normal" | "warn" | "admission-closed" | "tripped",
 //               "capacity_bytes", "usage_bytes", "usage_fraction", "peak_bytes",
