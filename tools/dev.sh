@@ -201,8 +201,8 @@ case "$cmd" in
     # kv_pool_concurrency_test was left out for a while: TSan found a full span published in
     # the prefix index before its K/V rows were written. Spans are now indexed only by
     # KvPool::MarkComputed, after the caller has written them.
-    concurrent=(arena_test arena_cache_test arena_lifecycle_test arena_reallocate_test fork_stages_test
-                node_pages_test budget_test
+    concurrent=(arena_test arena_cache_test arena_lifecycle_test arena_reallocate_test
+                fork_stages_test node_pages_test budget_test
                 kv_pool_concurrency_test
                 kv_read_mostly_map_test first_touch_test interleave_test topology_test
                 bandwidth_test allocator_test metrics_test)

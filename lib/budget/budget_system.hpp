@@ -2,8 +2,9 @@
 // (/sys/devices/system/node/nodeN/meminfo), the free pages waiting on its per-CPU lists
 // (/proc/zoneinfo, which MemFree does not count) and the cgroup v2 memory limit of the process
 // (memory.max, memory.current and memory.stat's inactive_file of the cgroup named in
-// /proc/self/cgroup, the tightest limit on the way up to the root). Everything is read through a SystemReader, so tests
-// feed fixture content and the parsers below are pure functions.
+// /proc/self/cgroup, the tightest limit on the way up to the root). Everything is read
+// through a SystemReader, so tests feed fixture content and the parsers below are pure
+// functions.
 #pragma once
 
 #include <cstdint>
