@@ -1,5 +1,8 @@
 """tools/plot_results.py's chart rules (issue 17): a fixed peer order with numarena first, a
-linear axis clipped at 10x with larger ratios as text, no heatmap for a 1x1 matrix."""
+linear axis clipped at 10x with larger ratios as text, no heatmap for a 1x1 matrix; and issue
+16's target check: the 1.2x line, and "never slower than a NUMA peer" decided by a one-sided
+Mann-Whitney U test of the runs."""
+import json
 import os
 import sys
 import tempfile
@@ -37,6 +40,96 @@ class PlotResultsTest(unittest.TestCase):
             paths = plot_results.plot_peers(groups, out)
             self.assertEqual([os.path.basename(p) for p in paths], ["peers_threads1.png"])
             self.assertGreater(os.path.getsize(paths[0]), 0)
+
+
+
+def write_runs(directory, name, ns_by_peer, workload="tensor_loop"):
+    """A Google Benchmark JSON file with one iteration run per time (ns per item) per peer."""
+    runs = []
+    for peer, times in ns_by_peer.items():
+        for t in times:
+            runs.append({"name": f"{workload}/{peer}/real_time", "run_name": f"{workload}/{peer}",
+                         "run_type": "iteration", "threads": 1, "items_per_second": 1e9 / t})
+    path = os.path.join(directory, name)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"benchmarks": runs}, f)
+    return path
+
+
+class SlowerTest(unittest.TestCase):
+    def test_exact_tail_of_fully_separated_samples(self):
+        # 3 vs 3, every value of ours above theirs: 1 ordering of C(6, 3) = 20.
+        self.assertAlmostEqual(plot_results.slower_p_value([4, 5, 6], [1, 2, 3]), 1 / 20)
+        self.assertAlmostEqual(plot_results.slower_p_value([1, 2, 3], [4, 5, 6]), 1.0)
+        # 5 vs 5 separated: 1 / C(10, 5).
+        self.assertAlmostEqual(plot_results.slower_p_value([6, 7, 8, 9, 10], [1, 2, 3, 4, 5]),
+                               1 / 252)
+
+    def test_exact_tail_counts_every_ordering(self):
+        # U = 8 of 9 for ours = {3, 5, 6} against {1, 2, 4}: orderings with U >= 8 are the
+        # separated one and this one, 2 of 20.
+        self.assertAlmostEqual(plot_results.slower_p_value([3, 5, 6], [1, 2, 4]), 2 / 20)
+
+    def test_interleaved_samples_are_not_slower(self):
+        p = plot_results.slower_p_value([10.1, 10.3, 9.9, 10.4, 10.0, 10.2],
+                                        [10.0, 10.2, 10.05, 9.95, 10.3, 10.15])
+        self.assertGreater(p, 0.2)
+
+    def test_ties_take_the_normal_approximation(self):
+        p_separated = plot_results.slower_p_value([2] * 8, [1] * 8)
+        self.assertLess(p_separated, 0.001)
+        self.assertGreater(plot_results.slower_p_value([1] * 8, [1] * 8), 0.4)
+
+    def test_verdicts(self):
+        ratio, p, slower = plot_results.slower_verdict([2, 2, 2], [1, 1, 1])
+        self.assertEqual((ratio, p, slower), (2.0, None, True))  # too few runs: strict
+        ratio, p, slower = plot_results.slower_verdict([1, 1, 1], [2, 2, 2])
+        self.assertFalse(slower)
+        ratio, p, slower = plot_results.slower_verdict([10.1, 10.3, 9.9, 10.4, 10.0, 10.2],
+                                                       [10.0, 10.2, 10.05, 9.95, 10.3, 10.15])
+        self.assertGreater(ratio, 1.0)
+        self.assertFalse(slower)
+        ratio, p, slower = plot_results.slower_verdict([10.6, 10.7, 10.8, 10.9, 11.0, 10.65],
+                                                       [10.0, 10.2, 10.05, 9.95, 10.3, 10.15])
+        self.assertTrue(slower)
+        self.assertLess(p, 0.01)
+
+
+class TargetCheckTest(unittest.TestCase):
+    def check(self, numarena, memkind, jemalloc_arena):
+        # The general peers ten times slower keep the 1.2x line out of the way.
+        runs = {p: [t * 10 for t in numarena] for p in plot_results.TARGET_GENERAL}
+        runs.update({"numarena_arena": numarena, "numarena_arena_sized": numarena,
+                     "memkind_node": memkind, "jemalloc_arena": jemalloc_arena})
+        with tempfile.TemporaryDirectory() as d:
+            path = write_runs(d, "peers_bench.1.json", runs)
+            table, failures = plot_results.target_check([path])
+        row = [line for line in table.splitlines() if "`tensor_loop`" in line][0]
+        return row, [f for f in failures if f.startswith("tensor_loop")]
+
+    def test_a_tie_in_the_noise_passes_and_says_so(self):
+        row, failures = self.check([10.1, 10.3, 9.9, 10.4, 10.0, 10.2],
+                                   [10.0, 10.2, 10.05, 9.95, 10.3, 10.15],
+                                   [10.0, 10.2, 10.05, 9.95, 10.3, 10.15])
+        self.assertEqual(failures, [])
+        self.assertIn("tie with memkind_node", row)
+
+    def test_measurably_slower_fails(self):
+        _, failures = self.check([10.6, 10.7, 10.8, 10.9, 11.0, 10.65],
+                                 [10.0, 10.2, 10.05, 9.95, 10.3, 10.15],
+                                 [9.0] * 6)
+        self.assertEqual(len(failures), 1)
+        self.assertIn("slower than memkind_node", failures[0])
+        self.assertIn("slower than jemalloc_arena", failures[0])
+
+    def test_too_few_runs_fail_on_any_excess(self):
+        _, failures = self.check([10.2, 10.1, 10.3], [10.0, 10.2, 10.1], [10.0, 10.2, 10.1])
+        self.assertEqual(len(failures), 1)
+
+    def test_faster_passes_without_a_test(self):
+        row, failures = self.check([9.0] * 6, [10.0] * 6, [10.0] * 6)
+        self.assertEqual(failures, [])
+        self.assertNotIn("tie", row)
 
 
 if __name__ == "__main__":
