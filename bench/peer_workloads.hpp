@@ -15,8 +15,9 @@
 //   alloc_free_<size>     allocate, touch one byte, free; repeated (one size per workload)
 //   producer_consumer     threads:2 — thread 0 allocates batches of 64 objects (48/256/1024 B),
 //                         thread 1 frees them (cross-thread free, the server's request
-//                         handoff); threads:1 — the same batches allocated and freed FIFO on
-//                         one thread, the baseline
+//                         handoff), each pinned to a CPU of its own when the process may use
+//                         two (see CpuPin); threads:1 — the same batches allocated and freed
+//                         FIFO on one thread, the baseline
 //   inference_mixed       one request: 192 metadata objects of 64 B-4 KiB (log-uniform) and
 //                         2 tensors of 2-16 MiB, first byte of each touched, freed in a
 //                         shuffled order; each thread serves its own requests
@@ -53,6 +54,8 @@
 #pragma once
 
 #include <benchmark/benchmark.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <array>
 #include <atomic>
@@ -174,6 +177,41 @@ void FreeBatch(Batch& batch) {
   }
 }
 
+// Pins the calling thread to the `index`-th CPU it may run on, and restores its affinity when
+// it goes out of scope (Google Benchmark runs thread 0 on the main thread). Nothing happens
+// when the thread may use fewer than index + 1 CPUs.
+//
+// Why producer/consumer pins: unpinned, the scheduler put the two threads of a run on one
+// vCPU of the 2-vCPU test machine in some processes and on two in others, for every peer,
+// and that alone moved a peer's time 2-6x (numarena 18 ns per object on one CPU, 38 ns on
+// two; mimalloc 15 ns and 99 ns). Two CPUs is what a server's handoff between request threads
+// looks like, so that is the case measured.
+class CpuPin {
+ public:
+  explicit CpuPin(int index) {
+    if (pthread_getaffinity_np(pthread_self(), sizeof saved_, &saved_) != 0) return;
+    int seen = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (!CPU_ISSET(cpu, &saved_)) continue;
+      if (seen++ != index) continue;
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      pinned_ = pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
+      return;
+    }
+  }
+  ~CpuPin() {
+    if (pinned_) pthread_setaffinity_np(pthread_self(), sizeof saved_, &saved_);
+  }
+  CpuPin(const CpuPin&) = delete;
+  CpuPin& operator=(const CpuPin&) = delete;
+
+ private:
+  cpu_set_t saved_{};
+  bool pinned_ = false;
+};
+
 template <typename Peer>
 void ProducerConsumer(benchmark::State& state) {
   if (state.threads() == 1) {
@@ -197,6 +235,8 @@ void ProducerConsumer(benchmark::State& state) {
   // Google Benchmark starts every thread's loop together (a barrier), after the reset above.
   const bool producer = state.thread_index() == 0;
   const bool worker = state.thread_index() < 2;  // more than two threads: the rest idle
+  std::optional<CpuPin> pin;
+  if (worker) pin.emplace(state.thread_index());
   for (auto _ : state) {
     if (!worker) continue;
     if (producer) {

@@ -2,15 +2,20 @@
 // shrinking across every kind of class (front-cached, medium, large), in place only within
 // the object's class (so a sized free of the new size names the right class), a pointer of
 // another arena moved to this one, alignment, refusals that keep the pointer, a pointer
-// allocated on another thread, and checked mode (which always moves).
+// allocated on another thread, a full node (the old block kept), and checked mode (which
+// always moves).
 #include "numarena/arena.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "numarena/capacity.hpp"
 
 namespace {
 
@@ -43,6 +48,35 @@ std::size_t FirstMismatch(const void* p, std::size_t n, unsigned seed) {
   }
   return n;
 }
+
+// A node that holds `room` more bytes than it did when the gate was installed.
+class RoomGate : public numarena::CapacityGate {
+ public:
+  explicit RoomGate(std::size_t room) : room_(room) {}
+  numarena::Status Charge(int node, std::size_t bytes, numarena::Priority) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (used_ + bytes > room_) {
+      ++refused_;
+      return absl::ResourceExhaustedError(absl::StrCat("room gate: node ", node, " is full"));
+    }
+    used_ += bytes;
+    return absl::OkStatus();
+  }
+  void Release(int, std::size_t bytes, numarena::Priority) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    used_ -= bytes < used_ ? bytes : used_;  // pages committed before the gate was installed
+  }
+  int refused() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return refused_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::size_t room_;
+  std::size_t used_ = 0;
+  int refused_ = 0;
+};
 
 }  // namespace
 
@@ -240,4 +274,41 @@ TEST_CASE("reallocate of a buffer another thread allocated, and of one from an e
   REQUIRE(r != nullptr);
   CHECK(FirstMismatch(r, 50, 13) == 50);
   arena->deallocate(r);
+}
+
+TEST_CASE("reallocate on a full node refuses, and the old block stays allocated and intact") {
+  auto created = Arena::Create(Policy::Bind(0));
+  INFO(created.status().ToString());
+  REQUIRE(created.ok());
+  Arena* arena = *created;
+  // One block of each kind of class: front-cached, medium, large (the large cache's range).
+  const std::vector<std::size_t> sizes = {1000, 96 * kKiB, 4 * kMiB};
+  std::vector<void*> blocks;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    blocks.push_back(arena->allocate(sizes[i]));
+    REQUIRE(blocks.back() != nullptr);
+    Fill(blocks.back(), sizes[i], static_cast<unsigned>(i + 20));
+  }
+  RoomGate gate(16 * kMiB);
+  numarena::SetCapacityGate(&gate);
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    INFO("block of " << sizes[i] << " B grown to 256 MiB");
+    CHECK(arena->reallocate(blocks[i], 256 * kMiB) == nullptr);
+    const numarena::Status error = numarena::last_allocation_error();
+    INFO(error.ToString());
+    CHECK(error.code() == absl::StatusCode::kResourceExhausted);
+    CHECK(error.message().find("room gate") != std::string::npos);
+    CHECK(arena->contains(blocks[i]));
+    CHECK(numarena::usable_size(blocks[i]) >= sizes[i]);
+    CHECK(FirstMismatch(blocks[i], sizes[i], static_cast<unsigned>(i + 20)) == sizes[i]);
+  }
+  CHECK(gate.refused() >= static_cast<int>(sizes.size()));
+  // Growth the node has room for still works, and keeps the contents.
+  void* grown = arena->reallocate(blocks[0], 2 * kMiB + 1);
+  REQUIRE(grown != nullptr);
+  CHECK(FirstMismatch(grown, sizes[0], 20) == sizes[0]);
+  blocks[0] = grown;
+  numarena::SetCapacityGate(nullptr);
+  for (void* block : blocks) numarena::deallocate(block);
+  REQUIRE(Arena::Destroy(arena).ok());
 }
