@@ -9,7 +9,7 @@
 # within each round so that load on a shared machine falls on all peers alike; every
 # benchmark repeats 3 times per round and the check takes the median of all runs
 # (tools/plot_results.py). Then
-# bench/rss_runs.sh (one process per batch/larson benchmark, every page of the batches
+# bench/rss_runs.sh (three processes per batch/larson benchmark, every page of the batches
 # written) and the check itself, written to OUT_DIR/targets.md.
 # OUT_DIR/load.txt keeps the load average before and after each program, and the machine.
 #

@@ -290,6 +290,20 @@ def benchmark_rows(paths, field, pick=statistics.median):
             for key, row in benchmark_samples(paths, field).items()}
 
 
+def peak_rows(paths, field):
+    """(workload, threads) -> {peer: median over files of the largest b[field] in each file}:
+    of one process's repetitions the largest (the peak is what the process must have room
+    for), and of several processes (bench/rss_runs.sh runs each benchmark in several, since
+    one process's peak moves by up to a third from the next one's) the median."""
+    per_file = {}
+    for path in paths:
+        for key, row in benchmark_rows([path], field, max).items():
+            for peer, value in row.items():
+                per_file.setdefault(key, {}).setdefault(peer, []).append(value)
+    return {key: {peer: statistics.median(values) for peer, values in row.items()}
+            for key, row in per_file.items()}
+
+
 # "Never slower than a NUMA peer" is decided by a test, not by the ratio of two medians alone:
 # on the rows that are memory bandwidth for every peer (the tensor loop's memset, realloc's
 # memcpy) the peers tie, and which median is ahead by 1-3 % moves from run to run. numarena
@@ -380,8 +394,7 @@ def target_check(time_paths, rss_paths=()):
     # Nanoseconds per item of every run, for the test against the NUMA peers.
     samples = {key: {peer: [1e9 / v for v in values if v > 0] for peer, values in row.items()}
                for key, row in benchmark_samples(time_paths, "items_per_second").items()}
-    # Of repetitions, the largest growth: the peak is what the process must have room for.
-    rss = benchmark_rows(rss_paths, "rss_growth", max) if rss_paths else {}
+    rss = peak_rows(rss_paths, "rss_growth") if rss_paths else {}
     live = benchmark_rows(rss_paths, "live_bytes", max) if rss_paths else {}
     header = ["row", "threads", "best general peer", "numarena (x best)", "sized (x best)",
               "memkind", "jemalloc arena", "worst x memkind / x je arena (p: slower?)"]

@@ -132,5 +132,22 @@ class TargetCheckTest(unittest.TestCase):
         self.assertNotIn("tie", row)
 
 
+class PeakRowsTest(unittest.TestCase):
+    def test_median_over_processes_of_each_process_peak(self):
+        with tempfile.TemporaryDirectory() as d:
+            paths = []
+            # Three processes, three repetitions each: peaks 30, 10 and 20 -> median 20.
+            for n, growths in enumerate([[10, 30, 20], [5, 10, 7], [20, 12, 1]]):
+                runs = [{"name": "larson_like/glibc_malloc", "run_name": "larson_like/glibc_malloc",
+                         "run_type": "iteration", "threads": 2, "rss_growth": g}
+                        for g in growths]
+                path = os.path.join(d, f"rss.{n}.json")
+                with open(path, "w", encoding="utf-8") as f:
+                    json.dump({"benchmarks": runs}, f)
+                paths.append(path)
+            self.assertEqual(plot_results.peak_rows(paths, "rss_growth"),
+                             {("larson_like", 2): {"glibc_malloc": 20}})
+
+
 if __name__ == "__main__":
     unittest.main()
