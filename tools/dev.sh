@@ -232,7 +232,7 @@ case "$cmd" in
       "$b" --benchmark_out="$ROOT/build/bench-results/$(basename "$b").json" \
            --benchmark_out_format=json "$@"
     done
-    # Peak RSS needs one process per benchmark (bench/rss_runs.sh), then issue 16's check.
+    # Peak RSS needs processes of their own (bench/rss_runs.sh: 3 per benchmark), then issue 16's check.
     log "running the RSS runs (bench/rss_runs.sh)"
     "$ROOT/bench/rss_runs.sh" "$ROOT/build" "$ROOT/build/bench-results/rss"
     R="$ROOT/build/bench-results"

@@ -272,15 +272,16 @@ class Arena {
   // calling thread's caches and the arena's shared caches go back first; other threads'
   // cached objects stay until those threads overflow their lists or exit. What one thread's
   // cache for one heap holds at most: about 32 KiB per size class up to 4 KiB, plus up to
-  // 4 MiB more when its lists grow for batches freed together, and 4 MiB of larger objects
-  // up to 1.75 MiB each. The shared caches, per heap: the depot (objects of 16 B to 1.75 MiB
-  // that the threads' caches had no room for, up to 128 MiB, and a size class nobody took
-  // from for a second goes back by itself) and the large cache (2 MiB to 256 MiB, up to
-  // 256 MiB); ArenaStats::cached counts them. With a capacity gate installed
-  // (SetCapacityGate, a Budget) that is 1 MiB of growth, 1 MiB of larger objects and a
-  // 32 MiB depot, and when the gate reports pressure on a node of the heap
-  // (CapacityGate::CachesShouldShrink; a Budget from its warn line on) no growth, 256 KiB and
-  // no depot, applied at each thread's next list overflow.
+  // 4 MiB more when its lists grow for batches freed together, 4 MiB of larger objects up to
+  // 1.75 MiB each, and one object of 2 MiB to 4 MiB. The shared caches, per heap: the depot
+  // (objects of 16 B to 1.75 MiB that the threads' caches had no room for, up to 128 MiB, and
+  // a size class nobody took from for a second goes back by itself) and the large cache
+  // (2 MiB to 256 MiB, up to 256 MiB); ArenaStats::cached counts them. With a capacity gate
+  // installed (SetCapacityGate, a Budget) that is 1 MiB of growth, 1 MiB of larger objects, a
+  // single object of 2 MiB and a 32 MiB depot, and when the gate reports pressure on a node
+  // of the heap (CapacityGate::CachesShouldShrink; a Budget from its warn line on) no growth,
+  // 256 KiB, no single object kept (from the next free on) and no depot, applied at each
+  // thread's next list overflow.
   void purge();
 
   // A snapshot of the arena's counters. Costs a few mallctl calls; not for hot paths.

@@ -372,8 +372,11 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
   const bool cached_modes = !checked::Enabled() && FrontCacheEnabled();
   if (cached_modes && size >= arena_internal::kLargeAlignThreshold &&
       effective_alignment == arena_internal::kLargeAlignThreshold) {
-    // A freed extent of this class, kept by the heap (its class is recorded already).
-    if (void* p = LargeCacheTake(heap, arena_internal::MediumClassOf(size))) return p;
+    // A freed extent of this class, kept by this thread or the heap (its class is recorded
+    // already).
+    const unsigned size_class = arena_internal::MediumClassOf(size);
+    if (void* p = FrontLargeTake(heap, size_class)) return p;
+    if (void* p = LargeCacheTake(heap, size_class)) return p;
   }
   SpanFailure& failure = ThreadSpanFailure();
   for (int attempt = 0;; ++attempt) {
@@ -728,10 +731,16 @@ void DeallocateSlow(void* p) noexcept {
   dallocx(p, flags);
 }
 
+// A large object (class_plus_one - 1 >= kFirstLargeClass) is kept by this thread's front
+// cache, else by the heap's large cache, when they have room.
+static bool KeepLarge(int heap, void* p, unsigned class_plus_one) noexcept {
+  if (class_plus_one <= unsigned{kFrontClasses}) return false;
+  return FrontLargePut(heap, class_plus_one - 1, p) ||
+         LargeCachePut(heap, class_plus_one - 1, p);
+}
+
 void DeallocateUncached(int heap, void* p, unsigned class_plus_one) noexcept {
-  if (class_plus_one > unsigned{kFrontClasses} && LargeCachePut(heap, class_plus_one - 1, p)) {
-    return;
-  }
+  if (KeepLarge(heap, p, class_plus_one)) return;
   dallocx(p, thread_flags[heap]);  // a front cache exists, so the flags are set
 }
 
@@ -747,10 +756,7 @@ void DeallocateSizedSlow(void* p, std::size_t size, std::size_t alignment) noexc
              FrontCacheEnabled()) {
     // The recorded class, not one computed from `size`: the same for a correct sized free,
     // and the object is kept only as what it really is.
-    const unsigned class_plus_one = RecordedClassPlusOne(p);
-    if (class_plus_one > unsigned{kFrontClasses} && LargeCachePut(heap, class_plus_one - 1, p)) {
-      return;
-    }
+    if (KeepLarge(heap, p, RecordedClassPlusOne(p))) return;
   }
   if (size == 0) size = 1;
   sdallocx(p, size, EnsureThreadCache(heap) | AlignFlags(EffectiveAlignment(size, alignment)));

@@ -36,6 +36,12 @@
 // thread exits and when the thread calls Arena::purge() or a purge for lack of room runs on
 // it.
 //
+// Above the lists, one object of 2 MiB to 4 MiB per cache (FrontLargePut): without it, two
+// threads that each free and allocate a 2 MiB buffer met in the heap's shared large cache,
+// whose slots, byte count and the objects themselves moved between their CPUs on every call:
+// two threads had a quarter of one thread's throughput (bench/RESULTS.md, round 9). It is
+// bounded like the medium lists (Bounds::large) and flushed with them.
+//
 // Objects a list cannot keep (16 B and up) go to the heap's depot (depot.cpp) as one chain,
 // not to jemalloc one by one, and a list that is empty refills from the depot before it asks
 // jemalloc: the depot is what lets a batch larger than the cache, or freed on another thread,
@@ -56,6 +62,7 @@
 
 #include "alloc/depot.hpp"
 #include "alloc/jemalloc_heap.hpp"
+#include "alloc/large_cache.hpp"
 #include "alloc/node_pages.hpp"
 #include "numarena/arena.hpp"
 
@@ -76,17 +83,20 @@ constexpr std::size_t kMediumListBytes = 1 << 20;  // what one medium list may h
 constexpr std::uint32_t kMinMediumObjects = 2;
 constexpr std::uint32_t kMaxMediumObjects = 32;
 
-// Per cache: how many bytes the small lists may grow by beyond their start limits, and how
-// many bytes all medium lists may hold; per heap, how many bytes its depot may hold.
+// Per cache: how many bytes the small lists may grow by beyond their start limits, how many
+// bytes all medium lists may hold, and how large its one large object may be; per heap, how
+// many bytes its depot may hold.
 struct Bounds {
   std::size_t small_growth;
   std::size_t medium;
   std::size_t depot;
+  std::size_t large;
 };
 constexpr std::size_t kMiB = std::size_t{1} << 20;
-constexpr Bounds kUngatedBounds{4 * kMiB, 4 * kMiB, 128 * kMiB};  // no capacity gate installed
-constexpr Bounds kGatedBounds{1 * kMiB, 1 * kMiB, 32 * kMiB};     // a gate, no pressure
-constexpr Bounds kPressedBounds{0, kMiB / 4, 0};  // the gate presses a node of the heap
+// No capacity gate installed; a gate, no pressure; the gate presses a node of the heap.
+constexpr Bounds kUngatedBounds{4 * kMiB, 4 * kMiB, 128 * kMiB, 4 * kMiB};
+constexpr Bounds kGatedBounds{1 * kMiB, 1 * kMiB, 32 * kMiB, 2 * kMiB};
+constexpr Bounds kPressedBounds{0, kMiB / 4, 0, 0};
 
 // What a front cache takes from its heap: sizeof(FrontCache) (1560 bytes) rounded up to a
 // class whose jemalloc slab is one page; the 1280-byte class's slabs are five.
@@ -249,7 +259,37 @@ void CreateFrontCache(int heap) noexcept {
   cache->medium_bytes = 0;
   cache->medium_limit = CacheBounds(heap).medium;
   cache->small_growth = 0;
+  cache->large = nullptr;
+  cache->large_class = 0;
   arena_internal::front_caches[heap] = cache;
+}
+
+static_assert(kLastFrontLargeClass == kFirstLargeClass + 4, "2 MiB to 4 MiB: five classes");
+
+bool FrontLargePut(int heap, unsigned size_class, void* p) noexcept {
+  if (heap < 0 || heap >= arena_internal::kMaxHeaps) return false;
+  FrontCache* cache = arena_internal::front_caches[heap];
+  if (cache == nullptr || cache->large != nullptr) return false;
+  if (size_class < kFirstLargeClass || size_class > kLastFrontLargeClass) return false;
+  if ((reinterpret_cast<std::uintptr_t>(p) & (arena_internal::kLargeAlignThreshold - 1)) != 0) {
+    return false;  // allocate promises 2 MiB alignment to whoever takes it next
+  }
+  const std::size_t bytes = (std::size_t{2} << 20) + (size_class - kFirstLargeClass) * (kMiB / 2);
+  if (bytes > CacheBounds(heap).large) return false;
+  cache->large = p;
+  cache->large_class = size_class;
+  return true;
+}
+
+void* FrontLargeTake(int heap, unsigned size_class) noexcept {
+  if (heap < 0 || heap >= arena_internal::kMaxHeaps) return nullptr;
+  FrontCache* cache = arena_internal::front_caches[heap];
+  if (cache == nullptr || cache->large == nullptr || cache->large_class != size_class) {
+    return nullptr;
+  }
+  void* p = cache->large;
+  cache->large = nullptr;
+  return p;
 }
 
 std::size_t FrontCacheBytes() noexcept { return nallocx(kFrontCacheAllocation, 0); }
@@ -258,6 +298,10 @@ void FlushFrontCache(int heap) noexcept {
   FrontCache* cache = arena_internal::front_caches[heap];
   if (cache == nullptr) return;
   for (unsigned c = 0; c < static_cast<unsigned>(kFrontClasses); ++c) Drain(heap, *cache, c, 0);
+  if (void* large = cache->large) {
+    cache->large = nullptr;
+    dallocx(large, arena_internal::thread_flags[heap]);  // jemalloc frees to p's own arena
+  }
   ResetSmallLimits(heap, *cache);
   cache->medium_limit = CacheBounds(heap).medium;
 }

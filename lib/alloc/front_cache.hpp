@@ -21,6 +21,19 @@ void CreateFrontCache(int heap) noexcept;
 // Bytes one front cache takes in its heap (its jemalloc size class).
 std::size_t FrontCacheBytes() noexcept;
 
+// The calling thread's own large object for `heap`: one freed object of a class from
+// kFirstLargeClass (2 MiB) to kLastFrontLargeClass (4 MiB), kept ahead of the heap's shared
+// large cache so that a thread that frees and allocates such buffers (activations, request
+// scratch) touches no cache line another thread writes. FrontLargePut keeps `p` (a live,
+// 2 MiB-aligned object of `heap` whose class is `size_class`) when the calling thread has a
+// front cache for the heap, holds no large object yet, and the cache's bounds allow it (4 MiB
+// without a capacity gate, 2 MiB with one, none while the gate presses a node of the heap);
+// false otherwise. FrontLargeTake hands it back for an allocation of the same class, or
+// returns nullptr.
+inline constexpr unsigned kLastFrontLargeClass = 68;  // 4 MiB
+bool FrontLargePut(int heap, unsigned size_class, void* p) noexcept;
+void* FrontLargeTake(int heap, unsigned size_class) noexcept;
+
 // Returns every object in the calling thread's front cache for `heap` to jemalloc.
 void FlushFrontCache(int heap) noexcept;
 

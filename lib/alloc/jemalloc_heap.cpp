@@ -489,8 +489,8 @@ std::size_t PurgeDirtyOnNode(int node) noexcept {
     if (heap == nullptr || !heap->pages->places_on(node)) continue;
     before += heap->pages->committed_bytes();
     // This thread's cached objects and the heap's large cache, so their pages can go too
-    // (other threads' front caches hold at most 32 KiB per small class and 4 MiB of
-    // medium objects).
+    // (other threads' front caches hold at most 32 KiB per small class, 4 MiB of medium
+    // objects and one object of up to 4 MiB).
     FlushFrontCache(id);
     LargeCacheFlush(id);
     DepotFlush(id);

@@ -1,6 +1,7 @@
 // The caches behind issue 16's speed (host, one node): the front cache's medium classes
 // (above 4 KiB, below 2 MiB), the class map that unsized frees read, the heaps' medium depot
-// (what the medium lists cannot keep) and large cache (2 MiB to 256 MiB). That they never hand out an object smaller or less aligned than
+// (what the medium lists cannot keep), large cache (2 MiB to 256 MiB) and each thread's one
+// object of 2-4 MiB. That they never hand out an object smaller or less aligned than
 // asked, that a thread's caches go back when it exits, that purge() and the purge before a
 // refusal return what the caches hold, and that cross-thread frees are safe (run under TSan).
 // Placement across nodes is in tests/lab/arena_cache_lab.cpp.
@@ -759,4 +760,79 @@ TEST_CASE("aligned requests of up to 4 KiB alignment come from the caches, alway
   for (void* p : small) numarena::deallocate(p, 40, 32);
   arena->purge();
   local->purge();
+}
+
+TEST_CASE("a thread keeps one freed 2-4 MiB object for itself, within the gate's bounds") {
+  // Two threads that each free and allocate a 2 MiB buffer met in the heap's shared large
+  // cache on every call (two threads had a quarter of one thread's throughput); each thread
+  // now keeps one such object, not counted in ArenaStats::cached, given back at purge() and
+  // at thread exit.
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 34}}));
+  arena->purge();
+  const std::size_t before = arena->stats().allocated;
+  void* p = arena->allocate(3 * kMiB);
+  REQUIRE(p != nullptr);
+  std::memset(p, 1, 3 * kMiB);
+  numarena::deallocate(p);
+  CHECK(arena->stats().cached == 0);        // kept by this thread, not the heap
+  CHECK(ThreadKept(arena, before) == 3 * kMiB);
+  void* other = nullptr;
+  std::thread([&] {
+    other = arena->allocate(3 * kMiB);  // not this thread's object
+    REQUIRE(other != nullptr);
+    numarena::deallocate(other);        // kept by that thread, returned when it exits
+  }).join();
+  CHECK(other != p);
+  CHECK(arena->stats().allocated == before + 3 * kMiB);
+  CHECK(arena->allocate(3 * kMiB) == p);    // back to the thread that freed it
+  // A second object while the thread holds one goes to the heap's shared cache; a sized
+  // free takes the same path.
+  void* q = arena->allocate(2 * kMiB);
+  REQUIRE(q != nullptr);
+  numarena::deallocate(p, 3 * kMiB);
+  numarena::deallocate(q, 2 * kMiB);
+  CHECK(arena->stats().cached == 2 * kMiB);
+  CHECK(arena->allocate(3 * kMiB) == p);
+  CHECK(arena->allocate(2 * kMiB) == q);
+  numarena::deallocate(q);
+  // Larger than 4 MiB: the heap's cache.
+  void* big = arena->allocate(5 * kMiB);
+  REQUIRE(big != nullptr);
+  numarena::deallocate(big);
+  CHECK(arena->stats().cached == 5 * kMiB);
+  arena->purge();                           // this thread's object too
+  CHECK(arena->stats().allocated == before + 3 * kMiB);  // p, still live
+  CHECK(arena->stats().cached == 0);
+
+  SECTION("with a capacity gate: one object of 2 MiB, none under pressure") {
+    PressureGate calm(false);
+    numarena::SetCapacityGate(&calm);
+    numarena::deallocate(p);                // 3 MiB: larger than a gated cache keeps
+    CHECK(arena->stats().cached == 3 * kMiB);
+    void* two = arena->allocate(2 * kMiB);
+    REQUIRE(two != nullptr);
+    numarena::deallocate(two);
+    CHECK(arena->stats().cached == 3 * kMiB);  // the 2 MiB object stayed with the thread
+    arena->purge();
+    PressureGate pressed(true);
+    numarena::SetCapacityGate(&pressed);
+    two = arena->allocate(2 * kMiB);
+    REQUIRE(two != nullptr);
+    numarena::deallocate(two);
+    CHECK(arena->stats().cached == 2 * kMiB);  // under pressure: the heap's, purgeable
+    numarena::SetCapacityGate(nullptr);
+  }
+  SECTION("an exiting thread gives its object back") {
+    numarena::deallocate(p);
+    std::thread([&] {
+      void* mine = arena->allocate(4 * kMiB);
+      REQUIRE(mine != nullptr);
+      numarena::deallocate(mine);
+      // p sits freed in the main thread's cache: counted as in use here.
+      CHECK(ThreadKept(arena, before + 3 * kMiB) == 4 * kMiB);
+    }).join();
+    CHECK(arena->stats().allocated == before + 3 * kMiB);  // only this thread's p
+  }
+  arena->purge();
+  CHECK(arena->stats().allocated == before);
 }

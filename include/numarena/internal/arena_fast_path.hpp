@@ -165,6 +165,10 @@ struct FrontCache {
   std::size_t medium_bytes;    // bytes in the medium lists
   std::size_t medium_limit;    // their bound
   std::size_t small_growth;    // sum over the small lists of (limit - start limit) x bytes
+  // One freed object of 2 MiB to 4 MiB kept for this thread ahead of the heap's shared large
+  // cache (front_cache.cpp, FrontLargePut): nullptr, or an object of class large_class.
+  void* large;
+  std::uint32_t large_class;
 };
 // This thread's front cache per heap; nullptr until the thread's first slow-path call.
 extern thread_local constinit FrontCache* front_caches[kMaxHeaps];
