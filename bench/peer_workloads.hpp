@@ -181,11 +181,10 @@ void FreeBatch(Batch& batch) {
 // it goes out of scope (Google Benchmark runs thread 0 on the main thread). Nothing happens
 // when the thread may use fewer than index + 1 CPUs.
 //
-// Why producer/consumer pins: unpinned, the scheduler put the two threads of a run on one
-// vCPU of the 2-vCPU test machine in some processes and on two in others, for every peer,
-// and that alone moved a peer's time 2-6x (numarena 18 ns per object on one CPU, 38 ns on
-// two; mimalloc 15 ns and 99 ns). Two CPUs is what a server's handoff between request threads
-// looks like, so that is the case measured.
+// Why producer/consumer pins: a server hands requests between threads on different cores,
+// and that is the case measured. Unpinned, the scheduler may run both threads on one CPU,
+// taking turns, which is another workload (on the 2-vCPU test machine, both under
+// `taskset -c 0`: numarena 18 ns per object, mimalloc 15 ns; on two CPUs 38 and 99 ns).
 class CpuPin {
  public:
   explicit CpuPin(int index) {
