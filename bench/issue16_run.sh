@@ -54,8 +54,8 @@ for round in $(seq 1 "$rounds"); do
       --benchmark_out="$out/$p.threads.$round.json" --benchmark_out_format=json >/dev/null
   done
   taskset -c "$cpu" "$build/bench/peers_bench" --benchmark_filter="$numa_tensors" \
-    --benchmark_repetitions=3 --benchmark_out="$out/peers_bench.tensors.$round.json" \
-    --benchmark_out_format=json >/dev/null
+    --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true \
+    --benchmark_out="$out/peers_bench.tensors.$round.json" --benchmark_out_format=json >/dev/null
 done
 for p in peers_bench peers_glibc_bench peers_tcmalloc_bench; do
   echo "tensors $p start $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/load.txt"

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "limit_gate.hpp"
 #include "numarena/arena.hpp"
 
 // The fork test's children start no thread, but TSan would refuse a child of a multi-threaded
@@ -35,6 +36,9 @@ extern "C" const char* __tsan_default_options() { return "die_after_fork=0:detec
 #endif
 
 namespace {
+
+using numarena_test::GateScope;
+using numarena_test::LimitGate;
 
 using numarena::Arena;
 using numarena::Policy;
@@ -49,37 +53,6 @@ Arena* Get(const Policy& policy) {
   REQUIRE(arena.ok());
   return *arena;
 }
-
-class LimitGate : public numarena::CapacityGate {
- public:
-  explicit LimitGate(std::size_t limit) : limit_(limit) {}
-  numarena::Status Charge(int node, std::size_t bytes, Priority) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (used_ + bytes > limit_) {
-      return absl::ResourceExhaustedError(absl::StrCat("limit gate: node ", node, " is full"));
-    }
-    used_ += bytes;
-    return absl::OkStatus();
-  }
-  void Release(int, std::size_t bytes, Priority) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    used_ -= bytes;
-  }
-  std::size_t used() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return used_;
-  }
-
- private:
-  std::mutex mutex_;
-  std::size_t limit_;
-  std::size_t used_ = 0;
-};
-
-struct GateScope {
-  explicit GateScope(numarena::CapacityGate* gate) { numarena::SetCapacityGate(gate); }
-  ~GateScope() { numarena::SetCapacityGate(nullptr); }
-};
 
 // Sizes on both sides of every class boundary from 4 KiB to 3 MiB (jemalloc: four classes
 // per doubling).

@@ -10,17 +10,18 @@
 
 #include <cstdint>
 #include <cstring>
-#include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-#include "numarena/capacity.hpp"
+#include "limit_gate.hpp"
 
 namespace {
 
 using numarena::Arena;
 using numarena::Policy;
+using numarena_test::GateScope;
+using numarena_test::LimitGate;
 
 constexpr std::size_t kKiB = 1024;
 constexpr std::size_t kMiB = 1024 * kKiB;
@@ -48,35 +49,6 @@ std::size_t FirstMismatch(const void* p, std::size_t n, unsigned seed) {
   }
   return n;
 }
-
-// A node that holds `room` more bytes than it did when the gate was installed.
-class RoomGate : public numarena::CapacityGate {
- public:
-  explicit RoomGate(std::size_t room) : room_(room) {}
-  numarena::Status Charge(int node, std::size_t bytes, numarena::Priority) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (used_ + bytes > room_) {
-      ++refused_;
-      return absl::ResourceExhaustedError(absl::StrCat("room gate: node ", node, " is full"));
-    }
-    used_ += bytes;
-    return absl::OkStatus();
-  }
-  void Release(int, std::size_t bytes, numarena::Priority) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    used_ -= bytes < used_ ? bytes : used_;  // pages committed before the gate was installed
-  }
-  int refused() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return refused_;
-  }
-
- private:
-  std::mutex mutex_;
-  std::size_t room_;
-  std::size_t used_ = 0;
-  int refused_ = 0;
-};
 
 }  // namespace
 
@@ -289,15 +261,15 @@ TEST_CASE("reallocate on a full node refuses, and the old block stays allocated 
     REQUIRE(blocks.back() != nullptr);
     Fill(blocks.back(), sizes[i], static_cast<unsigned>(i + 20));
   }
-  RoomGate gate(16 * kMiB);
-  numarena::SetCapacityGate(&gate);
+  LimitGate gate(16 * kMiB);  // room for 16 MiB more than the node holds now
+  std::optional<GateScope> scope(&gate);
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     INFO("block of " << sizes[i] << " B grown to 256 MiB");
     CHECK(arena->reallocate(blocks[i], 256 * kMiB) == nullptr);
     const numarena::Status error = numarena::last_allocation_error();
     INFO(error.ToString());
     CHECK(error.code() == absl::StatusCode::kResourceExhausted);
-    CHECK(error.message().find("room gate") != std::string::npos);
+    CHECK(error.message().find("limit gate") != std::string::npos);
     CHECK(arena->contains(blocks[i]));
     CHECK(numarena::usable_size(blocks[i]) >= sizes[i]);
     CHECK(FirstMismatch(blocks[i], sizes[i], static_cast<unsigned>(i + 20)) == sizes[i]);
@@ -308,7 +280,7 @@ TEST_CASE("reallocate on a full node refuses, and the old block stays allocated 
   REQUIRE(grown != nullptr);
   CHECK(FirstMismatch(grown, sizes[0], 20) == sizes[0]);
   blocks[0] = grown;
-  numarena::SetCapacityGate(nullptr);
+  scope.reset();
   for (void* block : blocks) numarena::deallocate(block);
   REQUIRE(Arena::Destroy(arena).ok());
 }

@@ -13,10 +13,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "limit_gate.hpp"
 #include "numarena/arena.hpp"
 #include "numarena/capacity.hpp"
 
 namespace {
+
+using numarena_test::GateScope;
+using numarena_test::LimitGate;
 
 using numarena::Arena;
 using numarena::Policy;
@@ -48,38 +52,6 @@ long long KilobyteField(const std::string& path, const std::string& key) {
 }
 
 long long VmSize() { return KilobyteField("/proc/self/status", "VmSize:"); }
-
-// A gate with a limit that the test moves.
-class LimitGate : public numarena::CapacityGate {
- public:
-  explicit LimitGate(std::size_t limit) : limit_(limit) {}
-  numarena::Status Charge(int node, std::size_t bytes, Priority) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (bytes > limit_ - used_) {
-      return absl::ResourceExhaustedError(absl::StrCat("limit gate: node ", node, " is full"));
-    }
-    used_ += bytes;
-    return absl::OkStatus();
-  }
-  void Release(int, std::size_t bytes, Priority) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    used_ -= bytes;
-  }
-  void set_limit(std::size_t limit) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    limit_ = limit;
-  }
-
- private:
-  std::mutex mutex_;
-  std::size_t limit_;
-  std::size_t used_ = 0;
-};
-
-struct GateScope {
-  explicit GateScope(numarena::CapacityGate* gate) { numarena::SetCapacityGate(gate); }
-  ~GateScope() { numarena::SetCapacityGate(nullptr); }
-};
 
 std::vector<std::size_t> PowersOfTwoUpTo(std::size_t limit) {
   std::vector<std::size_t> out;

@@ -19,10 +19,14 @@
 #include <vector>
 
 #include "alloc/jemalloc_heap.hpp"
+#include "limit_gate.hpp"
 #include "numarena/budget.hpp"
 #include "numarena/page_nodes.hpp"
 
 namespace {
+
+using numarena_test::GateScope;
+using numarena_test::LimitGate;
 
 using numarena::Arena;
 using numarena::Policy;
@@ -36,44 +40,6 @@ Arena* Get(const Policy& policy) {
   REQUIRE(arena.ok());
   return *arena;
 }
-
-class LimitGate : public numarena::CapacityGate {
- public:
-  explicit LimitGate(std::size_t limit) : limit_(limit) {}
-  numarena::Status Charge(int node, std::size_t bytes, Priority priority) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (used_ + bytes > limit_) {
-      return absl::ResourceExhaustedError(absl::StrCat("limit gate: node ", node, " is full"));
-    }
-    used_ += bytes;
-    by_priority_[priority] += static_cast<long long>(bytes);
-    return absl::OkStatus();
-  }
-  void Release(int, std::size_t bytes, Priority priority) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    used_ -= bytes;
-    by_priority_[priority] -= static_cast<long long>(bytes);
-  }
-  std::size_t used() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return used_;
-  }
-  long long by(Priority priority) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return by_priority_[priority];
-  }
-
- private:
-  std::mutex mutex_;
-  std::size_t limit_;
-  std::size_t used_ = 0;
-  std::map<Priority, long long> by_priority_;
-};
-
-struct GateScope {
-  explicit GateScope(numarena::CapacityGate* gate) { numarena::SetCapacityGate(gate); }
-  ~GateScope() { numarena::SetCapacityGate(nullptr); }
-};
 
 }  // namespace
 
