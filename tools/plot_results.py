@@ -506,8 +506,9 @@ def size_label(size):
 
 
 def arena_runs(doc):
-    """(peer, size, threads) -> (cpu ns per pair, real ns per pair) from arena_bench JSON."""
-    runs = {}
+    """(peer, size, threads) -> (cpu ns per pair, real ns per pair) from arena_bench JSON; of
+    repetitions (--benchmark_repetitions), the median of each."""
+    samples = {}
     for b in doc.get("benchmarks", []):
         if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
             continue
@@ -515,9 +516,10 @@ def arena_runs(doc):
         if len(parts) < 2 or not parts[0].startswith("BM_"):
             continue
         scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}[b.get("time_unit", "ns")]
-        runs[(parts[0][3:], int(parts[1]), int(b.get("threads", 1)))] = (
-            b["cpu_time"] * scale, b["real_time"] * scale)
-    return runs
+        samples.setdefault((parts[0][3:], int(parts[1]), int(b.get("threads", 1))), []).append(
+            (b["cpu_time"] * scale, b["real_time"] * scale))
+    return {key: (statistics.median(c for c, _ in values), statistics.median(r for _, r in values))
+            for key, values in samples.items()}
 
 
 def arena_table(doc):
