@@ -98,7 +98,7 @@ constexpr Bounds kUngatedBounds{4 * kMiB, 4 * kMiB, 128 * kMiB, 4 * kMiB};
 constexpr Bounds kGatedBounds{1 * kMiB, 1 * kMiB, 32 * kMiB, 2 * kMiB};
 constexpr Bounds kPressedBounds{0, kMiB / 4, 0, 0};
 
-// What a front cache takes from its heap: sizeof(FrontCache) (1560 bytes) rounded up to a
+// What a front cache takes from its heap: sizeof(FrontCache) (1576 bytes) rounded up to a
 // class whose jemalloc slab is one page; the 1280-byte class's slabs are five.
 constexpr std::size_t kFrontCacheAllocation = 2048;
 static_assert(sizeof(FrontCache) <= kFrontCacheAllocation);
