@@ -137,9 +137,7 @@ void BuildClassTables() {
   if (classes != kClassOf4K + 1 || previous != kFrontMaxSize) return;
   // Above 4 KiB: the classes MediumClassOf computes must be jemalloc's, boundaries included.
   for (unsigned c = kClassOf4K + 1; c < static_cast<unsigned>(kFrontClasses); ++c) {
-    const unsigned k = (c - kClassOf4K - 1) / 4 + 12;
-    const unsigned i = (c - kClassOf4K - 1) % 4 + 1;
-    const std::size_t bytes = (std::size_t{1} << k) + i * (std::size_t{1} << (k - 2));
+    const std::size_t bytes = arena_internal::MediumClassBytes(c);
     if (nallocx(bytes, 0) != bytes || nallocx(previous + 1, 0) != bytes ||
         arena_internal::MediumClassOf(bytes) != c ||
         arena_internal::MediumClassOf(previous + 1) != c) {
@@ -274,8 +272,7 @@ bool FrontLargePut(int heap, unsigned size_class, void* p) noexcept {
   if ((reinterpret_cast<std::uintptr_t>(p) & (arena_internal::kLargeAlignThreshold - 1)) != 0) {
     return false;  // allocate promises 2 MiB alignment to whoever takes it next
   }
-  const std::size_t bytes = (std::size_t{2} << 20) + (size_class - kFirstLargeClass) * (kMiB / 2);
-  if (bytes > CacheBounds(heap).large) return false;
+  if (arena_internal::MediumClassBytes(size_class) > CacheBounds(heap).large) return false;
   cache->large = p;
   cache->large_class = size_class;
   return true;

@@ -41,14 +41,9 @@ struct LargeCache {
 // Zero-initialized, so untouched (and not resident) for heaps that never free a large object.
 LargeCache g_caches[arena_internal::kMaxHeaps];
 
-// Bytes of class c >= kFirstLargeClass (classes above 4 KiB: 2^k + i * 2^(k-2)).
-std::size_t ClassBytes(unsigned c) {
-  const unsigned k = (c - arena_internal::kClassOf4K - 1) / 4 + 12;
-  const unsigned i = (c - arena_internal::kClassOf4K - 1) % 4 + 1;
-  return (std::size_t{1} << k) + i * (std::size_t{1} << (k - 2));
-}
-
 static_assert(kFirstLargeClass == arena_internal::kFrontClasses);
+
+using arena_internal::MediumClassBytes;
 
 }  // namespace
 
@@ -59,7 +54,7 @@ bool LargeCachePut(int heap, unsigned size_class, void* p) noexcept {
     return false;  // allocate promises 2 MiB alignment to whoever takes it next
   }
   LargeCache& cache = g_caches[heap];
-  const std::size_t bytes = ClassBytes(size_class);
+  const std::size_t bytes = MediumClassBytes(size_class);
   // bytes <= 256 MiB and the count never exceeds kCacheBytes + one class: no overflow.
   if (cache.bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes > kCacheBytes) {
     cache.bytes.fetch_sub(bytes, std::memory_order_relaxed);
@@ -84,7 +79,7 @@ void* LargeCacheTake(int heap, unsigned size_class) noexcept {
   for (std::atomic<void*>& slot : cache.slots[size_class - kFirstLargeClass]) {
     if (slot.load(std::memory_order_relaxed) == nullptr) continue;
     if (void* p = slot.exchange(nullptr, std::memory_order_acquire)) {
-      cache.bytes.fetch_sub(ClassBytes(size_class), std::memory_order_relaxed);
+      cache.bytes.fetch_sub(MediumClassBytes(size_class), std::memory_order_relaxed);
       return p;
     }
   }
@@ -99,7 +94,7 @@ std::size_t LargeCacheFlush(int heap) noexcept {
     for (std::atomic<void*>& slot : cache.slots[c]) {
       if (slot.load(std::memory_order_relaxed) == nullptr) continue;
       if (void* p = slot.exchange(nullptr, std::memory_order_acquire)) {
-        const std::size_t bytes = ClassBytes(c + kFirstLargeClass);
+        const std::size_t bytes = MediumClassBytes(c + kFirstLargeClass);
         cache.bytes.fetch_sub(bytes, std::memory_order_relaxed);
         dallocx(p, MALLOCX_TCACHE_NONE);  // jemalloc frees to the arena that owns p
         freed += bytes;

@@ -75,6 +75,12 @@ inline unsigned MediumClassOf(std::size_t n) noexcept {
   const unsigned lg = 63u - static_cast<unsigned>(__builtin_clzll(x));  // 2^lg <= x
   return kClassOf4K + 4 * (lg - 12) + static_cast<unsigned>(x >> (lg - 2)) - 3;
 }
+// The bytes of class c > kClassOf4K, 2^k + i * 2^(k-2): the inverse of MediumClassOf.
+inline std::size_t MediumClassBytes(unsigned c) noexcept {
+  const unsigned k = (c - kClassOf4K - 1) / 4 + 12;
+  const unsigned i = (c - kClassOf4K - 1) % 4 + 1;
+  return (std::size_t{1} << k) + i * (std::size_t{1} << (k - 2));
+}
 inline unsigned ClassOfRequest(std::size_t n) noexcept {
   return n <= kFrontMaxSize ? front_class_of_request[(n + 7) >> 3] : MediumClassOf(n);
 }
