@@ -17,8 +17,10 @@ Inputs are the files the benchmarks write (see bench/RESULTS.md for the commands
                                           the best of jemalloc, mimalloc, tcmalloc and glibc,
                                           and not slower than memkind or a jemalloc explicit
                                           arena (median above theirs and a one-sided U test
-                                          of the runs at p < 0.05); with --rss (bench/rss_runs.sh's files), peak
-                                          RSS growth within 1.25x of the lowest of those four.
+                                          of the runs at p < 0.05); with --rss
+                                          (bench/rss_runs.sh's files), peak RSS growth within
+                                          1.25x of the lowest of those four (the median of
+                                          each process's peak).
                                           Prints the table and the failing rows; exit status 1
                                           only with --strict and a failing row
   tools/plot_results.py arena FILE        the README's arena table: CPU ns per alloc+free
