@@ -292,6 +292,19 @@ def benchmark_rows(paths, field, pick=statistics.median):
             for key, row in benchmark_samples(paths, field).items()}
 
 
+def process_medians(paths):
+    """(workload, threads) -> {peer: [median ns per item of the peer's runs in each file]}: one
+    value per process, the unit of the test against the NUMA peers (see SLOWER_ALPHA)."""
+    medians = {}
+    for path in paths:
+        for key, row in benchmark_samples([path], "items_per_second").items():
+            for peer, values in row.items():
+                ns = [1e9 / v for v in values if v > 0]
+                if ns:
+                    medians.setdefault(key, {}).setdefault(peer, []).append(statistics.median(ns))
+    return medians
+
+
 def peak_rows(paths, field):
     """(workload, threads) -> {peer: median over files of the largest b[field] in each file}:
     of one process's repetitions the largest (the peak is what the process must have room
@@ -310,11 +323,17 @@ def peak_rows(paths, field):
 # on the rows that are memory bandwidth for every peer (the tensor loop's memset, realloc's
 # memcpy) the peers tie, and which median is ahead by 1-3 % moves from run to run. numarena
 # counts as slower when its median is above the peer's and a one-sided Mann-Whitney U test of
-# the two sets of runs says so at SLOWER_ALPHA (Google Benchmark's tools/compare.py uses the
-# same test and level). A test needs runs to decide: with fewer than SLOWER_MIN_RUNS on
-# either side any excess of the median counts as slower.
+# the two sets says so at SLOWER_ALPHA (Google Benchmark's tools/compare.py uses the same test
+# and level). The unit of the test is the process (one benchmark JSON file): the median of a
+# peer's runs in each file is one value. Repetitions in one process are not independent: they
+# reuse the pages the peer got on its first pass, and which physical pages those were moves a
+# bandwidth row by up to 20 % for the whole process (tensor loop, 2026-12-03: the sized peer
+# 44-48 ms in all five repetitions of one process, 38-42 ms in two others, the other peers
+# 38-41 ms in all three), so a test over runs counted one unlucky process as five slow runs.
+# A test needs processes to decide: with fewer than SLOWER_MIN_PROCESSES on either side any
+# excess of the median counts as slower.
 SLOWER_ALPHA = 0.05
-SLOWER_MIN_RUNS = 5
+SLOWER_MIN_PROCESSES = 5
 
 
 def _exact_u_tail(n1, n2, u):
@@ -365,7 +384,7 @@ def slower_verdict(ours, theirs):
     ratio = statistics.median(ours) / statistics.median(theirs)
     if ratio <= 1.0:
         return ratio, None, False
-    if len(ours) < SLOWER_MIN_RUNS or len(theirs) < SLOWER_MIN_RUNS:
+    if len(ours) < SLOWER_MIN_PROCESSES or len(theirs) < SLOWER_MIN_PROCESSES:
         return ratio, None, True
     p = slower_p_value(ours, theirs)
     return ratio, p, p < SLOWER_ALPHA
@@ -393,9 +412,7 @@ def target_check(time_paths, rss_paths=()):
     one tensor); memory is the rss_growth counter of the --rss files, which are meaningful
     only when each process ran a single benchmark (bench/rss_runs.sh)."""
     ips = benchmark_rows(time_paths, "items_per_second")
-    # Nanoseconds per item of every run, for the test against the NUMA peers.
-    samples = {key: {peer: [1e9 / v for v in values if v > 0] for peer, values in row.items()}
-               for key, row in benchmark_samples(time_paths, "items_per_second").items()}
+    samples = process_medians(time_paths)  # for the test against the NUMA peers
     rss = peak_rows(rss_paths, "rss_growth") if rss_paths else {}
     live = benchmark_rows(rss_paths, "live_bytes", max) if rss_paths else {}
     header = ["row", "threads", "best general peer", "numarena (x best)", "sized (x best)",

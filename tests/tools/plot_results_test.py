@@ -97,13 +97,23 @@ class SlowerTest(unittest.TestCase):
 
 class TargetCheckTest(unittest.TestCase):
     def check(self, numarena, memkind, jemalloc_arena):
+        """Each argument lists one peer's runs per process: a number is a process of one run,
+        a list a process of several."""
+        def processes(times):
+            return [t if isinstance(t, list) else [t] for t in times]
         # The general peers ten times slower keep the 1.2x line out of the way.
-        runs = {p: [t * 10 for t in numarena] for p in plot_results.TARGET_GENERAL}
-        runs.update({"numarena_arena": numarena, "numarena_arena_sized": numarena,
-                     "memkind_node": memkind, "jemalloc_arena": jemalloc_arena})
+        by_peer = {p: [[10 * t for t in run] for run in processes(numarena)]
+                   for p in plot_results.TARGET_GENERAL}
+        by_peer.update({"numarena_arena": processes(numarena),
+                        "numarena_arena_sized": processes(numarena),
+                        "memkind_node": processes(memkind),
+                        "jemalloc_arena": processes(jemalloc_arena)})
         with tempfile.TemporaryDirectory() as d:
-            path = write_runs(d, "peers_bench.1.json", runs)
-            table, failures = plot_results.target_check([path])
+            count = max(len(runs) for runs in by_peer.values())
+            paths = [write_runs(d, f"peers_bench.{n}.json",
+                                {p: runs[n] for p, runs in by_peer.items() if n < len(runs)})
+                     for n in range(count)]
+            table, failures = plot_results.target_check(paths)
         row = [line for line in table.splitlines() if "`tensor_loop`" in line][0]
         return row, [f for f in failures if f.startswith("tensor_loop")]
 
@@ -122,9 +132,37 @@ class TargetCheckTest(unittest.TestCase):
         self.assertIn("slower than memkind_node", failures[0])
         self.assertIn("slower than jemalloc_arena", failures[0])
 
-    def test_too_few_runs_fail_on_any_excess(self):
+    def test_too_few_processes_fail_on_any_excess(self):
         _, failures = self.check([10.2, 10.1, 10.3], [10.0, 10.2, 10.1], [10.0, 10.2, 10.1])
         self.assertEqual(len(failures), 1)
+        # Many runs in three processes are still three processes.
+        _, failures = self.check([[10.2] * 5, [10.1] * 5, [10.3] * 5],
+                                 [[10.0] * 5, [10.2] * 5, [10.1] * 5], [[9.0] * 5] * 3)
+        self.assertEqual(len(failures), 1)
+
+    def test_one_slow_process_is_one_slow_value(self):
+        # Five processes each, the spread between processes larger than within one (numarena's
+        # third process got slow pages for all five runs). Over runs the test says slower
+        # (p = 0.037); over processes numarena's medians sit among the peer's (p = 0.27).
+        numarena = [[10.26, 10.28, 10.3, 10.32, 10.34], [9.96, 9.98, 10.0, 10.02, 10.04],
+                    [11.96, 11.98, 12.0, 12.02, 12.04], [9.86, 9.88, 9.9, 9.92, 9.94],
+                    [10.16, 10.18, 10.2, 10.22, 10.24]]
+        peer = [[9.97, 9.99, 10.01, 10.03, 10.05], [10.07, 10.09, 10.11, 10.13, 10.15],
+                [9.92, 9.94, 9.96, 9.98, 10.0], [10.02, 10.04, 10.06, 10.08, 10.1],
+                [10.12, 10.14, 10.16, 10.18, 10.2]]
+        flat_ours = [t for runs in numarena for t in runs]
+        flat_theirs = [t for runs in peer for t in runs]
+        self.assertTrue(plot_results.slower_verdict(flat_ours, flat_theirs)[2])
+        row, failures = self.check(numarena, peer, peer)
+        self.assertEqual(failures, [])
+        self.assertIn("tie with memkind_node", row)
+
+    def test_slower_in_every_process_fails(self):
+        _, failures = self.check([[10.8, 10.9, 10.7]] * 5 + [[10.75, 10.85, 10.8]],
+                                 [[10.0, 10.1, 9.9]] * 5 + [[10.05, 10.0, 9.95]],
+                                 [[10.0, 10.1, 9.9]] * 6)
+        self.assertEqual(len(failures), 1)
+        self.assertIn("slower than memkind_node", failures[0])
 
     def test_faster_passes_without_a_test(self):
         row, failures = self.check([9.0] * 6, [10.0] * 6, [10.0] * 6)
