@@ -295,13 +295,15 @@ def benchmark_rows(paths, field, pick=statistics.median):
 def process_medians(paths):
     """(workload, threads) -> {peer: [median ns per item of the peer's runs in each file]}: one
     value per process, the unit of the test against the NUMA peers (see SLOWER_ALPHA)."""
+    def median_ns(values):
+        return statistics.median([1e9 / v for v in values if v > 0] or [math.inf])
+
     medians = {}
     for path in paths:
-        for key, row in benchmark_samples([path], "items_per_second").items():
-            for peer, values in row.items():
-                ns = [1e9 / v for v in values if v > 0]
-                if ns:
-                    medians.setdefault(key, {}).setdefault(peer, []).append(statistics.median(ns))
+        for key, row in benchmark_rows([path], "items_per_second", median_ns).items():
+            for peer, ns in row.items():
+                if ns != math.inf:
+                    medians.setdefault(key, {}).setdefault(peer, []).append(ns)
     return medians
 
 
