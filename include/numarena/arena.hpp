@@ -272,7 +272,7 @@ class Arena {
   // calling thread's caches and the arena's shared caches go back first; other threads'
   // cached objects stay until those threads overflow their lists or exit. What one thread's
   // cache for one heap holds at most: about 32 KiB per size class up to 4 KiB, plus up to
-  // 4 MiB more when its lists grow for batches freed together, 4 MiB of larger objects up to
+  // 8 MiB more when its lists grow for batches freed together, 4 MiB of larger objects up to
   // 1.75 MiB each, and one object of 2 MiB to 4 MiB. The shared caches, per heap: the depot
   // (objects of 16 B to 1.75 MiB that the threads' caches had no room for, up to 128 MiB, and
   // a size class nobody took from for a second goes back by itself) and the large cache

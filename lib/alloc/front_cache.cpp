@@ -18,12 +18,16 @@
 // small list that filled by frees alone (no allocation since it last ran empty, was refilled
 // or overflowed, and at least half its limit of frees) doubles its limit, up to
 // kMaxGrownObjects, as long as the growth of all small lists of the cache stays within a byte
-// bound (Bounds::small_growth, 4 MiB); and a grown list that fills with allocations in
+// bound (Bounds::small_growth, 8 MiB); and a grown list that fills with allocations in
 // between halves back toward its start limit. Only by frees alone: a thread that frees about
 // as many objects of a class as it allocates, in random order (larson-like, or remote frees
 // arriving), walks its list up and down, and a list refilled from the depot is full at once;
-// when every full list grew, the limits ratcheted up to the bound, 4 MiB of RSS per thread
-// and heap. A medium list (above 4 KiB) holds about 1 MiB (2 to 32 objects), and all medium
+// when every full list grew, the limits ratcheted up to the bound, all of it RSS per thread
+// and heap. A grown list keeps its growth until it overflows again, so lists that an earlier
+// phase grew and that now sit idle hold part of the bound: at 4 MiB, a batch of 8192 objects
+// of 16-512 B (whose lists want about 4.5 MiB of growth) ran 10-15 % slower in processes
+// where earlier work had grown other classes' lists (bench/RESULTS.md, issue 16 round 10);
+// hence 8 MiB. A medium list (above 4 KiB) holds about 1 MiB (2 to 32 objects), and all medium
 // lists of one cache together at most Bounds::medium (4 MiB). When a list cannot grow, or the
 // medium bound is full, half of that list goes to the heap's depot at once (and, if the bound
 // is still short, the largest medium lists), not one object per free. Cached objects stay
@@ -94,7 +98,7 @@ struct Bounds {
 };
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 // No capacity gate installed; a gate, no pressure; the gate presses a node of the heap.
-constexpr Bounds kUngatedBounds{4 * kMiB, 4 * kMiB, 128 * kMiB, 4 * kMiB};
+constexpr Bounds kUngatedBounds{8 * kMiB, 4 * kMiB, 128 * kMiB, 4 * kMiB};
 constexpr Bounds kGatedBounds{1 * kMiB, 1 * kMiB, 32 * kMiB, 2 * kMiB};
 constexpr Bounds kPressedBounds{0, kMiB / 4, 0, 0};
 

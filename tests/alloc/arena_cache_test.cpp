@@ -449,10 +449,10 @@ TEST_CASE("a small list grows for a batch freed together, within the cache's bou
   // 4000 objects of 256 B (1 MiB) freed together: the list grows to hold them (it starts
   // at 16 KiB), so the next batch comes from the cache instead of jemalloc.
   CHECK(KeptAfterBatch(arena, {256}, 4000) >= 4000 * 256);
-  // 8192 each of 256, 512, 1024 and 2048 B (30 MiB): the growth stops at 4 MiB.
+  // 8192 each of 256, 512, 1024 and 2048 B (30 MiB): the growth stops at 8 MiB.
   const std::size_t kept = KeptAfterBatch(arena, {256, 512, 1024, 2048}, 8192);
-  CHECK(kept >= 4 * kMiB);
-  CHECK(kept <= 4 * kMiB + 4 * 16 * kKiB + kJemallocTcacheSlack);
+  CHECK(kept >= 8 * kMiB);
+  CHECK(kept <= 8 * kMiB + 4 * 16 * kKiB + kJemallocTcacheSlack);
 }
 
 TEST_CASE("a small list that wanders up and down with remote frees does not grow") {
@@ -460,7 +460,7 @@ TEST_CASE("a small list that wanders up and down with remote frees does not grow
   // object another thread made for every 32 of its own. Its 256 B list fills again and again,
   // but never by frees alone, so it keeps its start limit (16 KiB); the surplus goes to the
   // depot.
-  // When every full list grew, the list ratcheted up to the growth bound (4 MiB).
+  // When every full list grew, the list ratcheted up to the growth bound (8 MiB).
   Arena* arena = Get(Policy::WeightedInterleave({{0, 29}}));
   constexpr std::size_t kSize = 256;
   constexpr int kLive = 1000, kSteps = 200000;
