@@ -318,6 +318,14 @@ status="${status_line#"$EXIT_MARKER"}"
 if ((status != 0)); then
   printf 'lab: %s exited with status %s in topology %s (%s s)\n' \
     "$(basename "$program")" "$status" "$topology" "$elapsed" >&2
+  # An OOM kill (status 137) is explained only in the kernel log, which CI does not keep:
+  # print the kernel's report (who asked, for which nodes, each node's free pages).
+  if grep -q 'invoked oom-killer' "$console_log"; then
+    tr -d '\r' <"$console_log" |
+      sed -n '/invoked oom-killer/,/Killed process/p' |
+      grep -vE '^\[ *[0-9.]+\] +\[ *[0-9]+\] |Tasks state|hugepages_|Swap cache|Free swap|Total swap|pages (RAM|reserved|HighMem|hwpoisoned)' |
+      head -n 90 | sed 's/^/lab: oom: /' >&2 || true
+  fi
   keep_work
 elif ((keep_log)); then
   keep_work

@@ -80,12 +80,14 @@ struct CorrectOptions {
 // preserved. The binding stays on the range after the call.
 //
 // Faulting bound pages into a node that has no free memory left makes the kernel OOM-kill
-// the process, so prefault populates in steps of 64 MiB and, before each, checks that the
-// node can take the step's pages that are not on it yet while keeping numarena's reserve
-// free (1/64 of the node, at least 16 MiB and at least the node's `low` watermark from
-// /proc/zoneinfo). Free here is MemFree plus half of the node's page cache, which the kernel
-// gives back to a bound allocation (not its reclaimable kernel memory, which may be pinned). When it cannot, prefault stops with ResourceExhausted; the pages faulted
-// in before stay, as does the binding.
+// the process, so prefault populates in steps of up to 64 MiB and, before each, checks that
+// the node can take twice the step's pages that are not on it yet while keeping numarena's
+// reserve free (1/64 of the node, at least 16 MiB and at least the node's `high` watermark
+// from /proc/zoneinfo): a step takes more free memory than its own pages while it runs.
+// Free here is MemFree plus half of the node's page cache, which the kernel gives back to a
+// bound allocation (not its reclaimable kernel memory, which may be pinned). Near the end the
+// step shrinks to half the room left; when that is under 256 KiB, prefault stops with
+// ResourceExhausted. The pages faulted in before stay, as does the binding.
 //
 // Errors: InvalidArgument for a node that is not an online, allowed node (named), a null
 // `ptr` with len > 0, a range that runs past the end of the address space, a batch_pages

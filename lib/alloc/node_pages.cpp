@@ -76,9 +76,10 @@ struct NodeMemory {
   std::atomic<std::int64_t> total{0};
   std::atomic<std::int64_t> committed_since{0};
   std::atomic<std::int64_t> refreshed_ns{0};
-  // The node's `low` watermark (sum over its zones, /proc/zoneinfo), re-read rarely: it
-  // only changes with vm.min_free_kbytes or memory hotplug. 0 when zoneinfo says nothing.
-  std::atomic<std::int64_t> low_watermark{0};
+  // The node's `high` watermark (sum over its zones, /proc/zoneinfo), re-read rarely: it
+  // only changes with vm.min_free_kbytes, vm.watermark_scale_factor or memory hotplug. 0
+  // when zoneinfo says nothing.
+  std::atomic<std::int64_t> high_watermark{0};
   std::atomic<std::int64_t> watermark_read_ns{0};  // 0: never read
 };
 constexpr std::int64_t kWatermarkRefreshNanos = 10'000'000'000;
@@ -127,9 +128,9 @@ void RefreshNodeMemory(int node, NodeMemory& memory) {
         },
         &parser);
     if (err == 0 && parser.ok() && zones.seen) {
-      memory.low_watermark.store(
+      memory.high_watermark.store(
           static_cast<std::int64_t>(std::min<std::uint64_t>(
-              zones.low_pages, static_cast<std::uint64_t>(INT64_MAX) / os::PageSize()) *
+              zones.high_pages, static_cast<std::uint64_t>(INT64_MAX) / os::PageSize()) *
                                     os::PageSize()),
           std::memory_order_relaxed);
     }
@@ -163,7 +164,7 @@ void RefreshNodeMemory(int node, NodeMemory& memory) {
 std::int64_t MarginFor(const NodeMemory& memory) {
   return static_cast<std::int64_t>(parse::NodeReserveBytes(
       static_cast<std::uint64_t>(std::max<std::int64_t>(memory.total.load(std::memory_order_relaxed), 0)),
-      static_cast<std::uint64_t>(memory.low_watermark.load(std::memory_order_relaxed))));
+      static_cast<std::uint64_t>(memory.high_watermark.load(std::memory_order_relaxed))));
 }
 
 void Unadmit(int node, std::size_t bytes) {

@@ -70,10 +70,11 @@ SpanFailure& ThreadSpanFailure();
 // The per-node free-memory guard: refuses commits that would take a node's free memory below
 // its reserve, so MPOL_BIND memory is refused up front instead of OOM-killing the process at
 // fault time. The reserve (parse::NodeReserveBytes) is 1/64 of the node within [16 MiB,
-// 1 GiB] and at least the node's `low` watermark: the kernel does not hand out a zone's last
-// pages (below `min` it reclaims, and with nothing to reclaim it OOM-kills a bound
-// allocation), and on small nodes the watermarks are larger than 1/64 (29 MiB on a 512 MiB
-// node). Free memory is MemFree plus half of the node's page cache (not its reclaimable
+// 1 GiB] and at least the node's `high` watermark: the kernel does not hand out a zone's
+// last pages (below `min`, which boosts raise while the node is full, it reclaims, and with
+// nothing to reclaim it OOM-kills a bound allocation; parse::NodeReserveBytes says why `low`
+// was not enough), and on small nodes the watermarks are larger than 1/64 (37 MiB on a
+// 512 MiB node). Free memory is MemFree plus half of the node's page cache (not its reclaimable
 // kernel memory, which may be pinned: parse::NodeObtainableBytes), read from
 // /sys/devices/system/node/nodeN/meminfo at most every kRefreshNanos (sooner when the
 // estimate gets close), the watermark from /proc/zoneinfo every few seconds; bytes
@@ -85,7 +86,7 @@ SpanFailure& ThreadSpanFailure();
 // tables, and jemalloc's metadata under PlacementScope) is charged or not, but never bound:
 // it is placed with MPOL_PREFERRED, which the kernel moves to the next node once this one is
 // at its `low` watermark, so it can take a full node's last room but never OOM-kill. The
-// reserve (at least `low`) is what keeps the bound pages above `min` meanwhile.
+// reserve (at least `high`) is what keeps the bound pages above `min` meanwhile.
 // Allocation-free.
 class NodeMemoryGuard {
  public:

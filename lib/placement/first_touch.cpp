@@ -204,7 +204,7 @@ StatusOr<PlacementReport> CorrectRange(const PageRange& range, int node,
 }
 
 // How much more `node` can take before numarena's reserve (parse::NodeReserveBytes: 1/64 of
-// the node, at least its `low` watermark), from its meminfo and /proc/zoneinfo. A bound
+// the node, at least its `high` watermark), from its meminfo and /proc/zoneinfo. A bound
 // (MPOL_BIND) fault past that makes the kernel reclaim and, with nothing to reclaim,
 // OOM-kill the process, so populating stops before it.
 struct NodeRoom {
@@ -221,26 +221,24 @@ NodeRoom ReadNodeRoom(int node) {
   if (!meminfo.ok()) return room;
   auto parsed = parse::ParseNodeMeminfo(*meminfo);
   if (!parsed.ok()) return room;
-  std::uint64_t low_watermark = 0;
+  std::uint64_t high_watermark = 0;
   if (auto zoneinfo = os::ReadFile("/proc/zoneinfo"); zoneinfo.ok()) {
     parse::ZoneinfoNode zones;
     if (parse::ParseZoneinfo(*zoneinfo, std::span<parse::ZoneinfoNode>(&zones, 1), node).ok()) {
-      low_watermark = zones.low_pages * os::PageSize();
+      high_watermark = zones.high_pages * os::PageSize();
     }
   }
   room.known = true;
   room.total = parsed->total_bytes;
   room.free = parse::NodeObtainableBytes(parsed->free_bytes, parsed->reclaimable_bytes);
-  room.reserve = parse::NodeReserveBytes(room.total, low_watermark);
+  room.reserve = parse::NodeReserveBytes(room.total, high_watermark);
   return room;
 }
 
 std::string MiB(std::uint64_t bytes) { return absl::StrCat(bytes >> 20, " MiB"); }
 
-// ResourceExhausted when faulting in `needed` more bytes would take `node` below its reserve.
-Status CheckRoom(int node, std::uint64_t needed, const std::string& context) {
-  NodeRoom room = ReadNodeRoom(node);
-  if (!room.known || needed <= room.available()) return absl::OkStatus();
+// ResourceExhausted saying that `node` cannot take `needed` more bytes, with its numbers.
+Status NoRoom(int node, std::uint64_t needed, const NodeRoom& room, const std::string& context) {
   return absl::ResourceExhaustedError(absl::StrCat(
       context, ": node ", node, " cannot take ", MiB(needed), " (", needed, " bytes) more: ",
       MiB(room.free), " of its ", MiB(room.total),
@@ -250,13 +248,29 @@ Status CheckRoom(int node, std::uint64_t needed, const std::string& context) {
       "process; free memory on node ", node, ", ask for less, or use another node"));
 }
 
+// ResourceExhausted when faulting in `needed` more bytes would take `node` below its reserve.
+Status CheckRoom(int node, std::uint64_t needed, const std::string& context) {
+  NodeRoom room = ReadNodeRoom(node);
+  if (!room.known || needed <= room.available()) return absl::OkStatus();
+  return NoRoom(node, needed, room, context);
+}
+
 // Pages populated and checked per step: the node's free memory is checked before each one,
 // so memory another process takes meanwhile stops us before the node runs out.
 constexpr std::size_t kPopulateStep = std::size_t{64} << 20;
+// A step is taken only when the node has this many times its bytes free above the reserve:
+// a step takes more of MemFree than its own pages (pages compaction moves while the faults
+// wait for huge pages are freed onto per-CPU lists, out of MemFree, and an OOM kill does not
+// drain them first; a 64 MiB step took up to 70 MiB in the lab). Near the end the step
+// shrinks to the room over this factor, down to kSmallestStep, so prefault still fills
+// what fits.
+constexpr std::uint64_t kStepHeadroom = 2;
+constexpr std::size_t kSmallestStep = std::size_t{256} << 10;
 
 // Writes every page of the range, step by step, from a thread on `cpus` when there are any.
-// Before each step, checks that `node` can take the step's pages that are not on it yet.
-// Returns the node the writing thread ran on (-1 when the kernel does not say).
+// Before each step, checks that `node` can take the step's pages that are not on it yet
+// (kStepHeadroom times over). Returns the node the writing thread ran on (-1 when the kernel
+// does not say).
 StatusOr<int> PopulateFrom(const std::vector<int>& cpus, const PageRange& range, int node,
                            const std::string& context) {
   auto populate = [&]() -> Status {
@@ -265,23 +279,34 @@ StatusOr<int> PopulateFrom(const std::vector<int>& cpus, const PageRange& range,
     const std::size_t step_pages = kPopulateStep / page;
     for (std::size_t first = 0, end = 0; first < range.pages; first = end) {
       end = WindowEnd(base, first, step_pages, range.pages);
-      char* window = base + first * page;
-      const std::size_t bytes = (end - first) * page;
-      Status room = CheckRoom(node, bytes, context);
-      if (!room.ok()) {
+      std::size_t bytes = (end - first) * page;
+      NodeRoom room = ReadNodeRoom(node);
+      auto fits = [&](std::uint64_t needed) {
+        return !room.known || needed <= room.available() / kStepHeadroom;
+      };
+      if (!fits(bytes)) {
         // Short of room for the whole step: only the pages not on the node yet need any.
-        auto nodes = page_node_list(window, bytes);
+        auto nodes = page_node_list(base + first * page, bytes);
         if (!nodes.ok()) return WithContext(nodes.status(), context);
         std::size_t missing = 0;
         for (int where : *nodes) missing += where != node;
         if (missing == 0) continue;
-        room = CheckRoom(node, missing * page, context);
-        if (!room.ok()) {
-          return Status(room.code(), absl::StrCat(room.message(), " (stopped after faulting in ",
-                                                  first * page, " of ", range.bytes, " bytes)"));
+        if (!fits(std::uint64_t{missing} * page)) {
+          // Take what half the room allows (every page of the shorter step may be missing).
+          const std::size_t fit_pages = room.available() / kStepHeadroom / page;
+          if (fit_pages * page < kSmallestStep) {
+            Status refused = NoRoom(node, std::uint64_t{missing} * page, room, context);
+            return Status(refused.code(),
+                          absl::StrCat(refused.message(), " (stopped after faulting in ",
+                                       first * page, " of ", range.bytes, " bytes)"));
+          }
+          end = first + std::min(fit_pages, end - first);
+          bytes = (end - first) * page;
         }
       }
-      if (Status s = os::PopulateWrite(window, bytes); !s.ok()) return WithContext(s, context);
+      if (Status s = os::PopulateWrite(base + first * page, bytes); !s.ok()) {
+        return WithContext(s, context);
+      }
     }
     return absl::OkStatus();
   };

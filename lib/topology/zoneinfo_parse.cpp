@@ -136,10 +136,10 @@ Status ParseZoneinfo(std::string_view text, std::span<ZoneinfoNode> nodes, int f
   return absl::OkStatus();
 }
 
-std::uint64_t NodeReserveBytes(std::uint64_t total_bytes, std::uint64_t low_watermark_bytes) {
+std::uint64_t NodeReserveBytes(std::uint64_t total_bytes, std::uint64_t high_watermark_bytes) {
   constexpr std::uint64_t kMin = std::uint64_t{16} << 20;
   constexpr std::uint64_t kMax = std::uint64_t{1} << 30;
-  return std::max(std::clamp(total_bytes / 64, kMin, kMax), low_watermark_bytes);
+  return std::max(std::clamp(total_bytes / 64, kMin, kMax), high_watermark_bytes);
 }
 
 std::uint64_t NodeObtainableBytes(std::uint64_t free_bytes, std::uint64_t reclaimable_bytes) {

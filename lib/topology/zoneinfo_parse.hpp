@@ -91,10 +91,15 @@ class ZoneinfoParser {
                                    int first_node = 0);
 
 // The free memory numarena keeps untouched on a node before it refuses to commit more there:
-// the larger of 1/64 of the node (at least 16 MiB, at most 1 GiB) and the node's `low`
-// watermark. Above `low` the kernel hands out pages without reclaiming; below `min` (4/5 of
-// `low`) a bound allocation reclaims and, with nothing to reclaim, OOM-kills the process.
-std::uint64_t NodeReserveBytes(std::uint64_t total_bytes, std::uint64_t low_watermark_bytes);
+// the larger of 1/64 of the node (at least 16 MiB, at most 1 GiB) and the node's `high`
+// watermark (the level kswapd reclaims back to). Below `min` a bound allocation reclaims and,
+// with nothing to reclaim, OOM-kills the process, and `min` moves up while the node is full:
+// each fragmentation event boosts every watermark by 2 MiB until kswapd next runs, and pages
+// that compaction frees while a fault waits sit on per-CPU lists, missing from MemFree and
+// not drained before the kill. Keeping `low` free left 6 MiB above `min` on the lab's 512 MiB
+// node, and a 64 MiB prefault that passed that check took 70 MiB of MemFree and was killed;
+// `high` leaves twice that.
+std::uint64_t NodeReserveBytes(std::uint64_t total_bytes, std::uint64_t high_watermark_bytes);
 
 // Memory a bound allocation can still get on a node: its free memory plus half of what the
 // kernel can reclaim there (its page cache, NodeMeminfo::reclaimable_bytes; the kernel's own

@@ -238,8 +238,10 @@ TEST_CASE("a node filled with small objects refuses with ResourceExhausted, neve
   const SmallNode small = PickSmallNode();
   INFO("small node " << small.id);
   // 12 MiB: counted half as free, 6 MiB more than the node has, more than the distance
-  // between numarena's reserve and the `min` watermark (3-5 MiB on the lab's small nodes).
-  // The files' inodes take about four times as much again, in unreclaimable kernel memory.
+  // between numarena's reserve (the `high` watermark, or 16 MiB) and the `min` watermark on
+  // tiny's node 1 (16 - 10.3 MiB; on cxl's node 2 it is 37 - 25 MiB, so there only tiny
+  // would catch that bug again). The files' inodes take about four times as much again, in
+  // unreclaimable kernel memory.
   UnreclaimableSlab slab(small.id, std::int64_t{12} << 20);
   INFO("unreclaimable kernel memory made on the node: " << (slab.grown() >> 10) << " KiB");
   REQUIRE(slab.grown() >= std::int64_t{8} << 20);
@@ -315,9 +317,12 @@ TEST_CASE("AllocateOnNode and prefault past the node's free memory are ResourceE
   auto via_allocator = on_small.allocate(twice);
   CHECK(via_allocator.status().code() == absl::StatusCode::kResourceExhausted);
 
-  // prefault over a mapping larger than the node faults in what fits, then stops.
+  // prefault over a mapping larger than the node faults in what fits, then stops, with the
+  // node still above its `min` watermark (a step that passed a check against `low` was
+  // OOM-killed here: the step took more of MemFree than its own pages).
   {
     lab::Mapping mapping(twice);
+    const std::int64_t free_before = NodeMeminfoBytes(small.id, "MemFree");
     auto report = prefault(mapping.data(), mapping.size(), small.id);
     INFO(report.status().ToString());
     REQUIRE_FALSE(report.ok());
@@ -327,6 +332,14 @@ TEST_CASE("AllocateOnNode and prefault past the node's free memory are ResourceE
     REQUIRE(counts.ok());
     CHECK(counts->on(small.id) > 0);
     CHECK(counts->on(small.id) == counts->resident());  // what it did fault in is on the node
+    const std::int64_t free_after = NodeMeminfoBytes(small.id, "MemFree");
+    const std::int64_t min_watermark = NodeMinWatermarkBytes(small.id);
+    INFO("MemFree " << (free_before >> 20) << " MiB before, " << (free_after >> 10)
+                    << " KiB after; min watermark " << (min_watermark >> 10) << " KiB");
+    CHECK(free_after > min_watermark);
+    // What fits is most of what was free: the steps shrink near the end instead of stopping.
+    CHECK(counts->on(small.id) * static_cast<std::size_t>(sysconf(_SC_PAGESIZE)) >=
+          static_cast<std::size_t>(free_before / 2));
   }
 
   // A request that fits still works, every page on the node.

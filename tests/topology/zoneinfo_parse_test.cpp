@@ -121,7 +121,7 @@ TEST_CASE("zoneinfo: lines before the first zone and unknown lines are skipped")
   CHECK(nodes[0].high_pages == 4);
 }
 
-TEST_CASE("NodeReserveBytes: 1/64 of the node within 16 MiB..1 GiB, at least the low watermark") {
+TEST_CASE("NodeReserveBytes: 1/64 of the node within 16 MiB..1 GiB, at least the high watermark") {
   constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
   CHECK(parse::NodeReserveBytes(256 * kMiB, 0) == 16 * kMiB);
   CHECK(parse::NodeReserveBytes(256 * kMiB, 29 * kMiB) == 29 * kMiB);
