@@ -387,6 +387,13 @@ inline void deallocate(void* p, std::size_t size,
   arena_internal::DeallocateSizedSlow(p, size, alignment);
 }
 
+// The members are the free functions, inline like them, so that a sized free through the
+// member also folds a constant size's class at compile time and costs no extra call.
+inline void Arena::deallocate(void* p) noexcept { numarena::deallocate(p); }
+inline void Arena::deallocate(void* p, std::size_t size, std::size_t alignment) noexcept {
+  numarena::deallocate(p, size, alignment);
+}
+
 // True when `p` points into memory numarena's arenas manage. O(1), no system call.
 inline bool owns(const void* p) { return arena_internal::HeapOf(p) >= 0; }
 

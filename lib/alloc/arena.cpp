@@ -559,12 +559,6 @@ StatusOr<void*> Arena::try_allocate(std::size_t size, std::size_t alignment) {
   return last_allocation_error();
 }
 
-void Arena::deallocate(void* p) noexcept { numarena::deallocate(p); }
-
-void Arena::deallocate(void* p, std::size_t size, std::size_t alignment) noexcept {
-  numarena::deallocate(p, size, alignment);
-}
-
 bool Arena::contains(const void* p) const noexcept {
   const int heap = arena_internal::HeapOf(p);
   if (heap < 0) return false;
