@@ -519,15 +519,22 @@ StatusOr<std::vector<int>> ProcessAffinity() {
 Status SetThreadAffinity(std::span<const int> cpus) {
   int highest = 0;
   for (int c : cpus) highest = std::max(highest, c);
-  cpu_set_t* set = CPU_ALLOC(highest + 1);
-  std::size_t size = CPU_ALLOC_SIZE(highest + 1);
+  // Up to CPU_SETSIZE CPUs the set lives on the stack: a worker thread pins itself first
+  // thing, and under a tight address-space limit (ulimit -v) the first malloc of a new
+  // thread crashed in jemalloc 5.3 (a NULL arena when making one failed) instead of this
+  // call returning the kernel's answer.
+  cpu_set_t fixed_set;
+  const bool fits = highest < CPU_SETSIZE;
+  cpu_set_t* set = fits ? &fixed_set : CPU_ALLOC(highest + 1);
+  if (set == nullptr) return absl::ResourceExhaustedError("sched_setaffinity: CPU_ALLOC failed");
+  const std::size_t size = fits ? sizeof fixed_set : CPU_ALLOC_SIZE(highest + 1);
   CPU_ZERO_S(size, set);
   for (int c : cpus) {
     if (c >= 0) CPU_SET_S(c, size, set);
   }
   int rc = ::sched_setaffinity(0, size, set);
   int err = errno;
-  CPU_FREE(set);
+  if (!fits) CPU_FREE(set);
   if (rc != 0) {
     return ErrnoToStatus(err,
                          absl::StrCat("sched_setaffinity(cpus=", absl::StrJoin(cpus, ","), ")"));
@@ -611,6 +618,26 @@ int PurgeRangeNoAlloc(void* addr, std::size_t bytes) {
 
 int AdviseHugePagesNoAlloc(void* addr, std::size_t bytes, bool huge) {
   return ::madvise(addr, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0 ? 0 : errno;
+}
+
+int ResidentPagesNoAlloc(const void* addr, std::size_t bytes, std::size_t* resident_pages) {
+  const std::size_t page = PageSize();
+  const auto begin = reinterpret_cast<std::uintptr_t>(addr);
+  if (begin % page != 0 || bytes > UINTPTR_MAX - begin) return EINVAL;
+  const std::size_t pages = bytes / page + (bytes % page != 0);
+  constexpr std::size_t kBatch = 4096;
+  unsigned char residency[kBatch];
+  std::size_t resident = 0;
+  for (std::size_t done = 0; done < pages;) {
+    const std::size_t count = std::min(kBatch, pages - done);
+    if (::mincore(reinterpret_cast<void*>(begin + done * page), count * page, residency) != 0) {
+      return errno;
+    }
+    for (std::size_t i = 0; i < count; ++i) resident += residency[i] & 1;
+    done += count;
+  }
+  *resident_pages = resident;
+  return 0;
 }
 
 long ReadFileNoAlloc(const char* path, char* buffer, std::size_t capacity) {
