@@ -81,6 +81,25 @@ struct NodeMemory {
   // when zoneinfo says nothing.
   std::atomic<std::int64_t> high_watermark{0};
   std::atomic<std::int64_t> watermark_read_ns{0};  // 0: never read
+  // Spans committed on this node as a whole (NodeMemoryGuard::TrackUnwritten) and not all
+  // written when last looked at; begin == 0 marks a free slot. Guarded by spans_busy, a
+  // lock no caller ever waits for (see TrackUnwritten).
+  std::atomic<bool> spans_busy{false};
+  std::atomic<bool> spans_stale{false};  // a span was decommitted while the lock was busy
+  struct Span {
+    std::uintptr_t begin = 0;
+    std::uintptr_t end = 0;
+  };
+  Span spans[NodeMemoryGuard::kTrackedSpans];
+  // Their bytes without memory behind them, at the last meminfo read.
+  std::atomic<std::int64_t> unwritten{0};
+
+  bool TryLockSpans() {
+    bool expected = false;
+    return spans_busy.compare_exchange_strong(expected, true, std::memory_order_acquire,
+                                              std::memory_order_relaxed);
+  }
+  void UnlockSpans() { spans_busy.store(false, std::memory_order_release); }
 };
 constexpr std::int64_t kWatermarkRefreshNanos = 10'000'000'000;
 NodeMemory g_node_memory[os::KernelNodeMask::kMaxNodes];
@@ -153,6 +172,26 @@ void RefreshNodeMemory(int node, NodeMemory& memory) {
     return;
   }
   memory.total.store(total_kb * 1024, std::memory_order_relaxed);
+  // The spans committed and not written yet are in neither this reading nor, from now on,
+  // committed_since: they are subtracted on their own until written or decommitted.
+  if (memory.TryLockSpans()) {
+    const bool forget_all = memory.spans_stale.exchange(false, std::memory_order_relaxed);
+    std::int64_t unwritten = 0;
+    for (NodeMemory::Span& span : memory.spans) {
+      if (span.begin == 0) continue;
+      std::size_t resident = 0;
+      const std::size_t bytes = span.end - span.begin;
+      if (forget_all ||
+          os::ResidentPagesNoAlloc(reinterpret_cast<void*>(span.begin), bytes, &resident) != 0 ||
+          resident * os::PageSize() >= bytes) {
+        span = NodeMemory::Span();
+        continue;
+      }
+      unwritten += static_cast<std::int64_t>(bytes - resident * os::PageSize());
+    }
+    memory.unwritten.store(unwritten, std::memory_order_relaxed);
+    memory.UnlockSpans();
+  }
   memory.committed_since.store(0, std::memory_order_relaxed);
   memory.free_at_refresh.store(
       static_cast<std::int64_t>(parse::NodeObtainableBytes(
@@ -224,7 +263,12 @@ Status SpanFailure::ToStatus(const std::string& what) const {
       return absl::ResourceExhaustedError(absl::StrCat(
           what, ": node ", node, " cannot take ", MiB(static_cast<std::int64_t>(bytes)),
           " more: about ", MiB(node_available), " of its ", MiB(node_total),
-          " are free (counting half of its reclaimable page cache) and numarena keeps ",
+          " are free (counting half of its reclaimable page cache",
+          node_unwritten > 0
+              ? absl::StrCat(", less ", MiB(node_unwritten),
+                             " numarena has committed there and not written yet")
+              : std::string(),
+          ") and numarena keeps ",
           MiB(margin),
           " free so that bound memory is refused here instead of OOM-killing the process "
           "when touched; free memory on the node, or use Policy::Preferred to fall back to "
@@ -277,6 +321,7 @@ bool NodeMemoryGuard::Admit(int node, std::size_t bytes, SpanFailure* failure) n
   std::int64_t now = NowNanos();
   auto estimate = [&] {
     return memory.free_at_refresh.load(std::memory_order_relaxed) -
+           memory.unwritten.load(std::memory_order_relaxed) -
            memory.committed_since.load(std::memory_order_relaxed);
   };
   std::int64_t free_now = memory.free_at_refresh.load(std::memory_order_relaxed);
@@ -301,6 +346,7 @@ bool NodeMemoryGuard::Admit(int node, std::size_t bytes, SpanFailure* failure) n
     failure->node_available = available;
     failure->node_total = total;
     failure->margin = margin;
+    failure->node_unwritten = memory.unwritten.load(std::memory_order_relaxed);
     return false;
   }
   memory.committed_since.fetch_add(request, std::memory_order_relaxed);
@@ -347,6 +393,53 @@ std::int64_t NodeMemoryGuard::Total(int node) noexcept {
 void NodeMemoryGuard::Invalidate(int node) noexcept {
   if (node < 0 || node >= os::KernelNodeMask::kMaxNodes) return;
   g_node_memory[node].refreshed_ns.store(0, std::memory_order_relaxed);
+}
+
+void NodeMemoryGuard::TrackUnwritten(int node, void* begin, std::size_t bytes) noexcept {
+  if (node < 0 || node >= os::KernelNodeMask::kMaxNodes || bytes < kTrackedMinBytes) return;
+  NodeMemory& memory = g_node_memory[node];
+  // Never waits: the lock is held only for a few stores here or by a meminfo read's mincore
+  // calls, and a span not recorded is only the guard's older, forgetful estimate.
+  if (!memory.TryLockSpans()) return;
+  // A free slot, else the smallest span's (the one whose forgetting matters least).
+  NodeMemory::Span* slot = &memory.spans[0];
+  for (NodeMemory::Span& span : memory.spans) {
+    if (span.begin == 0) {
+      slot = &span;
+      break;
+    }
+    if (span.end - span.begin < slot->end - slot->begin) slot = &span;
+  }
+  const auto at = reinterpret_cast<std::uintptr_t>(begin);
+  if (slot->begin == 0 || slot->end - slot->begin < bytes) *slot = {at, at + bytes};
+  memory.UnlockSpans();
+}
+
+void NodeMemoryGuard::ForgetUnwritten(int node, void* begin, std::size_t bytes) noexcept {
+  if (node < 0 || node >= os::KernelNodeMask::kMaxNodes) return;
+  NodeMemory& memory = g_node_memory[node];
+  if (!memory.TryLockSpans()) {
+    // The next read drops every span rather than count purged pages as still to come.
+    memory.spans_stale.store(true, std::memory_order_relaxed);
+    return;
+  }
+  const auto from = reinterpret_cast<std::uintptr_t>(begin);
+  const std::uintptr_t to = from + bytes;
+  for (NodeMemory::Span& span : memory.spans) {
+    if (span.begin != 0 && span.begin < to && from < span.end) span = NodeMemory::Span();
+  }
+  memory.UnlockSpans();
+}
+
+std::int64_t NodeMemoryGuard::Unwritten(int node) noexcept {
+  if (node < 0 || node >= os::KernelNodeMask::kMaxNodes) return 0;
+  return g_node_memory[node].unwritten.load(std::memory_order_relaxed);
+}
+
+void NodeMemoryGuard::UnlockInForkChild() noexcept {
+  for (NodeMemory& memory : g_node_memory) {
+    if (memory.spans_busy.load(std::memory_order_relaxed)) memory.UnlockSpans();
+  }
 }
 
 // ---- NodePages: creation ---------------------------------------------------------------------
@@ -470,6 +563,11 @@ void NodePages::ReleaseRanges() noexcept {
       // The class map's table first: it must not describe objects of the next owner.
       arena_internal::DropClassTable(first_granule + g);
       arena_internal::granule_heap[first_granule + g].store(0, std::memory_order_relaxed);
+    }
+    // The guard must not look at this address space again: the next mapping there is not
+    // the node's.
+    for (int index = 0; index < node_count_; ++index) {
+      NodeMemoryGuard::ForgetUnwritten(nodes_[index], ToPointer(range.base), bytes);
     }
     os::Unmap(ToPointer(range.base), bytes);
     // What the tables still hold charged (the header, after a failed first commit).
@@ -903,6 +1001,18 @@ bool NodePages::Commit(void* addr, std::size_t size, bool advise_huge) noexcept 
   }
   committed_bytes_.fetch_add(new_pages * page_, std::memory_order_relaxed);
   if (advise_huge && size >= kHugePage) AdviseLargeCommit(begin, end, /*huge=*/true);
+  // An object's extent, all of it new and on one node: the guard follows it until written.
+  // (Not jemalloc's metadata blocks, committed at carving with advise_huge false: a few KiB
+  // of their 2 MiB are ever written.)
+  if (advise_huge && !hugetlb_ && !multi_bind && new_pages == last - first &&
+      size >= NodeMemoryGuard::kTrackedMinBytes) {
+    int node_index = -1;
+    for (int index = 0; index < node_count_; ++index) {
+      if (pages_per_node[index] == 0) continue;
+      node_index = node_index == -1 ? index : -2;
+    }
+    if (node_index >= 0) NodeMemoryGuard::TrackUnwritten(nodes_[node_index], addr, size);
+  }
   return true;
 }
 
@@ -914,6 +1024,9 @@ bool NodePages::Decommit(void* addr, std::size_t size) noexcept {
   const std::uintptr_t end = begin + size;
   if (os::PurgeRangeNoAlloc(addr, size) != 0) return false;
   if (size >= kHugePage) AdviseLargeCommit(begin, end, /*huge=*/false);
+  for (int index = 0; index < node_count_; ++index) {
+    NodeMemoryGuard::ForgetUnwritten(nodes_[index], addr, size);
+  }
 
   ReleasePageCharges(*range, begin, end);
   return true;
@@ -1118,6 +1231,7 @@ void NodePages::ClearBusyTablePagesInForkChild() noexcept {
 }
 
 void NodePages::RecreateLocksInForkChild() noexcept {
+  NodeMemoryGuard::UnlockInForkChild();
   for (std::atomic<NodePages*>& slot : g_providers) {
     if (NodePages* pages = slot.load(std::memory_order_acquire)) {
       new (&pages->mutex_) std::mutex();

@@ -57,6 +57,9 @@ struct SpanFailure {
   std::int64_t node_available = 0;  // kNodeFull: bytes the guard saw available
   std::int64_t node_total = 0;      // kNodeFull: the node's MemTotal
   std::int64_t margin = 0;          // kNodeFull: the safety margin kept free
+  // kNodeFull: bytes of spans numarena committed on the node and has not written yet, which
+  // its free memory does not show as used (already subtracted from node_available).
+  std::int64_t node_unwritten = 0;
   std::size_t huge_page_bytes = 0;  // kHugetlb
   Status gate_status;
 
@@ -79,6 +82,13 @@ SpanFailure& ThreadSpanFailure();
 // /sys/devices/system/node/nodeN/meminfo at most every kRefreshNanos (sooner when the
 // estimate gets close), the watermark from /proc/zoneinfo every few seconds; bytes
 // committed since the last read are subtracted and bytes decommitted since then added back.
+// A committed page takes free memory only when first written, so a read does not show the
+// spans committed and not written yet: the guard follows up to kTrackedSpans of them (spans
+// of at least kTrackedMinBytes committed on one node: large objects and slab runs, where
+// a forgotten span is a large error) and subtracts the part of each that mincore(2) shows
+// without memory at each read, until it is all written or decommitted. Smaller spans,
+// spans of interleaved placements and spans beyond the table's room are counted only until
+// the next read, as every span was before.
 // Free pages on per-CPU lists do not count as free: when reclaim makes no progress the
 // kernel gives up without draining them (budget.hpp).
 // Which pages go through it: every page numarena has the kernel fault under a bind (the
@@ -91,6 +101,8 @@ SpanFailure& ThreadSpanFailure();
 class NodeMemoryGuard {
  public:
   static constexpr std::int64_t kRefreshNanos = 50'000'000;
+  static constexpr int kTrackedSpans = 16;
+  static constexpr std::size_t kTrackedMinBytes = std::size_t{2} << 20;
   // True when `bytes` may be committed on `node`; else records kNodeFull in `failure`.
   // Nodes whose meminfo cannot be read are admitted (nothing to check against).
   static bool Admit(int node, std::size_t bytes, SpanFailure* failure) noexcept;
@@ -98,6 +110,15 @@ class NodeMemoryGuard {
   static void Invalidate(int node) noexcept;
   // The node's MemTotal in bytes (read once if never read), or -1 when unreadable.
   static std::int64_t Total(int node) noexcept;
+  // Follows [begin, begin+bytes), just committed on `node` as a whole (ignored below
+  // kTrackedMinBytes), until its pages are written or it is decommitted (ForgetUnwritten).
+  static void TrackUnwritten(int node, void* begin, std::size_t bytes) noexcept;
+  // Stops following the spans of `node` that overlap the range (about to be decommitted).
+  static void ForgetUnwritten(int node, void* begin, std::size_t bytes) noexcept;
+  // Bytes of the followed spans of `node` without memory behind them, as of the last read.
+  static std::int64_t Unwritten(int node) noexcept;
+  // The fork child has one thread: no lock of the guard is held there.
+  static void UnlockInForkChild() noexcept;
 };
 
 class NodePages {

@@ -172,6 +172,11 @@ int ReturnToReservationNoAlloc(void* addr, std::size_t bytes);
 int PurgeRangeNoAlloc(void* addr, std::size_t bytes);
 // MADV_HUGEPAGE (huge = true) or MADV_NOHUGEPAGE.
 int AdviseHugePagesNoAlloc(void* addr, std::size_t bytes, bool huge);
+// Pages of [addr, addr+bytes) (page-aligned `addr`) that have memory behind them now
+// (mincore(2), in fixed-size batches): *resident_pages on success. ENOMEM when part of the
+// range is not mapped. A page only read since it was mapped counts too (the kernel's shared
+// zero page is mapped there).
+int ResidentPagesNoAlloc(const void* addr, std::size_t bytes, std::size_t* resident_pages);
 // Reads at most capacity-1 bytes of a small regular file into `buffer` and NUL-terminates
 // it. Returns the length read, or -errno: -EISDIR for a directory, -EINVAL for a FIFO,
 // socket or device (refused without blocking, as ReadFile does).

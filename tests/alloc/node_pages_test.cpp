@@ -353,6 +353,91 @@ TEST_CASE("spans of sizes near SIZE_MAX are refused, never wrapped to a small sp
   CHECK_FALSE(pages->Decommit(p, SIZE_MAX));
 }
 
+// Forces the guard's next meminfo read and does it, admitting nothing.
+void RereadNodeMemory() {
+  numarena::SpanFailure failure;
+  numarena::NodeMemoryGuard::Invalidate(0);
+  REQUIRE(numarena::NodeMemoryGuard::Admit(0, 0, &failure));
+}
+
+// A committed page takes the node's free memory only when it is written: the guard follows
+// a committed object's span and subtracts the part without memory behind it at each read
+// (mincore's answer), until it is written or decommitted.
+TEST_CASE("the free-memory guard follows committed spans until they are written") {
+  constexpr std::size_t kSpan = 64 * kMiB;
+  NodePages* pages = Make(Policy::Bind(0));
+  void* p = Span(pages, kSpan, 2 * kMiB, /*commit=*/false);
+  RereadNodeMemory();
+  const std::int64_t before = numarena::NodeMemoryGuard::Unwritten(0);
+  REQUIRE(pages->Commit(p, kSpan));
+  RereadNodeMemory();
+  CHECK(numarena::NodeMemoryGuard::Unwritten(0) - before == static_cast<std::int64_t>(kSpan));
+  // A quarter written (whole 2 MiB blocks, so huge pages cannot make more resident).
+  std::memset(p, 0x11, kSpan / 4);
+  RereadNodeMemory();
+  CHECK(numarena::NodeMemoryGuard::Unwritten(0) - before ==
+        static_cast<std::int64_t>(kSpan / 4 * 3));
+  std::memset(p, 0x12, kSpan);
+  RereadNodeMemory();
+  CHECK(numarena::NodeMemoryGuard::Unwritten(0) == before);
+
+  // Decommitted unwritten: no longer counted.
+  void* q = Span(pages, kSpan, 2 * kMiB, /*commit=*/false);
+  REQUIRE(pages->Commit(q, kSpan));
+  RereadNodeMemory();
+  CHECK(numarena::NodeMemoryGuard::Unwritten(0) - before == static_cast<std::int64_t>(kSpan));
+  REQUIRE(pages->Decommit(q, kSpan));
+  RereadNodeMemory();
+  CHECK(numarena::NodeMemoryGuard::Unwritten(0) == before);
+  // Spans smaller than the guard follows, and jemalloc's metadata blocks (committed with
+  // advise_huge false), are not followed.
+  void* small = Span(pages, numarena::NodeMemoryGuard::kTrackedMinBytes / 2, 4096, false);
+  REQUIRE(pages->Commit(small, numarena::NodeMemoryGuard::kTrackedMinBytes / 2));
+  void* block = Span(pages, 2 * kMiB, 2 * kMiB, /*commit=*/true);
+  REQUIRE(block != nullptr);
+  RereadNodeMemory();
+  CHECK(numarena::NodeMemoryGuard::Unwritten(0) == before);
+  REQUIRE(pages->Decommit(p, kSpan));
+  REQUIRE(pages->Decommit(small, numarena::NodeMemoryGuard::kTrackedMinBytes / 2));
+  REQUIRE(pages->Decommit(block, 2 * kMiB));
+}
+
+// Without that, a span committed and left unwritten was forgotten at the guard's next read
+// (every 50 ms), and a second one as large was admitted too: writing both takes the node
+// below its reserve, an OOM kill on a full node. Nothing here is written: the spans are
+// address space and accounting only.
+TEST_CASE("the free-memory guard does not admit a span unwritten so far a second time") {
+  numarena::SpanFailure failure;
+  numarena::NodeMemoryGuard::Invalidate(0);
+  REQUIRE_FALSE(numarena::NodeMemoryGuard::Admit(0, std::size_t{1} << 50, &failure));
+  REQUIRE(failure.kind == numarena::SpanFailure::Kind::kNodeFull);
+  const std::int64_t room = failure.node_available - failure.margin;
+  REQUIRE(room > std::int64_t{64 << 20});
+  // Six tenths of the room, twice: the first fits, the second only if the first is forgotten.
+  const std::size_t share = (static_cast<std::size_t>(room) / 10 * 6) & ~(2 * kMiB - 1);
+  NodePages* pages = Make(Policy::Bind(0));
+  void* first = Span(pages, share, 4096, /*commit=*/false);
+  void* second = Span(pages, share, 4096, /*commit=*/false);
+  numarena::ThreadSpanFailure().Clear();
+  REQUIRE(pages->Commit(first, share));
+
+  numarena::NodeMemoryGuard::Invalidate(0);  // as if the refresh interval had passed
+  CHECK_FALSE(pages->Commit(second, share));
+  REQUIRE(numarena::ThreadSpanFailure().kind == numarena::SpanFailure::Kind::kNodeFull);
+  CHECK(numarena::ThreadSpanFailure().node_unwritten >= static_cast<std::int64_t>(share));
+  CHECK_THAT(std::string(numarena::ThreadSpanFailure().ToStatus("commit").message()),
+             Catch::Contains("has committed there and not written yet"));
+  numarena::ThreadSpanFailure().Clear();
+
+  // Decommitted unwritten, the first span's bytes are admitted again, after a read too.
+  REQUIRE(pages->Decommit(first, share));
+  numarena::NodeMemoryGuard::Invalidate(0);
+  CHECK(pages->Commit(second, share));
+  CHECK_FALSE(numarena::ThreadSpanFailure().failed());
+  REQUIRE(pages->Decommit(second, share));
+  numarena::ThreadSpanFailure().Clear();
+}
+
 TEST_CASE("a provider knows when a request can never fit its nodes") {
   NodePages* pages = Make(Policy::Bind(0));
   numarena::SpanFailure failure;

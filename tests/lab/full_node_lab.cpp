@@ -290,6 +290,50 @@ TEST_CASE("a node filled with small objects refuses with ResourceExhausted, neve
   (*arena)->purge();
 }
 
+// A committed page takes the node's free memory only when it is written. The arena's guard
+// re-reads meminfo every 50 ms; a large object allocated and not written yet must still count
+// after that read, or a second one as large is admitted too and writing both takes the node
+// past its reserve (an OOM kill). Each object is 55 % of the node's free memory: jemalloc
+// rounds it up to its size class (up to a quarter more), and the part past what the test
+// writes stays committed and counted.
+TEST_CASE("an object allocated and not written yet still counts after the guard re-reads") {
+  const SmallNode small = PickSmallNode();
+  INFO("small node " << small.id);
+  auto arena = Arena::ForNode(small.id);
+  REQUIRE(arena.ok());
+  const std::int64_t free_at_start = NodeMeminfoBytes(small.id, "MemFree");
+  INFO("free at start: " << (free_at_start >> 20) << " MiB");
+  const std::size_t share = static_cast<std::size_t>(free_at_start) / 20 * 11;
+  void* first = (*arena)->allocate(share);
+  INFO(last_allocation_error().ToString());
+  REQUIRE(first != nullptr);
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));  // past the guard's refresh
+  void* second = (*arena)->allocate(share);
+  const Status refusal = last_allocation_error();
+  INFO(refusal.ToString());
+  CHECK(second == nullptr);
+  CHECK(refusal.code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(refusal.message()),
+             Catch::Contains("has committed there and not written yet"));
+  if (second != nullptr) deallocate(second);  // never written: it cannot hurt the node
+
+  // The first is the caller's to fill, on its node, page by page.
+  std::memset(first, 0x3c, share);
+  CHECK(PagesNotOn(first, share, small.id) == 0);
+  // Once written, free memory shows it: a tenth of the start's free memory still fits.
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  const std::size_t tenth = static_cast<std::size_t>(free_at_start) / 10;
+  void* third = (*arena)->allocate(tenth);
+  INFO(last_allocation_error().ToString());
+  REQUIRE(third != nullptr);
+  std::memset(third, 0x3d, tenth);
+  CHECK(PagesNotOn(third, tenth, small.id) == 0);
+  deallocate(third);
+  deallocate(first);
+  (*arena)->purge();
+}
+
 TEST_CASE("AllocateOnNode and prefault past the node's free memory are ResourceExhausted") {
   // Before numarena checked, each of these faulted bound pages until the kernel OOM-killed
   // the test (exit status 137).
