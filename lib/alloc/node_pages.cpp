@@ -89,8 +89,15 @@ struct NodeMemory {
   struct Span {
     std::uintptr_t begin = 0;
     std::uintptr_t end = 0;
+    // Bytes without memory behind them at the end of the last full pass over the span (all
+    // of them until one finished), and the pass under way: where it goes on, and what it
+    // found resident so far.
+    std::uintptr_t unwritten = 0;
+    std::uintptr_t cursor = 0;
+    std::uintptr_t resident_so_far = 0;
   };
   Span spans[NodeMemoryGuard::kTrackedSpans];
+  int next_span = 0;  // where the next read starts looking, so every span gets its turn
   // Their bytes without memory behind them, at the last meminfo read.
   std::atomic<std::int64_t> unwritten{0};
 
@@ -176,18 +183,46 @@ void RefreshNodeMemory(int node, NodeMemory& memory) {
   // committed_since: they are subtracted on their own until written or decommitted.
   if (memory.TryLockSpans()) {
     const bool forget_all = memory.spans_stale.exchange(false, std::memory_order_relaxed);
+    // mincore costs about 0.3 ms per GiB: each read looks at no more than kScanBytesPerRead,
+    // span after span from where the last read stopped. A span not looked at this time keeps
+    // the figure of its last full pass, which can only be too large (pages get written, and
+    // decommits drop the span at once), so the guard refuses early rather than late.
+    std::uintptr_t budget = NodeMemoryGuard::kScanBytesPerRead;
+    const std::uintptr_t page = os::PageSize();
     std::int64_t unwritten = 0;
-    for (NodeMemory::Span& span : memory.spans) {
+    const int first_slot = memory.next_span;
+    for (int k = 0; k < NodeMemoryGuard::kTrackedSpans; ++k) {
+      const int slot = (first_slot + k) % NodeMemoryGuard::kTrackedSpans;
+      NodeMemory::Span& span = memory.spans[slot];
       if (span.begin == 0) continue;
-      std::size_t resident = 0;
-      const std::size_t bytes = span.end - span.begin;
-      if (forget_all ||
-          os::ResidentPagesNoAlloc(reinterpret_cast<void*>(span.begin), bytes, &resident) != 0 ||
-          resident * os::PageSize() >= bytes) {
+      if (forget_all) {
         span = NodeMemory::Span();
         continue;
       }
-      unwritten += static_cast<std::int64_t>(bytes - resident * os::PageSize());
+      bool failed = false;
+      while (budget > 0 && !failed) {
+        const std::uintptr_t chunk = std::min(budget, span.end - span.cursor);
+        std::size_t resident = 0;
+        failed = os::ResidentPagesNoAlloc(reinterpret_cast<void*>(span.cursor), chunk,
+                                          &resident) != 0;
+        budget -= chunk;
+        span.cursor += chunk;
+        span.resident_so_far += resident * page;
+        if (span.cursor == span.end) {  // a pass finished
+          span.unwritten = span.end - span.begin - std::min(span.resident_so_far,
+                                                            span.end - span.begin);
+          span.cursor = span.begin;
+          span.resident_so_far = 0;
+          if (budget > 0) memory.next_span = (slot + 1) % NodeMemoryGuard::kTrackedSpans;
+          break;
+        }
+        memory.next_span = slot;  // out of budget within this span: go on from here
+      }
+      if (failed || span.unwritten == 0) {  // unmapped under it, or all written
+        span = NodeMemory::Span();
+        continue;
+      }
+      unwritten += static_cast<std::int64_t>(span.unwritten);
     }
     memory.unwritten.store(unwritten, std::memory_order_relaxed);
     memory.UnlockSpans();
@@ -411,7 +446,10 @@ void NodeMemoryGuard::TrackUnwritten(int node, void* begin, std::size_t bytes) n
     if (span.end - span.begin < slot->end - slot->begin) slot = &span;
   }
   const auto at = reinterpret_cast<std::uintptr_t>(begin);
-  if (slot->begin == 0 || slot->end - slot->begin < bytes) *slot = {at, at + bytes};
+  if (slot->begin == 0 || slot->end - slot->begin < bytes) {
+    *slot = {.begin = at, .end = at + bytes, .unwritten = bytes, .cursor = at,
+             .resident_so_far = 0};
+  }
   memory.UnlockSpans();
 }
 

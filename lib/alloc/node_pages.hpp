@@ -86,7 +86,8 @@ SpanFailure& ThreadSpanFailure();
 // spans committed and not written yet: the guard follows up to kTrackedSpans of them (spans
 // of at least kTrackedMinBytes committed on one node: large objects and slab runs, where
 // a forgotten span is a large error) and subtracts the part of each that mincore(2) shows
-// without memory at each read, until it is all written or decommitted. Smaller spans,
+// without memory (looking at up to kScanBytesPerRead of them per read, the rest keep their
+// last figure), until it is all written or decommitted. Smaller spans,
 // spans of interleaved placements and spans beyond the table's room are counted only until
 // the next read, as every span was before.
 // Free pages on per-CPU lists do not count as free: when reclaim makes no progress the
@@ -103,6 +104,7 @@ class NodeMemoryGuard {
   static constexpr std::int64_t kRefreshNanos = 50'000'000;
   static constexpr int kTrackedSpans = 16;
   static constexpr std::size_t kTrackedMinBytes = std::size_t{2} << 20;
+  static constexpr std::size_t kScanBytesPerRead = std::size_t{1} << 30;
   // True when `bytes` may be committed on `node`; else records kNodeFull in `failure`.
   // Nodes whose meminfo cannot be read are admitted (nothing to check against).
   static bool Admit(int node, std::size_t bytes, SpanFailure* failure) noexcept;

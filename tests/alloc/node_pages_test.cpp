@@ -402,6 +402,35 @@ TEST_CASE("the free-memory guard follows committed spans until they are written"
   REQUIRE(pages->Decommit(block, 2 * kMiB));
 }
 
+// Each read looks at no more than kScanBytesPerRead of the followed spans; the others keep the
+// figure of their last full pass, which is never too small, and every span gets its turn.
+TEST_CASE("the free-memory guard's reads share their mincore budget among the spans") {
+  const std::size_t span = numarena::NodeMemoryGuard::kScanBytesPerRead / 4 * 3;
+  NodePages* pages = Make(Policy::Bind(0));
+  void* a = Span(pages, span, 2 * kMiB, /*commit=*/false);
+  void* b = Span(pages, span, 2 * kMiB, /*commit=*/false);
+  RereadNodeMemory();
+  const std::int64_t before = numarena::NodeMemoryGuard::Unwritten(0);
+  REQUIRE(pages->Commit(a, span));
+  REQUIRE(pages->Commit(b, span));
+  const auto both = static_cast<std::int64_t>(2 * span);
+  for (int read = 0; read < 4; ++read) {  // counted once each, read after read
+    RereadNodeMemory();
+    CHECK(numarena::NodeMemoryGuard::Unwritten(0) - before == both);
+  }
+  std::memset(b, 0x21, 64 * kMiB);
+  std::memset(a, 0x22, 32 * kMiB);
+  RereadNodeMemory();  // may not have finished a pass over either: too large, never too small
+  CHECK(numarena::NodeMemoryGuard::Unwritten(0) - before >= both - std::int64_t{96 << 20});
+  RereadNodeMemory();
+  RereadNodeMemory();  // three reads cover 3 GiB: both spans looked at in full since the writes
+  CHECK(numarena::NodeMemoryGuard::Unwritten(0) - before == both - std::int64_t{96 << 20});
+  REQUIRE(pages->Decommit(a, span));
+  REQUIRE(pages->Decommit(b, span));
+  RereadNodeMemory();
+  CHECK(numarena::NodeMemoryGuard::Unwritten(0) == before);
+}
+
 // Without that, a span committed and left unwritten was forgotten at the guard's next read
 // (every 50 ms), and a second one as large was admitted too: writing both takes the node
 // below its reserve, an OOM kill on a full node. Nothing here is written: the spans are
