@@ -21,6 +21,8 @@
 # The program learns what QEMU was given from:
 #   NUMARENA_LAB_TOPOLOGY=<name>              e.g. 2s
 #   NUMARENA_LAB_TOPOLOGY_FILE=/lab/topology.txt
+#   NUMARENA_LAB_DEADLINE=<seconds>           the VM's uptime (/proc/uptime) at which the
+#                                             watchdog reports what is still running
 # (format in README.md; tests/support/lab_support.hpp parses it). Sanitizer options
 # (ASAN_OPTIONS, UBSAN_OPTIONS, LSAN_OPTIONS, TSAN_OPTIONS) are passed through.
 #
@@ -218,10 +220,14 @@ printf '%s' "$description" >"$root/lab/topology.txt"
 # Quotes a word for the VM's shell (busybox ash): single quotes, ' as '\''.
 shell_quote() { local s="${1//\'/\'\\\'\'}"; printf "'%s'" "$s"; }
 
+# The watchdog's moment, in the VM's uptime: 20 s before the host kills the VM (the kernel
+# starts a second or two after QEMU), or half way on a very short timeout.
+deadline=$((timeout > 40 ? timeout - 20 : timeout / 2))
 {
   printf 'export PATH=/bin:/sbin HOME=/root TMPDIR=/tmp\n'
   printf 'export NUMARENA_LAB_TOPOLOGY=%s\n' "$(shell_quote "$topology")"
   printf 'export NUMARENA_LAB_TOPOLOGY_FILE=/lab/topology.txt\n'
+  printf 'export NUMARENA_LAB_DEADLINE=%s\n' "$deadline"
   if ((${#lib_dirs[@]})); then
     printf 'export LD_LIBRARY_PATH=%s\n' "$(shell_quote "$(IFS=:; echo "${lib_dirs[*]}")")"
   fi
@@ -257,8 +263,23 @@ cd /tmp
 mkfifo /tmp/.lab-output
 cat /tmp/.lab-output > /dev/ttyS1 &
 copier=\$!
+# A program still running at the deadline is about to be killed with the VM, and CI keeps
+# only what run.sh prints: the watchdog writes every task's state, kernel wait channel and
+# kernel stack, and the kernel log's end, to the console (run.sh prints it on a timeout).
+(
+  while [ "\$(cut -d. -f1 /proc/uptime)" -lt ${deadline} ]; do sleep 1; done
+  echo "lab: watchdog: still running at \$(cut -d' ' -f1 /proc/uptime) s of uptime"
+  for task in /proc/[0-9]*/task/[0-9]*; do
+    [ -e \$task/exe ] || continue  # kernel threads have no executable
+    echo "lab: watchdog: task \${task##*/} \$(cat \$task/comm) state \$(cut -d')' -f2 \$task/stat | cut -d' ' -f2) wchan \$(cat \$task/wchan)"
+    sed 's/^/lab: watchdog:     /' \$task/stack 2>/dev/null
+  done
+  dmesg | tail -n 40 | sed 's/^/lab: watchdog: dmesg: /'
+) > /dev/console 2>&1 &
+watchdog=\$!
 sh /lab/command < /dev/null > /tmp/.lab-output 2>&1
 status=\$?
+kill \$watchdog 2>/dev/null
 wait \$copier
 # The kernel log is quiet during boot (speed); a failed run gets all of it in the console log.
 [ "\$status" = 0 ] || dmesg > /dev/console
@@ -302,6 +323,12 @@ status_line="$(tr -d '\r' <"$output_log" | grep "^${EXIT_MARKER}" | tail -n1 || 
 if ((qemu_status == 124 || qemu_status == 137)); then
   printf 'lab: TIMEOUT: %s in topology %s did not finish within %s s (--timeout)\n' \
     "$(basename "$program")" "$topology" "$timeout" >&2
+  if grep -q '^lab: watchdog:' "$console_log"; then
+    tr -d '\r' <"$console_log" | grep '^lab: watchdog:' | head -n 400 >&2
+  elif ! grep -q '^lab: running' "$console_log"; then
+    printf 'lab: the program never started (the VM was still booting):\n' >&2
+    tail -n 30 "$console_log" | tr -d '\r' | sed 's/^/lab: console: /' >&2
+  fi
   keep_work
   exit 124
 fi

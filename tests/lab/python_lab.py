@@ -14,6 +14,7 @@ a NodeBuffer larger than node 1 raises MemoryError instead of the kernel's OOM k
 Exit status 0 only when every check passes.
 """
 import ctypes
+import faulthandler
 import mmap
 import os
 import sys
@@ -221,9 +222,24 @@ def test_threads(numarena, nodes, cpus):
         buf.close()  # on the main thread, not the allocating one
 
 
+def dump_stacks_before_the_deadline():
+    # The lab kills a VM that runs past its timeout and CI keeps only what is printed: a few
+    # seconds before the lab's watchdog (NUMARENA_LAB_DEADLINE, in seconds of uptime), every
+    # Python thread's stack goes to stderr.
+    deadline = os.environ.get("NUMARENA_LAB_DEADLINE")
+    if not deadline:
+        return
+    with open("/proc/uptime") as f:
+        uptime = float(f.read().split()[0])
+    faulthandler.dump_traceback_later(max(1.0, float(deadline) - uptime - 5), exit=False)
+
+
 def main():
+    dump_stacks_before_the_deadline()
     package_dir = sys.argv[1]
     sys.path.insert(0, package_dir)
+    if os.environ.get("NUMARENA_LAB_TOPOLOGY"):
+        print(f"python_lab: importing numarena from {package_dir}", file=sys.stderr, flush=True)
     import numarena  # noqa: E402 (the package directory comes from the command line)
 
     if "--list-files" in sys.argv[2:]:
@@ -238,7 +254,8 @@ def main():
         print("python_lab: run me in the NUMA lab (tests/lab/python_lab.sh)", file=sys.stderr)
         return 2
     nodes, cpus, mem_mib = expected_topology()
-    print(f"python_lab: topology {topology}, nodes {nodes}, library {numarena.library_path}")
+    print(f"python_lab: topology {topology}, nodes {nodes}, library {numarena.library_path}",
+          flush=True)
     check([n.id for n in numarena.nodes()] == nodes,
           f"numarena.nodes() lists the nodes QEMU was given: {[n.id for n in numarena.nodes()]}")
     test_bound_buffers(numarena, nodes, cpus)
