@@ -16,6 +16,7 @@
 #include "alloc/class_map.hpp"
 #include "base/checked_math.hpp"
 #include "numarena/topology.hpp"
+#include "placement/unwritten.hpp"
 #include "topology/zoneinfo_parse.hpp"
 
 namespace numarena {
@@ -127,6 +128,58 @@ std::int64_t MeminfoKilobytes(const char* text, const char* label) {
   return digits ? value : -1;
 }
 
+// Looks at the followed spans of `memory` (its spans lock held) and returns their bytes
+// without memory behind them, less up to the bytes each has in [skip_begin, skip_end).
+// mincore costs about 0.3 ms per GiB: one call looks at no more than kScanBytesPerRead,
+// span after span from where the last one stopped. A span not looked at this time keeps the
+// figure of its last full pass, which can only be too large (pages get written, and
+// decommits drop the span at once), so the guard refuses early rather than late.
+std::int64_t ScanSpans(NodeMemory& memory, std::uintptr_t skip_begin = 0,
+                       std::uintptr_t skip_end = 0) {
+  const bool forget_all = memory.spans_stale.exchange(false, std::memory_order_relaxed);
+  std::uintptr_t budget = NodeMemoryGuard::kScanBytesPerRead;
+  const std::uintptr_t page = os::PageSize();
+  std::int64_t unwritten = 0;
+  const int first_slot = memory.next_span;
+  for (int k = 0; k < NodeMemoryGuard::kTrackedSpans; ++k) {
+    const int slot = (first_slot + k) % NodeMemoryGuard::kTrackedSpans;
+    NodeMemory::Span& span = memory.spans[slot];
+    if (span.begin == 0) continue;
+    if (forget_all) {
+      span = NodeMemory::Span();
+      continue;
+    }
+    bool failed = false;
+    while (budget > 0 && !failed) {
+      const std::uintptr_t chunk = std::min(budget, span.end - span.cursor);
+      std::size_t resident = 0;
+      failed =
+          os::ResidentPagesNoAlloc(reinterpret_cast<void*>(span.cursor), chunk, &resident) != 0;
+      budget -= chunk;
+      span.cursor += chunk;
+      span.resident_so_far += resident * page;
+      if (span.cursor == span.end) {  // a pass finished
+        span.unwritten =
+            span.end - span.begin - std::min(span.resident_so_far, span.end - span.begin);
+        span.cursor = span.begin;
+        span.resident_so_far = 0;
+        if (budget > 0) memory.next_span = (slot + 1) % NodeMemoryGuard::kTrackedSpans;
+        break;
+      }
+      memory.next_span = slot;  // out of budget within this span: go on from here
+    }
+    if (failed || span.unwritten == 0) {  // unmapped under it, or all written
+      span = NodeMemory::Span();
+      continue;
+    }
+    const std::uintptr_t skipped =
+        std::min(span.end, skip_end) -
+        std::min(std::max(span.begin, skip_begin), std::min(span.end, skip_end));
+    unwritten += static_cast<std::int64_t>(span.unwritten - std::min(span.unwritten, skipped));
+  }
+  return unwritten;
+}
+
 // Re-reads /sys/devices/system/node/node<node>/meminfo without allocating.
 void RefreshNodeMemory(int node, NodeMemory& memory) {
   char path[96] = "/sys/devices/system/node/node";
@@ -182,49 +235,7 @@ void RefreshNodeMemory(int node, NodeMemory& memory) {
   // The spans committed and not written yet are in neither this reading nor, from now on,
   // committed_since: they are subtracted on their own until written or decommitted.
   if (memory.TryLockSpans()) {
-    const bool forget_all = memory.spans_stale.exchange(false, std::memory_order_relaxed);
-    // mincore costs about 0.3 ms per GiB: each read looks at no more than kScanBytesPerRead,
-    // span after span from where the last read stopped. A span not looked at this time keeps
-    // the figure of its last full pass, which can only be too large (pages get written, and
-    // decommits drop the span at once), so the guard refuses early rather than late.
-    std::uintptr_t budget = NodeMemoryGuard::kScanBytesPerRead;
-    const std::uintptr_t page = os::PageSize();
-    std::int64_t unwritten = 0;
-    const int first_slot = memory.next_span;
-    for (int k = 0; k < NodeMemoryGuard::kTrackedSpans; ++k) {
-      const int slot = (first_slot + k) % NodeMemoryGuard::kTrackedSpans;
-      NodeMemory::Span& span = memory.spans[slot];
-      if (span.begin == 0) continue;
-      if (forget_all) {
-        span = NodeMemory::Span();
-        continue;
-      }
-      bool failed = false;
-      while (budget > 0 && !failed) {
-        const std::uintptr_t chunk = std::min(budget, span.end - span.cursor);
-        std::size_t resident = 0;
-        failed = os::ResidentPagesNoAlloc(reinterpret_cast<void*>(span.cursor), chunk,
-                                          &resident) != 0;
-        budget -= chunk;
-        span.cursor += chunk;
-        span.resident_so_far += resident * page;
-        if (span.cursor == span.end) {  // a pass finished
-          span.unwritten = span.end - span.begin - std::min(span.resident_so_far,
-                                                            span.end - span.begin);
-          span.cursor = span.begin;
-          span.resident_so_far = 0;
-          if (budget > 0) memory.next_span = (slot + 1) % NodeMemoryGuard::kTrackedSpans;
-          break;
-        }
-        memory.next_span = slot;  // out of budget within this span: go on from here
-      }
-      if (failed || span.unwritten == 0) {  // unmapped under it, or all written
-        span = NodeMemory::Span();
-        continue;
-      }
-      unwritten += static_cast<std::int64_t>(span.unwritten);
-    }
-    memory.unwritten.store(unwritten, std::memory_order_relaxed);
+    memory.unwritten.store(ScanSpans(memory), std::memory_order_relaxed);
     memory.UnlockSpans();
   }
   memory.committed_since.store(0, std::memory_order_relaxed);
@@ -473,6 +484,33 @@ std::int64_t NodeMemoryGuard::Unwritten(int node) noexcept {
   if (node < 0 || node >= os::KernelNodeMask::kMaxNodes) return 0;
   return g_node_memory[node].unwritten.load(std::memory_order_relaxed);
 }
+
+std::int64_t NodeMemoryGuard::UnwrittenNow(int node, const void* skip,
+                                           std::size_t skip_bytes) noexcept {
+  if (node < 0 || node >= os::KernelNodeMask::kMaxNodes) return 0;
+  NodeMemory& memory = g_node_memory[node];
+  // The lock's holder only stores a few words or looks at up to kScanBytesPerRead (well
+  // under a millisecond); if it is still busy after that, the last read's figure does.
+  for (int attempt = 0; !memory.TryLockSpans(); ++attempt) {
+    if (attempt == 1000) return memory.unwritten.load(std::memory_order_relaxed);
+    std::this_thread::yield();
+  }
+  // Not stored in `unwritten`: the guard's own figure has to stay paired with the meminfo
+  // read it was taken at (pages written since then are in neither).
+  const auto skip_begin = reinterpret_cast<std::uintptr_t>(skip);
+  const std::uintptr_t skip_end =
+      skip_bytes > UINTPTR_MAX - skip_begin ? UINTPTR_MAX : skip_begin + skip_bytes;
+  const std::int64_t now = ScanSpans(memory, skip_begin, skip_end);
+  memory.UnlockSpans();
+  return now;
+}
+
+namespace {
+// AllocateOnNode and prefault, a layer below, subtract what the arenas committed and have
+// not written yet from a node's free memory.
+[[maybe_unused]] const bool g_unwritten_source_registered =
+    (placement_internal::SetUnwrittenBytesSource(&NodeMemoryGuard::UnwrittenNow), true);
+}  // namespace
 
 void NodeMemoryGuard::UnlockInForkChild() noexcept {
   for (NodeMemory& memory : g_node_memory) {

@@ -119,6 +119,11 @@ class NodeMemoryGuard {
   static void ForgetUnwritten(int node, void* begin, std::size_t bytes) noexcept;
   // Bytes of the followed spans of `node` without memory behind them, as of the last read.
   static std::int64_t Unwritten(int node) noexcept;
+  // The same, looked at now (mincore over up to kScanBytesPerRead of them), less up to the
+  // bytes each span has in [skip, skip + skip_bytes): what AllocateOnNode and prefault
+  // subtract from a node's free memory (placement_internal::UnwrittenBytesOnNode,
+  // registered when this file is linked in).
+  static std::int64_t UnwrittenNow(int node, const void* skip, std::size_t skip_bytes) noexcept;
   // The fork child has one thread: no lock of the guard is held there.
   static void UnlockInForkChild() noexcept;
 };

@@ -25,11 +25,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/checked_math.hpp"
+#include "base/status_context.hpp"
 #include "numarena/page_nodes.hpp"
 #include "numarena/topology.hpp"
-#include "base/status_context.hpp"
 #include "os/os.hpp"
 #include "placement/page_walk.hpp"
+#include "placement/unwritten.hpp"
 #include "topology/topology_parse.hpp"
 #include "topology/zoneinfo_parse.hpp"
 
@@ -210,12 +211,18 @@ StatusOr<PlacementReport> CorrectRange(const PageRange& range, int node,
 struct NodeRoom {
   bool known = false;  // false when the node's meminfo cannot be read: nothing to check
   std::uint64_t total = 0;
-  std::uint64_t free = 0;  // free, plus half of what the kernel can reclaim (page cache)
+  // Free, plus half of what the kernel can reclaim (page cache), less what numarena's arenas
+  // committed there and have not written yet (`unwritten`): those pages are taken as soon
+  // as their owner writes them, and meminfo does not show them.
+  std::uint64_t free = 0;
+  std::uint64_t unwritten = 0;
   std::uint64_t reserve = 0;
   std::uint64_t available() const { return free > reserve ? free - reserve : 0; }
 };
 
-NodeRoom ReadNodeRoom(int node) {
+// `filling`: the range the caller is about to fault in. An arena's unwritten pages in it are
+// not subtracted: they are the pages being written (prefault over an arena's own object).
+NodeRoom ReadNodeRoom(int node, const void* filling = nullptr, std::size_t filling_bytes = 0) {
   NodeRoom room;
   auto meminfo = os::ReadFile(absl::StrCat("/sys/devices/system/node/node", node, "/meminfo"));
   if (!meminfo.ok()) return room;
@@ -230,7 +237,11 @@ NodeRoom ReadNodeRoom(int node) {
   }
   room.known = true;
   room.total = parsed->total_bytes;
-  room.free = parse::NodeObtainableBytes(parsed->free_bytes, parsed->reclaimable_bytes);
+  room.unwritten = static_cast<std::uint64_t>(
+      placement_internal::UnwrittenBytesOnNode(node, filling, filling_bytes));
+  const std::uint64_t obtainable =
+      parse::NodeObtainableBytes(parsed->free_bytes, parsed->reclaimable_bytes);
+  room.free = obtainable - std::min(obtainable, room.unwritten);
   room.reserve = parse::NodeReserveBytes(room.total, high_watermark);
   return room;
 }
@@ -240,12 +251,17 @@ std::string MiB(std::uint64_t bytes) { return absl::StrCat(bytes >> 20, " MiB");
 // ResourceExhausted saying that `node` cannot take `needed` more bytes, with its numbers.
 Status NoRoom(int node, std::uint64_t needed, const NodeRoom& room, const std::string& context) {
   return absl::ResourceExhaustedError(absl::StrCat(
-      context, ": node ", node, " cannot take ", MiB(needed), " (", needed, " bytes) more: ",
-      MiB(room.free), " of its ", MiB(room.total),
-      " are free (counting half of its reclaimable page cache) and numarena keeps ",
-      MiB(room.reserve),
+      context, ": node ", node, " cannot take ", MiB(needed), " (", needed,
+      " bytes) more: ", MiB(room.free), " of its ", MiB(room.total),
+      " are free (counting half of its reclaimable page cache",
+      room.unwritten > 0 ? absl::StrCat(", less ", MiB(room.unwritten),
+                                        " numarena's arenas have committed there and not "
+                                        "written yet")
+                         : std::string(),
+      ") and numarena keeps ", MiB(room.reserve),
       " of them free, because faulting bound pages past that makes the kernel OOM-kill the "
-      "process; free memory on node ", node, ", ask for less, or use another node"));
+      "process; free memory on node ",
+      node, ", ask for less, or use another node"));
 }
 
 // ResourceExhausted when faulting in `needed` more bytes would take `node` below its reserve.
@@ -280,7 +296,7 @@ StatusOr<int> PopulateFrom(const std::vector<int>& cpus, const PageRange& range,
     for (std::size_t first = 0, end = 0; first < range.pages; first = end) {
       end = WindowEnd(base, first, step_pages, range.pages);
       std::size_t bytes = (end - first) * page;
-      NodeRoom room = ReadNodeRoom(node);
+      NodeRoom room = ReadNodeRoom(node, range.begin, range.pages * page);
       auto fits = [&](std::uint64_t needed) {
         return !room.known || needed <= room.available() / kStepHeadroom;
       };

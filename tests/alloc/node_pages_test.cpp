@@ -7,6 +7,7 @@
 // interleave charges chunks to nodes 3:1.
 #include "alloc/node_pages.hpp"
 #include "numarena/arena.hpp"
+#include "placement/unwritten.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -400,6 +401,36 @@ TEST_CASE("the free-memory guard follows committed spans until they are written"
   REQUIRE(pages->Decommit(p, kSpan));
   REQUIRE(pages->Decommit(small, numarena::NodeMemoryGuard::kTrackedMinBytes / 2));
   REQUIRE(pages->Decommit(block, 2 * kMiB));
+}
+
+// AllocateOnNode and prefault (a layer below) subtract the same spans, looked at when they
+// ask, not at the guard's last read: a page written since then is in the node's meminfo and
+// must not be subtracted again.
+TEST_CASE("placement's figure of committed, unwritten bytes is looked at when asked") {
+  constexpr std::size_t kSpan = 64 * kMiB;
+  NodePages* pages = Make(Policy::Bind(0));
+  void* p = Span(pages, kSpan, 2 * kMiB, /*commit=*/false);
+  const std::int64_t before = numarena::placement_internal::UnwrittenBytesOnNode(0);
+  REQUIRE(pages->Commit(p, kSpan));
+  CHECK(numarena::placement_internal::UnwrittenBytesOnNode(0) - before ==
+        static_cast<std::int64_t>(kSpan));
+  // prefault over the span itself leaves its own pages out (they are the ones it writes).
+  CHECK(numarena::placement_internal::UnwrittenBytesOnNode(0, p, kSpan / 4) - before ==
+        static_cast<std::int64_t>(kSpan / 4 * 3));
+  CHECK(numarena::placement_internal::UnwrittenBytesOnNode(0, p, kSpan) == before);
+  // A range running to the end of the address space (its end saturates, never wraps).
+  CHECK(numarena::placement_internal::UnwrittenBytesOnNode(0, p, SIZE_MAX) <= before);
+  RereadNodeMemory();
+  const std::int64_t guard_figure = numarena::NodeMemoryGuard::Unwritten(0);
+  std::memset(p, 0x13, kSpan / 2);
+  CHECK(numarena::placement_internal::UnwrittenBytesOnNode(0) - before ==
+        static_cast<std::int64_t>(kSpan / 2));
+  // The guard's own figure stays the one paired with its last meminfo read.
+  CHECK(numarena::NodeMemoryGuard::Unwritten(0) == guard_figure);
+  REQUIRE(pages->Decommit(p, kSpan));
+  CHECK(numarena::placement_internal::UnwrittenBytesOnNode(0) == before);
+  CHECK(numarena::placement_internal::UnwrittenBytesOnNode(-1) == 0);
+  CHECK(numarena::placement_internal::UnwrittenBytesOnNode(1 << 20) == 0);
 }
 
 // Each read looks at no more than kScanBytesPerRead of the followed spans; the others keep the

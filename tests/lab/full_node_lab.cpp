@@ -360,6 +360,51 @@ TEST_CASE("an object allocated and not written yet still counts after the guard 
   (*arena)->purge();
 }
 
+// AllocateOnNode and prefault check the node's room from its meminfo too, which does not show
+// an arena's object until it is written: they subtract what the arenas committed and have not
+// written yet, or a buffer as large as the object is let in beside it and writing both takes
+// the node past its reserve (an OOM kill).
+TEST_CASE("AllocateOnNode and prefault count an arena's object not written yet") {
+  const SmallNode small = PickSmallNode();
+  INFO("small node " << small.id);
+  auto arena = Arena::ForNode(small.id);
+  REQUIRE(arena.ok());
+  const std::int64_t free_at_start = NodeMeminfoBytes(small.id, "MemFree");
+  INFO("free at start: " << (free_at_start >> 20) << " MiB");
+  const std::size_t share = static_cast<std::size_t>(free_at_start) / 20 * 11;
+  void* object = (*arena)->allocate(share);
+  INFO(last_allocation_error().ToString());
+  REQUIRE(object != nullptr);
+
+  auto buffer = AllocateOnNode(share, small.id);
+  INFO(buffer.status().ToString());
+  CHECK(buffer.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(buffer.status().message()),
+             Catch::Contains("have committed there and not written yet"));
+  {
+    // prefault faults in what fits beside the object, then stops.
+    lab::Mapping mapping(share);
+    auto report = prefault(mapping.data(), mapping.size(), small.id);
+    INFO(report.status().ToString());
+    CHECK(report.status().code() == absl::StatusCode::kResourceExhausted);
+    CHECK_THAT(std::string(report.status().message()),
+               Catch::Contains("have committed there and not written yet"));
+    auto counts = page_nodes(mapping.data(), mapping.size());
+    REQUIRE(counts.ok());
+    CHECK(counts->on(small.id) == counts->resident());
+  }
+
+  // The object is its owner's to fill, on its node; returned, its room is AllocateOnNode's.
+  std::memset(object, 0x4e, share);
+  CHECK(PagesNotOn(object, share, small.id) == 0);
+  deallocate(object);
+  (*arena)->purge();
+  auto after = AllocateOnNode(share, small.id);
+  INFO(after.status().ToString());
+  REQUIRE(after.ok());
+  CHECK(PagesNotOn(after->data(), share, small.id) == 0);
+}
+
 TEST_CASE("AllocateOnNode and prefault past the node's free memory are ResourceExhausted") {
   // Before numarena checked, each of these faulted bound pages until the kernel OOM-killed
   // the test (exit status 137).
