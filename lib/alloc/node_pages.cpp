@@ -72,6 +72,12 @@ std::string MiB(std::int64_t bytes) {
 
 // ---- the free-memory guard's per-node cache ----------------------------------------------
 
+// How long a caller waits for a node's spans lock. A look at kScanBytesPerRead of spans takes
+// about 0.3 ms, but its thread may be preempted while it holds the lock, for several
+// scheduler ticks on a busy machine (2 ms of patience gave up in 1 of 10 runs of
+// node_pages_test's race while the test suite ran beside it).
+constexpr std::int64_t kSpansLockPatienceNanos = 50'000'000;
+
 struct NodeMemory {
   std::atomic<std::int64_t> free_at_refresh{-1};  // -1: never read; -2: unreadable
   std::atomic<std::int64_t> total{0};
@@ -84,7 +90,8 @@ struct NodeMemory {
   std::atomic<std::int64_t> watermark_read_ns{0};  // 0: never read
   // Spans committed on this node as a whole (NodeMemoryGuard::TrackUnwritten) and not all
   // written when last looked at; begin == 0 marks a free slot. Guarded by spans_busy, a
-  // lock no caller ever waits for (see TrackUnwritten).
+  // spin lock held for a few stores or one look at up to kScanBytesPerRead (well under a
+  // millisecond); callers wait for it only briefly (LockSpansBriefly).
   std::atomic<bool> spans_busy{false};
   std::atomic<bool> spans_stale{false};  // a span was decommitted while the lock was busy
   struct Span {
@@ -106,6 +113,19 @@ struct NodeMemory {
     bool expected = false;
     return spans_busy.compare_exchange_strong(expected, true, std::memory_order_acquire,
                                               std::memory_order_relaxed);
+  }
+  // Waits, yielding, up to kSpansLockPatienceNanos, then gives up (false): the caller has a
+  // fallback (a span not followed, or all of them dropped at the
+  // next read). The commit and decommit hooks call this: they never wait for long, and no
+  // lock of jemalloc's is taken while spans_busy is held.
+  bool LockSpansBriefly() {
+    if (TryLockSpans()) return true;
+    const std::int64_t give_up = NowNanos() + kSpansLockPatienceNanos;
+    do {
+      std::this_thread::yield();
+      if (TryLockSpans()) return true;
+    } while (NowNanos() < give_up);
+    return false;
   }
   void UnlockSpans() { spans_busy.store(false, std::memory_order_release); }
 };
@@ -234,7 +254,7 @@ void RefreshNodeMemory(int node, NodeMemory& memory) {
   memory.total.store(total_kb * 1024, std::memory_order_relaxed);
   // The spans committed and not written yet are in neither this reading nor, from now on,
   // committed_since: they are subtracted on their own until written or decommitted.
-  if (memory.TryLockSpans()) {
+  if (memory.LockSpansBriefly()) {
     memory.unwritten.store(ScanSpans(memory), std::memory_order_relaxed);
     memory.UnlockSpans();
   }
@@ -444,9 +464,9 @@ void NodeMemoryGuard::Invalidate(int node) noexcept {
 void NodeMemoryGuard::TrackUnwritten(int node, void* begin, std::size_t bytes) noexcept {
   if (node < 0 || node >= os::KernelNodeMask::kMaxNodes || bytes < kTrackedMinBytes) return;
   NodeMemory& memory = g_node_memory[node];
-  // Never waits: the lock is held only for a few stores here or by a meminfo read's mincore
-  // calls, and a span not recorded is only the guard's older, forgetful estimate.
-  if (!memory.TryLockSpans()) return;
+  // A span not recorded (the lock busy for long) is only the guard's older, forgetful
+  // estimate: counted until the next read.
+  if (!memory.LockSpansBriefly()) return;
   // A free slot, else the smallest span's (the one whose forgetting matters least).
   NodeMemory::Span* slot = &memory.spans[0];
   for (NodeMemory::Span& span : memory.spans) {
@@ -467,7 +487,7 @@ void NodeMemoryGuard::TrackUnwritten(int node, void* begin, std::size_t bytes) n
 void NodeMemoryGuard::ForgetUnwritten(int node, void* begin, std::size_t bytes) noexcept {
   if (node < 0 || node >= os::KernelNodeMask::kMaxNodes) return;
   NodeMemory& memory = g_node_memory[node];
-  if (!memory.TryLockSpans()) {
+  if (!memory.LockSpansBriefly()) {
     // The next read drops every span rather than count purged pages as still to come.
     memory.spans_stale.store(true, std::memory_order_relaxed);
     return;
@@ -489,12 +509,8 @@ std::int64_t NodeMemoryGuard::UnwrittenNow(int node, const void* skip,
                                            std::size_t skip_bytes) noexcept {
   if (node < 0 || node >= os::KernelNodeMask::kMaxNodes) return 0;
   NodeMemory& memory = g_node_memory[node];
-  // The lock's holder only stores a few words or looks at up to kScanBytesPerRead (well
-  // under a millisecond); if it is still busy after that, the last read's figure does.
-  for (int attempt = 0; !memory.TryLockSpans(); ++attempt) {
-    if (attempt == 1000) return memory.unwritten.load(std::memory_order_relaxed);
-    std::this_thread::yield();
-  }
+  // Busy for long: the last read's figure does.
+  if (!memory.LockSpansBriefly()) return memory.unwritten.load(std::memory_order_relaxed);
   // Not stored in `unwritten`: the guard's own figure has to stay paired with the meminfo
   // read it was taken at (pages written since then are in neither).
   const auto skip_begin = reinterpret_cast<std::uintptr_t>(skip);

@@ -11,6 +11,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -431,6 +433,39 @@ TEST_CASE("placement's figure of committed, unwritten bytes is looked at when as
   CHECK(numarena::placement_internal::UnwrittenBytesOnNode(0) == before);
   CHECK(numarena::placement_internal::UnwrittenBytesOnNode(-1) == 0);
   CHECK(numarena::placement_internal::UnwrittenBytesOnNode(1 << 20) == 0);
+}
+
+// Placement looks at the spans whenever AllocateOnNode or prefault checks a node, while arenas
+// commit and decommit others. A decommit that found the spans' lock busy used to give up and
+// have the next read drop every span, so an unwritten object was forgotten; the lock is waited
+// for now (briefly: its holder only looks at up to kScanBytesPerRead).
+TEST_CASE("a followed span is not forgotten when decommits race with placement's looks") {
+  constexpr std::size_t kSpan = 64 * kMiB;
+  NodePages* pages = Make(Policy::Bind(0));
+  void* p = Span(pages, kSpan, 2 * kMiB, /*commit=*/false);
+  void* q = Span(pages, 4 * kMiB, 2 * kMiB, /*commit=*/false);
+  RereadNodeMemory();
+  const std::int64_t before = numarena::NodeMemoryGuard::Unwritten(0);
+  REQUIRE(pages->Commit(p, kSpan));
+  std::atomic<bool> done{false};
+  std::thread looker([&] {
+    while (!done.load(std::memory_order_relaxed)) {
+      (void)numarena::placement_internal::UnwrittenBytesOnNode(0);
+      // prefault looks once per step of up to 64 MiB faulted in; this is far more often.
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  });
+  for (int round = 0; round < 300; ++round) {
+    REQUIRE(pages->Commit(q, 4 * kMiB));
+    REQUIRE(pages->Decommit(q, 4 * kMiB));
+  }
+  done.store(true, std::memory_order_relaxed);
+  looker.join();
+  RereadNodeMemory();
+  CHECK(numarena::NodeMemoryGuard::Unwritten(0) - before == static_cast<std::int64_t>(kSpan));
+  CHECK(numarena::placement_internal::UnwrittenBytesOnNode(0) - before ==
+        static_cast<std::int64_t>(kSpan));
+  REQUIRE(pages->Decommit(p, kSpan));
 }
 
 // Each read looks at no more than kScanBytesPerRead of the followed spans; the others keep the
