@@ -405,6 +405,43 @@ TEST_CASE("AllocateOnNode and prefault count an arena's object not written yet")
   CHECK(PagesNotOn(after->data(), share, small.id) == 0);
 }
 
+// The guard's promise is a refusal instead of an OOM kill when the memory is touched: all
+// the objects it admits, allocated first and then every usable byte written at once
+// (huge-page faults, compaction under way), leave the process alive and every page on the
+// node. The largest object it admits, then 16 MiB and 4 MiB ones until it refuses them (all
+// followed until written: 2 MiB or more).
+TEST_CASE("everything the guard admits can be written at once") {
+  const SmallNode small = PickSmallNode();
+  INFO("small node " << small.id);
+  auto arena = Arena::ForNode(small.id);
+  REQUIRE(arena.ok());
+  (*arena)->purge();
+  const std::int64_t free_at_start = NodeMeminfoBytes(small.id, "MemFree");
+  std::size_t size = static_cast<std::size_t>(free_at_start);
+  void* largest = nullptr;
+  while (size > 64 * kMiB && (largest = (*arena)->allocate(size)) == nullptr) size -= 4 * kMiB;
+  REQUIRE(largest != nullptr);
+  std::vector<void*> objects{largest};
+  for (std::size_t block : {16 * kMiB, 4 * kMiB}) {
+    while (void* p = (*arena)->allocate(block)) objects.push_back(p);
+  }
+  std::size_t usable = 0;
+  for (void* p : objects) usable += usable_size(p);
+  INFO((usable >> 20) << " MiB usable in " << objects.size() << " objects (the largest "
+                      << (size >> 20) << " MiB asked), " << (free_at_start >> 20)
+                      << " MiB free before");
+  CHECK(usable >= static_cast<std::size_t>(free_at_start) / 4 * 3);
+  for (void* p : objects) std::memset(p, 0x5a, usable_size(p));  // an OOM kill: status 137
+  std::size_t wrong = 0;
+  for (void* p : objects) wrong += PagesNotOn(p, usable_size(p), small.id);
+  CHECK(wrong == 0);
+  const std::int64_t free_after = NodeMeminfoBytes(small.id, "MemFree");
+  INFO("MemFree after writing: " << (free_after >> 20) << " MiB");
+  CHECK(free_after > NodeMinWatermarkBytes(small.id));
+  for (void* p : objects) deallocate(p);
+  (*arena)->purge();
+}
+
 TEST_CASE("AllocateOnNode and prefault past the node's free memory are ResourceExhausted") {
   // Before numarena checked, each of these faulted bound pages until the kernel OOM-killed
   // the test (exit status 137).
