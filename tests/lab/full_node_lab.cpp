@@ -68,7 +68,8 @@ SmallNode PickSmallNode() {
 // compacts memory and khugepaged collapses huge pages: a written page being moved has no page
 // table entry for a moment, and move_pages answers -ENOENT or -EBUSY for it. Such a page is
 // asked about again, a few times over 100 ms, before it counts; a page on another node counts
-// at once. On failure the answer's summary and the first wrong page stay in the report.
+// at once. Wrong pages are reported as they are found (WARN: the caller may add up several
+// ranges before it checks), with the first one and the answer's summary.
 std::size_t PagesNotOn(const void* p, std::size_t bytes, int node) {
   auto nodes = page_node_list(p, bytes);
   REQUIRE(nodes.ok());
@@ -90,11 +91,11 @@ std::size_t PagesNotOn(const void* p, std::size_t bytes, int node) {
   for (std::size_t i = 0; i < nodes->size(); ++i) {
     if ((*nodes)[i] == node) continue;
     if (wrong++ == 0) {
-      UNSCOPED_INFO("first page not on node " << node << ": page " << i << " of "
+      WARN("first page not on node " << node << ": page " << i << " of "
                                               << nodes->size() << " answers " << (*nodes)[i]);
     }
   }
-  if (wrong > 0) UNSCOPED_INFO(lab::SummarizePageNodes(*nodes));
+  if (wrong > 0) WARN(lab::SummarizePageNodes(*nodes));
   return wrong;
 }
 
