@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The lab harness itself (cmake/lab/run.sh), whose failure paths only run when something
+# else has gone wrong: a program's exit status comes back through the VM, and a program
+# still running at the timeout makes run.sh return 124 with the watchdog's report of it (its
+# task, state, wait channel and kernel stack), which is all CI keeps of a hung VM.
+#
+#   harness_test.sh RUN_SH
+set -uo pipefail
+run_sh="${1:?usage: harness_test.sh RUN_SH}"
+out="$(mktemp)"
+trap 'rm -f "$out"' EXIT
+fail() {
+  echo "harness_test: $*" >&2
+  sed 's/^/  | /' "$out" >&2
+  exit 1
+}
+
+"$run_sh" --topology 2s -- /bin/true >"$out" 2>&1
+status=$?
+((status == 0)) || fail "/bin/true came back with status $status, not 0"
+
+"$run_sh" --topology 2s -- /bin/false >"$out" 2>&1
+status=$?
+((status == 1)) || fail "/bin/false came back with status $status, not 1"
+
+# 60 s: the watchdog reports at 40 s of uptime, long after a loaded host has booted the VM.
+"$run_sh" --topology 2s --timeout 60 -- /bin/sleep 600 >"$out" 2>&1
+status=$?
+((status == 124)) || fail "a program past the timeout came back with status $status, not 124"
+grep -q '^lab: TIMEOUT: sleep in topology 2s' "$out" || fail "no TIMEOUT line"
+grep -Eq '^lab: watchdog: task [0-9]+ sleep state S wchan [a-z_]+' "$out" ||
+  fail "the watchdog did not report the sleeping program's task"
+grep -Eq '^lab: watchdog:     \[<0>\] [a-z_]+' "$out" || fail "no kernel stack in the report"
+echo "harness_test: exit statuses 0 and 1 came back; the timeout returned 124 with the watchdog's report"
