@@ -317,26 +317,46 @@ TEST_CASE("a node filled with small objects refuses with ResourceExhausted, neve
   (*arena)->purge();
 }
 
+// An object of 55 % of a node's free memory from the node's arena, allocated and not written:
+// jemalloc rounds it up to its size class (up to a quarter more), and the part past what a
+// test writes stays committed and counted.
+struct UnwrittenShare {
+  Arena* arena = nullptr;
+  std::int64_t free_at_start = 0;
+  std::size_t bytes = 0;
+  void* object = nullptr;
+};
+
+UnwrittenShare AllocateUnwrittenShare(int node) {
+  UnwrittenShare share;
+  auto arena = Arena::ForNode(node);
+  REQUIRE(arena.ok());
+  share.arena = *arena;
+  share.free_at_start = NodeMeminfoBytes(node, "MemFree");
+  share.bytes = static_cast<std::size_t>(share.free_at_start) / 20 * 11;
+  share.object = share.arena->allocate(share.bytes);
+  INFO("free at start: " << (share.free_at_start >> 20) << " MiB; "
+                         << last_allocation_error().ToString());
+  REQUIRE(share.object != nullptr);
+  return share;
+}
+
 // A committed page takes the node's free memory only when it is written. The arena's guard
 // re-reads meminfo every 50 ms; a large object allocated and not written yet must still count
 // after that read, or a second one as large is admitted too and writing both takes the node
-// past its reserve (an OOM kill). Each object is 55 % of the node's free memory: jemalloc
-// rounds it up to its size class (up to a quarter more), and the part past what the test
-// writes stays committed and counted.
+// past its reserve (an OOM kill).
 TEST_CASE("an object allocated and not written yet still counts after the guard re-reads") {
   const SmallNode small = PickSmallNode();
   INFO("small node " << small.id);
-  auto arena = Arena::ForNode(small.id);
-  REQUIRE(arena.ok());
-  const std::int64_t free_at_start = NodeMeminfoBytes(small.id, "MemFree");
+  const UnwrittenShare unwritten = AllocateUnwrittenShare(small.id);
+  Arena* const arena = unwritten.arena;
+  const std::int64_t free_at_start = unwritten.free_at_start;
+  const std::size_t share = unwritten.bytes;
+  void* first = unwritten.object;
   INFO("free at start: " << (free_at_start >> 20) << " MiB");
-  const std::size_t share = static_cast<std::size_t>(free_at_start) / 20 * 11;
-  void* first = (*arena)->allocate(share);
-  INFO(last_allocation_error().ToString());
-  REQUIRE(first != nullptr);
 
   std::this_thread::sleep_for(std::chrono::milliseconds(120));  // past the guard's refresh
-  void* second = (*arena)->allocate(share);
+  void* second = arena->allocate(share);
   const Status refusal = last_allocation_error();
   INFO(refusal.ToString());
   CHECK(second == nullptr);
@@ -351,14 +371,14 @@ TEST_CASE("an object allocated and not written yet still counts after the guard 
   // Once written, free memory shows it: a tenth of the start's free memory still fits.
   std::this_thread::sleep_for(std::chrono::milliseconds(120));
   const std::size_t tenth = static_cast<std::size_t>(free_at_start) / 10;
-  void* third = (*arena)->allocate(tenth);
+  void* third = arena->allocate(tenth);
   INFO(last_allocation_error().ToString());
   REQUIRE(third != nullptr);
   std::memset(third, 0x3d, tenth);
   CHECK(PagesNotOn(third, tenth, small.id) == 0);
   deallocate(third);
   deallocate(first);
-  (*arena)->purge();
+  arena->purge();
 }
 
 // AllocateOnNode and prefault check the node's room from its meminfo too, which does not show
@@ -368,14 +388,10 @@ TEST_CASE("an object allocated and not written yet still counts after the guard 
 TEST_CASE("AllocateOnNode and prefault count an arena's object not written yet") {
   const SmallNode small = PickSmallNode();
   INFO("small node " << small.id);
-  auto arena = Arena::ForNode(small.id);
-  REQUIRE(arena.ok());
-  const std::int64_t free_at_start = NodeMeminfoBytes(small.id, "MemFree");
-  INFO("free at start: " << (free_at_start >> 20) << " MiB");
-  const std::size_t share = static_cast<std::size_t>(free_at_start) / 20 * 11;
-  void* object = (*arena)->allocate(share);
-  INFO(last_allocation_error().ToString());
-  REQUIRE(object != nullptr);
+  const UnwrittenShare unwritten = AllocateUnwrittenShare(small.id);
+  const std::size_t share = unwritten.bytes;
+  void* object = unwritten.object;
+  INFO("free at start: " << (unwritten.free_at_start >> 20) << " MiB");
 
   auto buffer = AllocateOnNode(share, small.id);
   INFO(buffer.status().ToString());
@@ -399,7 +415,7 @@ TEST_CASE("AllocateOnNode and prefault count an arena's object not written yet")
   std::memset(object, 0x4e, share);
   CHECK(PagesNotOn(object, share, small.id) == 0);
   deallocate(object);
-  (*arena)->purge();
+  unwritten.arena->purge();
   auto after = AllocateOnNode(share, small.id);
   INFO(after.status().ToString());
   REQUIRE(after.ok());
