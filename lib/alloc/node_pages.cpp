@@ -115,9 +115,9 @@ struct NodeMemory {
                                               std::memory_order_relaxed);
   }
   // Waits, yielding, up to kSpansLockPatienceNanos, then gives up (false): the caller has a
-  // fallback (a span not followed, or all of them dropped at the
-  // next read). The commit and decommit hooks call this: they never wait for long, and no
-  // lock of jemalloc's is taken while spans_busy is held.
+  // fallback (a span not followed, or all of them dropped at the next read). The commit and
+  // decommit hooks call this: they never wait for long, and no lock of jemalloc's is taken
+  // while spans_busy is held.
   bool LockSpansBriefly() {
     if (TryLockSpans()) return true;
     const std::int64_t give_up = NowNanos() + kSpansLockPatienceNanos;
@@ -192,9 +192,9 @@ std::int64_t ScanSpans(NodeMemory& memory, std::uintptr_t skip_begin = 0,
       span = NodeMemory::Span();
       continue;
     }
-    const std::uintptr_t skipped =
-        std::min(span.end, skip_end) -
-        std::min(std::max(span.begin, skip_begin), std::min(span.end, skip_end));
+    const std::uintptr_t skip_from = std::max(span.begin, skip_begin);
+    const std::uintptr_t skip_to = std::min(span.end, skip_end);
+    const std::uintptr_t skipped = skip_to > skip_from ? skip_to - skip_from : 0;
     unwritten += static_cast<std::int64_t>(span.unwritten - std::min(span.unwritten, skipped));
   }
   return unwritten;

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -76,16 +77,14 @@ std::size_t PagesNotOn(const void* p, std::size_t bytes, int node) {
   const std::size_t page = os::PageSize();
   const auto base = reinterpret_cast<std::uintptr_t>(p) / page * page;
   for (int attempt = 0; attempt < 5; ++attempt) {
-    bool moving = false;
+    if (std::none_of(nodes->begin(), nodes->end(), [](int n) { return n < 0; })) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
     for (std::size_t i = 0; i < nodes->size(); ++i) {
       if ((*nodes)[i] >= 0) continue;
-      moving = true;
       auto again = page_node_list(reinterpret_cast<const void*>(base + i * page), page);
       REQUIRE(again.ok());
       (*nodes)[i] = (*again)[0];
     }
-    if (!moving) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < nodes->size(); ++i) {
