@@ -191,10 +191,11 @@ bool FilledByFreesAlone(const FrontList& list) {
 // Hands the objects of `cache`'s list `size_class` back to jemalloc until `keep` remain. A
 // front cache exists only while the thread's flags for its heap are set (EnsureThreadCache
 // creates it after them, DestroyFrontCaches runs before they are cleared).
-void Drain(int heap, FrontCache& cache, unsigned size_class, std::uint32_t keep) {
+std::size_t Drain(int heap, FrontCache& cache, unsigned size_class, std::uint32_t keep) {
   const int flags = arena_internal::thread_flags[heap];
   FrontList& list = cache.lists[size_class];
   const std::size_t bytes = arena_internal::front_class_bytes[size_class];
+  const std::size_t drained = list.count > keep ? (list.count - keep) * bytes : 0;
   while (list.count > keep) {
     void* p = list.head;
     list.head = *static_cast<void**>(p);
@@ -203,6 +204,7 @@ void Drain(int heap, FrontCache& cache, unsigned size_class, std::uint32_t keep)
     sdallocx(p, bytes, flags);  // the class's size: jemalloc skips its own size lookup
   }
   ResetFillHistory(list);
+  return drained;
 }
 
 // Moves list `size_class` of `cache` to the heap's depot as one chain until `keep` objects
@@ -295,16 +297,21 @@ void* FrontLargeTake(int heap, unsigned size_class) noexcept {
 
 std::size_t FrontCacheBytes() noexcept { return nallocx(kFrontCacheAllocation, 0); }
 
-void FlushFrontCache(int heap) noexcept {
+std::size_t FlushFrontCache(int heap) noexcept {
   FrontCache* cache = arena_internal::front_caches[heap];
-  if (cache == nullptr) return;
-  for (unsigned c = 0; c < static_cast<unsigned>(kFrontClasses); ++c) Drain(heap, *cache, c, 0);
+  if (cache == nullptr) return 0;
+  std::size_t flushed = 0;
+  for (unsigned c = 0; c < static_cast<unsigned>(kFrontClasses); ++c) {
+    flushed += Drain(heap, *cache, c, 0);
+  }
   if (void* large = cache->large) {
     cache->large = nullptr;
+    flushed += sallocx(large, 0);
     dallocx(large, arena_internal::thread_flags[heap]);  // jemalloc frees to p's own arena
   }
   ResetSmallLimits(heap, *cache);
   cache->medium_limit = CacheBounds(heap).medium;
+  return flushed;
 }
 
 void DestroyFrontCaches() noexcept {

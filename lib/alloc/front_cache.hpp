@@ -34,8 +34,9 @@ inline constexpr unsigned kLastFrontLargeClass = 68;  // 4 MiB
 bool FrontLargePut(int heap, unsigned size_class, void* p) noexcept;
 void* FrontLargeTake(int heap, unsigned size_class) noexcept;
 
-// Returns every object in the calling thread's front cache for `heap` to jemalloc.
-void FlushFrontCache(int heap) noexcept;
+// Returns every object in the calling thread's front cache for `heap` to jemalloc; the bytes
+// of the objects it returned.
+std::size_t FlushFrontCache(int heap) noexcept;
 
 // Flushes and frees all of the calling thread's front caches (at thread exit).
 void DestroyFrontCaches() noexcept;

@@ -480,20 +480,32 @@ std::size_t PurgeDirtyOnNode(int node) noexcept {
   if (node < 0 || node >= kPurgeNodes) return 0;
   const std::int64_t now = SteadyNanos();
   const std::int64_t fruitless = g_fruitless_purge_ns[node].load(std::memory_order_relaxed);
-  if (fruitless != 0 && now - fruitless < kPurgeQuietNanos) return 0;
-  std::size_t before = 0, after = 0;
   LifecycleShared walk;  // no heap is destroyed under this walk
   const int count = g_heap_count.load(std::memory_order_acquire);
+  // This thread's cached objects and the heaps' depots and large caches, so their pages can go
+  // too (other threads' front caches hold at most 32 KiB per small class, 4 MiB of medium
+  // objects and one object of up to 4 MiB); the bytes they handed to jemalloc.
+  auto flush_caches = [](int id) {
+    return FlushFrontCache(id) + LargeCacheFlush(id) + DepotFlush(id);
+  };
+  if (fruitless != 0 && now - fruitless < kPurgeQuietNanos) {
+    // A purge for this node released nothing moments ago: jemalloc's purges are not worth
+    // repeating for a node that keeps refusing, unless the caches have had memory freed into
+    // them since (a thread that frees and asks again at once must not be refused what it
+    // just freed).
+    std::size_t flushed = 0;
+    for (int id = 0; id < count; ++id) {
+      Heap* heap = g_heaps[id].load(std::memory_order_acquire);
+      if (heap != nullptr && heap->pages->places_on(node)) flushed += flush_caches(id);
+    }
+    if (flushed == 0) return 0;
+  }
+  std::size_t before = 0, after = 0;
   for (int id = 0; id < count; ++id) {
     Heap* heap = g_heaps[id].load(std::memory_order_acquire);
     if (heap == nullptr || !heap->pages->places_on(node)) continue;
     before += heap->pages->committed_bytes();
-    // This thread's cached objects and the heap's large cache, so their pages can go too
-    // (other threads' front caches hold at most 32 KiB per small class, 4 MiB of medium
-    // objects and one object of up to 4 MiB).
-    FlushFrontCache(id);
-    LargeCacheFlush(id);
-    DepotFlush(id);
+    flush_caches(id);
     if (int tcache = arena_internal::TcacheIdOf(ThreadFlags(id)); tcache >= 0) {
       unsigned tcache_id = static_cast<unsigned>(tcache);
       mallctl("tcache.flush", nullptr, nullptr, &tcache_id, sizeof tcache_id);

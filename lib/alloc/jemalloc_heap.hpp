@@ -121,7 +121,9 @@ Heap* HeapById(int id);
 // releasing their charges; returns the bytes released. For a commit the capacity gate or the
 // node's free memory just refused: memory numarena holds freed must not make it refuse.
 // After a call that released nothing, calls for the same node within a few milliseconds
-// return 0 without purging, so a node that stays full does not pay a purge per allocation.
+// purge only if the caches had something to hand back (what was freed since), so a node that
+// stays full does not pay a purge per allocation and a thread is never refused what it just
+// freed.
 // Not from extent hooks.
 std::size_t PurgeDirtyOnNode(int node) noexcept;
 

@@ -184,6 +184,36 @@ TEST_CASE("purge() returns what the large cache holds, and a refusal purges it f
   CHECK(gate.used() < 8 * kMiB);
 }
 
+TEST_CASE("a refusal moments after a fruitless purge still takes back what was just freed") {
+  // A purge that released nothing makes the next few milliseconds' refusals skip jemalloc's
+  // purges (a node that stays full must not pay one per allocation); memory freed into the
+  // caches in that window is still handed back before a refusal stands.
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 36}}));
+  numarena::deallocate(arena->allocate(4 * kKiB));  // the heap, made before the gate
+  LimitGate gate(64 * kMiB);
+  GateScope scope(&gate);
+  std::vector<void*> blocks;
+  while (void* p = arena->allocate(4 * kMiB)) blocks.push_back(p);
+  REQUIRE(blocks.size() >= 8);
+  for (int round = 0; round < 3; ++round) {
+    // Refused with nothing to purge: the node's quiet window starts here.
+    CHECK(arena->allocate(4 * kMiB) == nullptr);
+    for (int i = 0; i < 4; ++i) {
+      numarena::deallocate(blocks.back());
+      blocks.pop_back();
+    }
+    CHECK(arena->stats().cached >= 12 * kMiB);  // still committed and charged
+    void* p = arena->allocate(12 * kMiB);
+    INFO("round " << round << ": " << numarena::last_allocation_error().ToString());
+    REQUIRE(p != nullptr);
+    numarena::deallocate(p);
+    arena->purge();
+    while (void* q = arena->allocate(4 * kMiB)) blocks.push_back(q);  // full again
+  }
+  for (void* p : blocks) numarena::deallocate(p);
+  arena->purge();
+}
+
 TEST_CASE("medium and large objects freed on other threads (producer/consumer)") {
   Arena* arena = Get(Policy::WeightedInterleave({{0, 16}}));
   std::mutex mutex;
