@@ -224,10 +224,13 @@ class Arena {
   // ResourceExhausted (capacity gate or node free memory refused, or the size is larger than
   // the placement's nodes hold in total; the message names the node and the numbers),
   // FailedPrecondition (no hugetlb pages), PermissionDenied (kernel refused a Strict
-  // binding). Refusals do not pile up address space: a request larger than its nodes is
-  // refused before anything is reserved, and of other refused requests jemalloc keeps at
-  // most the span of the first (later allocations reuse it), so a hundred refusals in a row
-  // leave the process's virtual size and the reason as they were after the first.
+  // binding), Unavailable (called while the thread exits, from a pthread key destructor that
+  // runs after jemalloc has released the thread's state: no arena can serve the thread then).
+  // Refusals do not pile up address space: a request whose size, or size and alignment
+  // together, exceed what its nodes hold is refused before anything is reserved, and of
+  // other refused requests jemalloc keeps at most the span of the first (later allocations
+  // reuse it), so a hundred refusals in a row leave the process's virtual size and the
+  // reason as they were after the first.
   [[nodiscard]] StatusOr<void*> try_allocate(std::size_t size,
                                              std::size_t alignment = alignof(std::max_align_t));
 
@@ -312,6 +315,7 @@ class Arena {
   void* AllocateWithFallback(std::size_t size, std::size_t alignment, bool primary_tried,
                              Status* error) noexcept;
   void* AllocateOnHeap(int heap, std::size_t size, std::size_t alignment, Status* error) noexcept;
+  void* RefuseForeignAllocation(void* p, std::size_t size, Status* error) noexcept;
   int HeapForNode(int node, Status* error) noexcept;
   // Destroy's work: every heap of the arena (FailedPrecondition, with none destroyed, when
   // called from inside a capacity gate callback).

@@ -106,7 +106,9 @@ struct CorrectOptions {
 // Migrates the resident pages of [ptr, ptr+len) that are not on `node` to it, in batches
 // of options.batch_pages, and reports what it found. Never faults a page in: pages not yet
 // touched are counted as not_resident. Pages the kernel refuses to move are counted in
-// `failed` by reason; that is not an error of the call. Errors as for prefault.
+// `failed` by reason; that is not an error of the call, and neither are unmapped pages in the
+// range (counted in `failed` under -EFAULT: correct never faults, so a hole is only a page it
+// cannot move). Errors otherwise as for prefault.
 //
 //   auto report = numarena::correct(kv_block, block_bytes, node);
 //   if (report.ok()) metrics.pages_moved += report->moved;

@@ -164,12 +164,14 @@ void* numarena_calloc(numarena_arena* arena, size_t count, size_t size);
 void* numarena_realloc(numarena_arena* arena, void* ptr, size_t size);
 
 /* `size` bytes aligned to `alignment`, a power of two (any size, unlike C11's rule that it
- * be a multiple). NULL with NUMARENA_INVALID_ARGUMENT for another alignment. */
+ * be a multiple), and to at least 16 bytes like every allocation here. NULL with
+ * NUMARENA_INVALID_ARGUMENT for another alignment. */
 void* numarena_aligned_alloc(numarena_arena* arena, size_t alignment, size_t size);
 
-/* posix_memalign's contract: returns 0 and sets *out, or EINVAL (alignment not a power of
- * two multiple of sizeof(void*), NULL out or arena) or ENOMEM, leaving *out alone; the
- * thread's last error is set too. */
+/* posix_memalign's contract: returns 0 and sets *out (aligned to at least 16 bytes), or
+ * EINVAL (alignment not a power of two multiple of sizeof(void*), NULL out or arena) or ENOMEM
+ * (no room, or a size no allocation can have), leaving *out alone; the thread's last error is
+ * set too. */
 int numarena_posix_memalign(numarena_arena* arena, void** out, size_t alignment, size_t size);
 
 /* Frees memory from any numarena arena, on any thread. NULL is ignored. A pointer numarena
@@ -232,7 +234,8 @@ numarena_code numarena_prefault(void* ptr, size_t len, int node,
 
 /* Migrates the resident pages of [ptr, ptr+len) that are not on `node` to it, never
  * faulting a page in (numarena::correct). Pages the kernel will not move are counted in
- * report->failed, which is not an error of the call. Errors as numarena_prefault. */
+ * report->failed, which is not an error of the call; so are unmapped pages in the range
+ * (never faulted, they are pages it cannot move). Errors otherwise as numarena_prefault. */
 numarena_code numarena_correct(void* ptr, size_t len, int node, numarena_placement_report* report);
 
 /* ---- the per-node budget ---------------------------------------------------------------- */

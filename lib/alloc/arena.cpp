@@ -365,6 +365,22 @@ int Arena::HeapForNode(int node, Status* error) noexcept {
 
 // ---- allocation -----------------------------------------------------------------------------
 
+// jemalloc answered an explicit-arena request from an arena of its own: once jemalloc has torn
+// down the calling thread's state at exit (a pthread key destructor that runs after its own),
+// it serves every request from its arena 0, whatever arena is asked for. Such memory is on no
+// numarena node and no numarena free would take it back, so it is returned at once and the
+// request refused (Unavailable, which the LD_PRELOAD library answers from glibc instead).
+void* Arena::RefuseForeignAllocation(void* p, std::size_t size, Status* error) noexcept {
+  dallocx(p, MALLOCX_TCACHE_NONE);
+  *error = absl::UnavailableError(absl::StrCat(
+      "arena ", policy_.ToString(), ": allocate ", Bytes(size),
+      ": this thread is exiting and jemalloc has already released its per-thread state (the "
+      "call comes from a pthread key destructor that runs after jemalloc's), so no numarena "
+      "arena can serve it; allocate before the thread's destructors run, or from another "
+      "thread"));
+  return nullptr;
+}
+
 void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
                             Status* error) noexcept {
   const std::size_t effective_alignment = EffectiveAlignment(size, alignment);
@@ -378,14 +394,23 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
     if (void* p = FrontLargeTake(heap, size_class)) return p;
     if (void* p = LargeCacheTake(heap, size_class)) return p;
   }
+  std::size_t reserve = size;
+  if (effective_alignment > arena_internal::kLargeAlignThreshold &&
+      __builtin_add_overflow(size, effective_alignment, &reserve)) {
+    reserve = SIZE_MAX;
+  }
   SpanFailure& failure = ThreadSpanFailure();
   for (int attempt = 0;; ++attempt) {
     failure.Clear();  // the provider carves no new span while a failure is recorded
     // A request larger than the placement's nodes can never succeed: refuse it before
-    // jemalloc reserves address space for it (which it would keep for good).
-    if (size < arena_internal::kLargeAlignThreshold ||
-        HeapById(heap)->pages->CouldEverFit(size, &failure)) {
+    // jemalloc reserves address space for it (which it would keep for good). An alignment
+    // above 2 MiB makes jemalloc reserve about size + alignment, so that is what must fit.
+    if (reserve < arena_internal::kLargeAlignThreshold ||
+        HeapById(heap)->pages->CouldEverFit(reserve, &failure)) {
       if (void* p = mallocx(size, flags)) {
+        if (__builtin_expect(arena_internal::HeapOf(p) != heap, 0)) {
+          return RefuseForeignAllocation(p, size, error);
+        }
         if (cached_modes) RecordClass(p);
         return p;
       }
@@ -397,6 +422,11 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
     if (attempt > 0 || node < 0 || PurgeDirtyOnNode(node) == 0) break;
   }
   std::string what = absl::StrCat("arena ", policy_.ToString(), ": allocate ", Bytes(size));
+  if (reserve != size) {
+    absl::StrAppend(&what, " aligned to ", Bytes(effective_alignment), " (jemalloc reserves ",
+                    reserve == SIZE_MAX ? std::string("more than SIZE_MAX") : Bytes(reserve),
+                    " for it)");
+  }
   *error = failure.failed()
                ? failure.ToStatus(what)
                : absl::ResourceExhaustedError(absl::StrCat(what, ": jemalloc could not allocate"));

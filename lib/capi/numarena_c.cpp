@@ -4,7 +4,9 @@
 // type system: NULL checks, checked products (calloc), realloc, posix_memalign's contract.
 #include "numarena/numarena.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -26,6 +28,9 @@ struct numarena_budget {
 
 namespace numarena {
 namespace {
+
+// What numarena.h promises every allocation: alignof(max_align_t), whatever a caller asks.
+constexpr std::size_t kMinAlignment = alignof(std::max_align_t);
 
 struct LastError {
   numarena_code code = NUMARENA_OK;
@@ -295,7 +300,7 @@ void* numarena_aligned_alloc(numarena_arena* arena, size_t alignment, size_t siz
                          " is not a power of two"));
     return nullptr;
   }
-  return Allocate(arena, size, alignment);
+  return Allocate(arena, size, std::max(alignment, kMinAlignment));
 }
 
 int numarena_posix_memalign(numarena_arena* arena, void** out, size_t alignment, size_t size) {
@@ -308,8 +313,10 @@ int numarena_posix_memalign(numarena_arena* arena, void** out, size_t alignment,
                          " is not a power of two multiple of sizeof(void*)"));
     return EINVAL;
   }
-  void* p = Allocate(arena, size, alignment);
-  if (p == nullptr) return last_error.code == NUMARENA_INVALID_ARGUMENT ? EINVAL : ENOMEM;
+  // The arguments posix_memalign may call invalid are checked above; whatever refuses the
+  // request now (room, a size too large for any allocation) is ENOMEM, as glibc answers.
+  void* p = Allocate(arena, size, std::max(alignment, kMinAlignment));
+  if (p == nullptr) return ENOMEM;
   *out = p;
   return 0;
 }

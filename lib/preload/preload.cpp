@@ -20,7 +20,9 @@
 //   - calls made by numarena's own code (and Abseil's, libstdc++'s) while a thread is inside
 //     numarena: numarena allocates while it holds its locks (creating arenas, formatting an
 //     error, reading the topology), and sending those calls back into numarena would deadlock
-//     or recurse. A per-thread depth counter says when a thread is inside.
+//     or recurse. A per-thread depth counter says when a thread is inside;
+//   - calls from a thread's last destructors (pthread keys that run after jemalloc's own),
+//     which no arena can serve any more (the arena refuses them with Unavailable).
 // free, realloc and malloc_usable_size ask numarena whether it owns the pointer (an O(1)
 // lookup in its address-range table, no system call) and hand every other pointer to glibc,
 // so memory glibc handed out before or around the override is freed by glibc.
@@ -123,15 +125,30 @@ std::size_t RoundAlignment(std::size_t alignment) {
   return std::size_t{1} << (64 - __builtin_clzl(alignment));
 }
 
-// From the arena; nullptr with errno ENOMEM when it refuses (the reason is in
-// numarena::last_allocation_error()).
+// Refused by the arena: Unavailable means the calling thread is in its last destructors, after
+// jemalloc released its state, where no arena can serve it; glibc can, and free hands the
+// block back to glibc. Anything else is ENOMEM (the reason is in last_allocation_error()).
+[[gnu::noinline, gnu::cold]] void* AfterArenaRefused(std::size_t size, std::size_t alignment) {
+  bool thread_exiting;
+  {
+    Inside inside;  // the Status's message is allocated by glibc
+    thread_exiting = absl::IsUnavailable(numarena::last_allocation_error());
+  }
+  if (thread_exiting) {
+    return alignment <= kMinAlign ? __libc_malloc(size) : __libc_memalign(alignment, size);
+  }
+  errno = ENOMEM;
+  return nullptr;
+}
+
+// From the arena; nullptr with errno ENOMEM when it refuses.
 inline void* ArenaAllocate(std::size_t size, std::size_t alignment) {
   void* p;
   {
     Inside inside;
     p = g_arena->allocate(size, alignment);
   }
-  if (__builtin_expect(p == nullptr, 0)) errno = ENOMEM;
+  if (__builtin_expect(p == nullptr, 0)) return AfterArenaRefused(size, alignment);
   return p;
 }
 

@@ -2,18 +2,20 @@
 // charges, reuse its slots, and leave no thread holding a stale cache of it.
 #include <catch2/catch.hpp>
 
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
 #include <atomic>
 #include <condition_variable>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -498,6 +500,51 @@ TEST_CASE("a fork child can create and destroy arenas while the parent does") {
   churn.join();
 }
 #endif
+
+// What a thread's last destructor saw when it allocated: for each size, "numarena" (an object
+// of the arena, freed again), "refused" (nullptr with Unavailable), or what went wrong.
+pthread_key_t late_key;
+std::mutex late_mutex;
+std::vector<std::string> late_outcomes;
+
+void AllocateFromLastDestructor(void*) {
+  auto arena = Arena::ForNode(0);
+  std::vector<std::string> outcomes;
+  for (std::size_t size : CycleSizes()) {
+    void* p = arena.ok() ? (*arena)->allocate(size) : nullptr;
+    if (p == nullptr) {
+      const Status error = last_allocation_error();
+      outcomes.push_back(absl::IsUnavailable(error) ? "refused" : error.ToString());
+    } else if (!owns(p) || node_of(p) != 0) {
+      outcomes.push_back("foreign");  // left alone: no allocator here could free it
+    } else {
+      std::memset(p, 0x5a, std::min<std::size_t>(size, 8192));
+      deallocate(p);
+      outcomes.push_back("numarena");
+    }
+  }
+  std::lock_guard<std::mutex> lock(late_mutex);
+  late_outcomes = std::move(outcomes);
+}
+
+TEST_CASE("a thread's last destructors get the arena's memory or a refusal, never foreign") {
+  // A key made now runs its destructor after jemalloc's own (made when jemalloc started), when
+  // jemalloc serves every request from its arena 0 whatever arena is asked for.
+  REQUIRE(pthread_key_create(&late_key, AllocateFromLastDestructor) == 0);
+  Arena* arena = *Arena::ForNode(0);
+  std::thread worker([&] {
+    deallocate(arena->allocate(100));
+    pthread_setspecific(late_key, &late_key);
+  });
+  worker.join();
+  std::lock_guard<std::mutex> lock(late_mutex);
+  REQUIRE(late_outcomes.size() == CycleSizes().size());
+  for (std::size_t i = 0; i < late_outcomes.size(); ++i) {
+    INFO("size " << CycleSizes()[i] << ": " << late_outcomes[i]);
+    CHECK((late_outcomes[i] == "numarena" || late_outcomes[i] == "refused"));
+  }
+  pthread_key_delete(late_key);
+}
 
 }  // namespace
 }  // namespace numarena

@@ -166,6 +166,37 @@ TEST_CASE("a request larger than the node is refused up front without reserving 
   CHECK(VmSize() - before < static_cast<long long>(64 * kMiB));
 }
 
+TEST_CASE("a small request aligned beyond the node is refused without reserving address space") {
+  // jemalloc reserves about size + alignment for an aligned request, so an alignment larger
+  // than the node is refused up front like a size larger than it; a hundred of them, of
+  // alignments from 2x the node to 2^47, leave the address space as it was.
+  const long long total = KilobyteField("/sys/devices/system/node/node0/meminfo", "MemTotal:");
+  REQUIRE(total > 0);  // the host's node 0 meminfo
+  const auto node_bytes = static_cast<std::size_t>(total) * 1024;
+  std::size_t smallest = std::size_t{1} << (64 - __builtin_clzll(node_bytes));  // > the node
+  Arena* arena = Get(Policy::Bind(0));
+  numarena::deallocate(arena->allocate(4096));
+  const long long before = VmSize();
+  for (int i = 0; i < 100; ++i) {
+    const std::size_t alignment = std::min(smallest << (i % 8), std::size_t{1} << 47);
+    auto result = arena->try_allocate(64, alignment);
+    REQUIRE_FALSE(result.ok());
+    CHECK(result.status().code() == absl::StatusCode::kResourceExhausted);
+    CHECK_THAT(std::string(result.status().message()), Catch::Contains("can never be placed"));
+    CHECK_THAT(std::string(result.status().message()), Catch::Contains("aligned to"));
+  }
+  CHECK(VmSize() - before < static_cast<long long>(64 * kMiB));
+  // An alignment that overflows size + alignment is refused the same way.
+  auto overflow = arena->try_allocate(SIZE_MAX / 2 + 1, std::size_t{1} << 63);
+  REQUIRE_FALSE(overflow.ok());
+  CHECK(VmSize() - before < static_cast<long long>(64 * kMiB));
+  // An alignment the node can hold still works.
+  void* p = arena->allocate(64, 64 * kMiB);
+  REQUIRE(p != nullptr);
+  CHECK(reinterpret_cast<std::uintptr_t>(p) % (64 * kMiB) == 0);
+  numarena::deallocate(p);
+}
+
 TEST_CASE("100 refused large allocations keep their reason and no address space") {
   const long long total = KilobyteField("/sys/devices/system/node/node0/meminfo", "MemTotal:");
   REQUIRE(total > 0);  // the host's node 0 meminfo

@@ -191,6 +191,29 @@ static void test_aligned(void) {
     CHECK(((uintptr_t)p & (alignment - 1)) == 0);
     numarena_free(p);
   }
+  /* Below 16 the header's minimum holds: an 8-byte request with alignment 1-8 is not put in
+   * jemalloc's 8-byte class (half of 1000 such blocks were only 8-aligned). */
+  for (size_t alignment = 1; alignment <= 8; alignment *= 2) {
+    int misaligned = 0;
+    void* blocks[1000];
+    for (int i = 0; i < 1000; ++i) {
+      blocks[i] = numarena_aligned_alloc(arena, alignment, 8);
+      CHECK(blocks[i] != NULL);
+      misaligned += ((uintptr_t)blocks[i] & 15) != 0;
+    }
+    CHECK(misaligned == 0);
+    for (int i = 0; i < 1000; ++i) numarena_free(blocks[i]);
+  }
+  {
+    int misaligned = 0;
+    void* blocks[1000];
+    for (int i = 0; i < 1000; ++i) {
+      CHECK(numarena_posix_memalign(arena, &blocks[i], 8, 8) == 0);
+      misaligned += ((uintptr_t)blocks[i] & 15) != 0;
+    }
+    CHECK(misaligned == 0);
+    for (int i = 0; i < 1000; ++i) numarena_free(blocks[i]);
+  }
   CHECK(numarena_aligned_alloc(arena, 3, 24) == NULL);
   CHECK_ERROR(NUMARENA_INVALID_ARGUMENT, "power of two");
   CHECK(numarena_aligned_alloc(arena, 0, 24) == NULL);
@@ -208,6 +231,14 @@ static void test_aligned(void) {
   CHECK_ERROR(NUMARENA_INVALID_ARGUMENT, "NULL");
   CHECK(numarena_posix_memalign(NULL, &untouched, 64, 100) == EINVAL);
   CHECK_ERROR(NUMARENA_INVALID_ARGUMENT, "NULL");
+  /* A size no allocation can have is ENOMEM, as posix_memalign's contract says (the
+   * alignment is fine), with *out untouched and the reason kept. */
+  const size_t hopeless[] = {SIZE_MAX, SIZE_MAX - 15, ((size_t)1 << 62) + 1};
+  for (size_t i = 0; i < sizeof hopeless / sizeof hopeless[0]; ++i) {
+    CHECK(numarena_posix_memalign(arena, &untouched, 64, hopeless[i]) == ENOMEM);
+    CHECK(untouched == (void*)0x1);
+    CHECK(numarena_last_error() != NUMARENA_OK);
+  }
 }
 
 struct handoff {

@@ -14,6 +14,10 @@
  *   - waves of short-lived threads allocate and exit, leaving blocks that the main thread
  *     checks and frees after they are gone;
  *   - fork while the workers run: the child allocates, checks and frees, and exits 0;
+ *   - a thread's last destructor (a pthread key made after the allocator's own, so it runs
+ *     after the allocator released the thread's state) allocates, grows, aligns and frees
+ *     blocks of every size: the blocks are usable and freeing them does not crash (numarena
+ *     hands such late calls to glibc);
  *   - with --rss-limit-mib, the peak resident set stays under it (the live set is small while
  *     the volume allocated over the run must be at least 4 times the limit, so a leak shows);
  *   - --expect-numarena: the allocations belong to numarena, as numarena_owns() (found with
@@ -257,6 +261,66 @@ static void* ephemeral(void* raw) {
   return NULL;
 }
 
+/* ---- allocations from a thread's last destructor ---- */
+static pthread_key_t late_key;
+static int late_ran;
+
+static void late_destructor(void* first) {
+  free(first);
+  static const size_t sizes[] = {24, 3000, 40000, 300000, 3 << 20, 9 << 20};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
+    block* b = malloc(sizes[i]);
+    if (b == NULL) {
+      fail("late malloc returned NULL", sizes[i], 0);
+      continue;
+    }
+    fill(b, sizes[i], 99, (uint32_t)i);
+    block* grown = realloc(b, sizes[i] * 2);
+    if (grown == NULL) {
+      fail("late realloc returned NULL", sizes[i], 0);
+      free(b);
+      continue;
+    }
+    verify(grown, "late realloc lost the contents");
+    free(grown);
+    void* aligned = NULL;
+    if (posix_memalign(&aligned, 4096, sizes[i]) != 0 || ((uintptr_t)aligned & 4095) != 0) {
+      fail("late posix_memalign", sizes[i], (size_t)(uintptr_t)aligned);
+    }
+    free(aligned);
+  }
+  late_ran = 1;
+}
+
+static void* late_thread(void* arg) {
+  (void)arg;
+  void* first = malloc(200);
+  if (first == NULL) {
+    fail("late thread's malloc returned NULL", 200, 0);
+    return NULL;
+  }
+  memset(first, 0x3c, 200);
+  if (expect_numarena && owns(first) != 1)
+    fail("late thread's first block is not numarena's", 200, 0);
+  pthread_setspecific(late_key, first);
+  return NULL;
+}
+
+static void late_destructors(void) {
+  if (pthread_key_create(&late_key, late_destructor) != 0) {
+    fail("pthread_key_create", 0, 0);
+    return;
+  }
+  pthread_t thread;
+  if (pthread_create(&thread, NULL, late_thread, NULL) != 0) {
+    fail("pthread_create (late)", 0, 0);
+    return;
+  }
+  pthread_join(thread, NULL);
+  if (!late_ran) fail("the late destructor did not run", 0, 0);
+  pthread_key_delete(late_key);
+}
+
 static void thread_waves(void) {
   for (int wave = 0; wave < 8; ++wave) {
     pthread_t threads[8];
@@ -343,6 +407,7 @@ int main(int argc, char** argv) {
   }
   fork_children();
   thread_waves();
+  late_destructors();
   for (int t = 0; t < threads; ++t) pthread_join(workers[t], NULL);
   for (int i = 0; i < EXCHANGE_SLOTS; ++i) {
     if (exchange[i] != NULL) { verify(exchange[i], "exchange block corrupted"); free(exchange[i]); }
@@ -352,9 +417,12 @@ int main(int argc, char** argv) {
   long peak = peak_rss_kib();
   if (rss_limit_mib > 0 && (peak < 0 || peak > rss_limit_mib * 1024)) fail("peak RSS (KiB) over the limit", (size_t)peak, (size_t)rss_limit_mib * 1024);
   if (rss_limit_mib > 0 && volume / 4 < (size_t)rss_limit_mib << 20) fail("volume (bytes) not 4x the RSS limit: more --rounds", volume, (size_t)rss_limit_mib << 20);
-  printf("malloc_stress: %d workers x %d rounds (%zu MiB allocated), fork, 64 short-lived threads; "
-         "peak RSS %ld KiB (limit %ld MiB)%s\n", threads, rounds, volume >> 20, peak, rss_limit_mib,
-         expect_numarena ? "; every block checked was numarena's" : "");
+  printf(
+      "malloc_stress: %d workers x %d rounds (%zu MiB allocated), fork, 64 short-lived threads, "
+      "late destructors; "
+      "peak RSS %ld KiB (limit %ld MiB)%s\n",
+      threads, rounds, volume >> 20, peak, rss_limit_mib,
+      expect_numarena ? "; every block checked was numarena's" : "");
   if (failures != 0) {
     fprintf(stderr, "malloc_stress: %d failures\n", failures);
     return 1;
