@@ -22,8 +22,11 @@
 // O(1); hence classes from 16 B (kFirstDepotClass). Putting a chain takes an empty slot with a
 // CAS; when every slot is taken, the chain absorbs one slot's chain and tries again. Taking
 // exchanges a slot with 0. Lock-free and free of ABA (a slot is only ever exchanged whole), so
-// a fork() child finds the depot consistent whatever its parent's threads were doing, and a
-// thread racing a put may miss and ask jemalloc, which is only slower.
+// a fork() child finds the slots consistent whatever its parent's threads were doing, and a
+// thread racing a put may miss and ask jemalloc, which is only slower. The byte count moves
+// apart from the slots (a put counts its chain before it has a slot, a take uncounts after
+// its exchange), so the child counts what its slots hold anew (DepotRecountInForkChild); a
+// chain another thread held at the fork stays in the child's memory, unused.
 //
 // Bounds. The objects stay live for jemalloc, committed, and charged to the capacity gate,
 // like the front caches' and the large cache's, and count in ArenaStats::cached. The caller
@@ -232,6 +235,20 @@ void DepotDrop(int heap) noexcept {
 std::size_t DepotBytes(int heap) noexcept {
   if (heap < 0 || heap >= kMaxHeaps) return 0;
   return g_depots[heap].bytes.load(std::memory_order_relaxed);
+}
+
+void DepotRecountInForkChild() noexcept {
+  for (Depot& depot : g_depots) {
+    if (depot.bytes.load(std::memory_order_relaxed) == 0) continue;  // then no slot is full
+    std::size_t bytes = 0;
+    for (unsigned c = kFirstDepotClass; c < static_cast<unsigned>(kFrontClasses); ++c) {
+      for (const std::atomic<std::uintptr_t>& slot : depot.classes[c - kFirstDepotClass].slots) {
+        const std::uintptr_t word = slot.load(std::memory_order_relaxed);
+        if (word != 0) bytes += Unpack(word).count * ClassBytes(c);
+      }
+    }
+    depot.bytes.store(bytes, std::memory_order_relaxed);
+  }
 }
 
 }  // namespace numarena

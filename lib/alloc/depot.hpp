@@ -37,6 +37,10 @@ std::size_t DepotFlush(int heap) noexcept;
 // are about to be destroyed. No thread may use the heap meanwhile.
 void DepotDrop(int heap) noexcept;
 
+// In a fork() child: sets every depot's byte count to what its slots hold (the parent's
+// threads may have forked between counting a chain and putting or taking it).
+void DepotRecountInForkChild() noexcept;
+
 // Bytes in `heap`'s depot now.
 std::size_t DepotBytes(int heap) noexcept;
 

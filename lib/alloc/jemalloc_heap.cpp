@@ -364,6 +364,10 @@ void ChildHeapLifecycle() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     g_lifecycle_mutex.~shared_mutex();
     new (&g_lifecycle_mutex) std::shared_mutex();
   }
+  // The shared caches' byte counts, which the parent's threads may have left between a count
+  // and a slot: ArenaStats::cached and the caches' bounds read them.
+  DepotRecountInForkChild();
+  LargeCacheRecountInForkChild();
 }
 
 }  // namespace

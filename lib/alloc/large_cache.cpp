@@ -14,9 +14,10 @@
 // room (PurgeDirtyOnNode) flush it to jemalloc first, so that its pages can be returned.
 //
 // Lock-free (slots are atomic pointers, the byte count an atomic), so a fork() child finds
-// it consistent whatever its parent's threads were doing; a put interrupted between reserving
-// bytes and filling a slot leaves the child's byte count that much too high, which only makes
-// its cache hold less.
+// the slots consistent whatever its parent's threads were doing. The byte count moves apart
+// from them (a put reserves its bytes before it has a slot, a take uncounts after its
+// exchange), so the child counts what its slots hold anew (LargeCacheRecountInForkChild); an
+// object another thread held at the fork stays in the child's memory, unused.
 #include "alloc/large_cache.hpp"
 
 #include <jemalloc/jemalloc.h>
@@ -116,6 +117,21 @@ void LargeCacheDrop(int heap) noexcept {
 std::size_t LargeCacheBytes(int heap) noexcept {
   if (heap < 0 || heap >= arena_internal::kMaxHeaps) return 0;
   return g_caches[heap].bytes.load(std::memory_order_relaxed);
+}
+
+void LargeCacheRecountInForkChild() noexcept {
+  for (LargeCache& cache : g_caches) {
+    if (cache.bytes.load(std::memory_order_relaxed) == 0) continue;  // then no slot is full
+    std::size_t bytes = 0;
+    for (unsigned c = 0; c < kClasses; ++c) {
+      for (const std::atomic<void*>& slot : cache.slots[c]) {
+        if (slot.load(std::memory_order_relaxed) != nullptr) {
+          bytes += MediumClassBytes(c + kFirstLargeClass);
+        }
+      }
+    }
+    cache.bytes.store(bytes, std::memory_order_relaxed);
+  }
 }
 
 }  // namespace numarena

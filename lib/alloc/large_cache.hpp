@@ -27,6 +27,10 @@ std::size_t LargeCacheFlush(int heap) noexcept;
 // heap's cache meanwhile.
 void LargeCacheDrop(int heap) noexcept;
 
+// In a fork() child: sets every cache's byte count to what its slots hold (the parent's
+// threads may have forked between counting an object and putting or taking it).
+void LargeCacheRecountInForkChild() noexcept;
+
 // Bytes in `heap`'s cache now.
 std::size_t LargeCacheBytes(int heap) noexcept;
 
