@@ -20,11 +20,12 @@
 // `deallocate` pushes one; an unsized one finds the class in numarena's class map (a byte per
 // 4 KiB of address space, recorded when jemalloc hands the object out; class_map.cpp), not by
 // asking jemalloc. Objects of 2 MiB and more that are freed go to their heap's large cache
-// (up to 256 MiB per heap, lib/alloc/large_cache.cpp), which hands them out again to the
-// same arena, from any thread. Only misses call into jemalloc, whose explicit-arena calls
-// (mallocx with flags) always take its slower generic path. What the caches hold stays
-// committed and charged like live memory until purge(), thread exit (the thread's front
-// caches) or a purge before a refusal for lack of room (below) hands it back.
+// (up to 256 MiB per heap, less with a capacity gate, lib/alloc/large_cache.cpp), which
+// hands them out again to the same arena, from any thread. Only misses call into jemalloc,
+// whose explicit-arena calls (mallocx with flags) always take its slower generic path. What
+// the caches hold stays committed and charged like live memory until purge(), thread exit
+// (the thread's front caches) or a purge before a refusal for lack of room (below) hands it
+// back.
 //
 // Capacity: before the provider commits memory it asks the process-wide `CapacityGate`
 // (`SetCapacityGate`, e.g. a numarena::Budget) and checks the node's free memory, so a full
@@ -281,10 +282,11 @@ class Arena {
   // a size class nobody took from for a second goes back by itself) and the large cache
   // (2 MiB to 256 MiB, up to 256 MiB); ArenaStats::cached counts them. With a capacity gate
   // installed (SetCapacityGate, a Budget) that is 1 MiB of growth, 1 MiB of larger objects, a
-  // single object of 2 MiB and a 32 MiB depot, and when the gate reports pressure on a node
-  // of the heap (CapacityGate::CachesShouldShrink; a Budget from its warn line on) no growth,
-  // 256 KiB, no single object kept (from the next free on) and no depot, applied at each
-  // thread's next list overflow.
+  // single object of 2 MiB, a 32 MiB depot and a 64 MiB large cache, and when the gate
+  // reports pressure on a node of the heap (CapacityGate::CachesShouldShrink; a Budget from
+  // its warn line on) no growth, 256 KiB, no single object kept (from the next free on), no
+  // depot and no large cache (both flushed at their next put), the lists' bounds applied at
+  // each thread's next list overflow.
   void purge();
 
   // A snapshot of the arena's counters. Costs a few mallctl calls; not for hot paths.

@@ -760,7 +760,7 @@ void DeallocateSlow(void* p) noexcept {
 static bool KeepLarge(int heap, void* p, unsigned class_plus_one) noexcept {
   if (class_plus_one <= unsigned{kFrontClasses}) return false;
   return FrontLargePut(heap, class_plus_one - 1, p) ||
-         LargeCachePut(heap, class_plus_one - 1, p);
+         LargeCachePut(heap, class_plus_one - 1, p, LargeCacheBound(heap));
 }
 
 void DeallocateUncached(int heap, void* p, unsigned class_plus_one) noexcept {

@@ -89,18 +89,19 @@ constexpr std::uint32_t kMaxMediumObjects = 32;
 
 // Per cache: how many bytes the small lists may grow by beyond their start limits, how many
 // bytes all medium lists may hold, and how large its one large object may be; per heap, how
-// many bytes its depot may hold.
+// many bytes its depot and its large cache (large_cache.cpp) may hold.
 struct Bounds {
   std::size_t small_growth;
   std::size_t medium;
   std::size_t depot;
   std::size_t large;
+  std::size_t shared_large;
 };
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 // No capacity gate installed; a gate, no pressure; the gate presses a node of the heap.
-constexpr Bounds kUngatedBounds{8 * kMiB, 4 * kMiB, 128 * kMiB, 4 * kMiB};
-constexpr Bounds kGatedBounds{1 * kMiB, 1 * kMiB, 32 * kMiB, 2 * kMiB};
-constexpr Bounds kPressedBounds{0, kMiB / 4, 0, 0};
+constexpr Bounds kUngatedBounds{8 * kMiB, 4 * kMiB, 128 * kMiB, 4 * kMiB, 256 * kMiB};
+constexpr Bounds kGatedBounds{1 * kMiB, 1 * kMiB, 32 * kMiB, 2 * kMiB, 64 * kMiB};
+constexpr Bounds kPressedBounds{0, kMiB / 4, 0, 0, 0};
 
 // What a front cache takes from its heap: sizeof(FrontCache) (1576 bytes) rounded up to a
 // class whose jemalloc slab is one page; the 1280-byte class's slabs are five.
@@ -174,6 +175,12 @@ Bounds CacheBounds(int heap) noexcept {
   }
   return kGatedBounds;
 }
+
+}  // namespace
+
+std::size_t LargeCacheBound(int heap) noexcept { return CacheBounds(heap).shared_large; }
+
+namespace {
 
 // Starts the list's fill history over (FrontList::pushes).
 void ResetFillHistory(FrontList& list) {

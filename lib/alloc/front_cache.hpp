@@ -34,6 +34,10 @@ inline constexpr unsigned kLastFrontLargeClass = 68;  // 4 MiB
 bool FrontLargePut(int heap, unsigned size_class, void* p) noexcept;
 void* FrontLargeTake(int heap, unsigned size_class) noexcept;
 
+// How many bytes `heap`'s large cache may hold now: 256 MiB without a capacity gate, 64 MiB
+// with one, none while the gate presses a node of the heap (cold: asks the gate).
+std::size_t LargeCacheBound(int heap) noexcept;
+
 // Returns every object in the calling thread's front cache for `heap` to jemalloc; the bytes
 // of the objects it returned.
 std::size_t FlushFrontCache(int heap) noexcept;

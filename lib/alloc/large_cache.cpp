@@ -8,7 +8,9 @@
 // back with one atomic exchange. The heap is the unit of placement, so an extent only ever
 // returns to the heap, and node, it came from, whichever thread frees or allocates it.
 //
-// Bounded: at most kSlots objects per class and kCacheBytes (256 MiB) per heap. Everything in
+// Bounded: at most kSlots objects per class, and per heap the bytes its caller passes
+// (front_cache.cpp's table: 256 MiB without a capacity gate, 64 MiB with one, none while the
+// gate presses a node of the heap, which also flushes the cache at its next put). Everything in
 // it stays committed and charged to the capacity gate, like any live object, and counts as
 // allocated in ArenaStats; Arena::purge() and the purge that precedes a refusal for lack of
 // room (PurgeDirtyOnNode) flush it to jemalloc first, so that its pages can be returned.
@@ -31,7 +33,6 @@ namespace numarena {
 namespace {
 
 constexpr int kSlots = 4;
-constexpr std::size_t kCacheBytes = std::size_t{256} << 20;
 constexpr unsigned kClasses = kLargeClassEnd - kFirstLargeClass;
 
 struct LargeCache {
@@ -48,16 +49,19 @@ using arena_internal::MediumClassBytes;
 
 }  // namespace
 
-bool LargeCachePut(int heap, unsigned size_class, void* p) noexcept {
+bool LargeCachePut(int heap, unsigned size_class, void* p, std::size_t bound_bytes) noexcept {
   if (heap < 0 || heap >= arena_internal::kMaxHeaps) return false;
   if (size_class < kFirstLargeClass || size_class >= kLargeClassEnd) return false;
   if ((reinterpret_cast<std::uintptr_t>(p) & (arena_internal::kLargeAlignThreshold - 1)) != 0) {
     return false;  // allocate promises 2 MiB alignment to whoever takes it next
   }
   LargeCache& cache = g_caches[heap];
+  // The bound shrank (a gate was installed, or presses a node of the heap): what the cache
+  // holds beyond it goes back now, not only at the next purge.
+  if (cache.bytes.load(std::memory_order_relaxed) > bound_bytes) LargeCacheFlush(heap);
   const std::size_t bytes = MediumClassBytes(size_class);
-  // bytes <= 256 MiB and the count never exceeds kCacheBytes + one class: no overflow.
-  if (cache.bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes > kCacheBytes) {
+  // bytes <= 256 MiB and the count never exceeds the bound + one class per thread: no overflow.
+  if (cache.bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes > bound_bytes) {
     cache.bytes.fetch_sub(bytes, std::memory_order_relaxed);
     return false;
   }

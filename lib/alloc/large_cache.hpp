@@ -11,9 +11,10 @@ inline constexpr unsigned kFirstLargeClass = 64;
 inline constexpr unsigned kLargeClassEnd = 93;  // one past the class of 256 MiB
 
 // Keeps `p` (a live object of `heap` whose class is `size_class`, 2 MiB aligned) for reuse.
-// False when it does not fit (the class is not cached, its slots are taken, or the heap's
-// byte bound is reached): the caller frees it to jemalloc.
-bool LargeCachePut(int heap, unsigned size_class, void* p) noexcept;
+// False when it does not fit (the class is not cached, its slots are taken, or the cache
+// would hold more than `bound_bytes`): the caller frees it to jemalloc. A cache that holds
+// more than `bound_bytes` already (the bound shrank) is flushed first.
+bool LargeCachePut(int heap, unsigned size_class, void* p, std::size_t bound_bytes) noexcept;
 
 // An object of `size_class` from `heap`'s cache, or nullptr.
 void* LargeCacheTake(int heap, unsigned size_class) noexcept;

@@ -617,6 +617,23 @@ TEST_CASE("a grown list halves back once allocations come between its frees") {
   arena->purge();
 }
 
+namespace {
+// Allocates four objects of each of `sizes` (large classes; the large cache has four slots
+// per class) from `arena`, frees them in that order and returns what the arena's shared caches
+// hold then; purges first unless told not to.
+std::size_t LargeCachedAfterBatch(Arena* arena, std::vector<std::size_t> sizes, bool purge = true) {
+  if (purge) arena->purge();
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4 * static_cast<int>(sizes.size()); ++i) {
+    void* p = arena->allocate(sizes[static_cast<std::size_t>(i / 4)]);
+    REQUIRE(p != nullptr);
+    blocks.push_back(p);
+  }
+  for (void* p : blocks) numarena::deallocate(p);
+  return arena->stats().cached;
+}
+}  // namespace
+
 TEST_CASE("with a capacity gate the caches are smaller, and smaller again under pressure") {
   {
     PressureGate gate(false);
@@ -635,6 +652,19 @@ TEST_CASE("with a capacity gate the caches are smaller, and smaller again under 
     KeptAfterBatch(arena, {96 * kKiB}, 512, &depot);
     CHECK(depot >= 16 * kMiB);
     CHECK(depot <= 32 * kMiB);
+    // The large cache holds at most 64 MiB with a gate: of 4 x 12 MiB and 4 x 14 MiB freed,
+    // 4 x 12 MiB and one 14 MiB stay.
+    CHECK(LargeCachedAfterBatch(arena, {12 * kMiB, 14 * kMiB}) == (4 * 12 + 14) * kMiB);
+  }
+  {
+    // Ungated, the same batch stays whole (256 MiB per heap); a gate that presses the heap's
+    // node empties the cache at its next put and keeps nothing.
+    Arena* arena = Get(Policy::WeightedInterleave({{0, 37}}));
+    CHECK(LargeCachedAfterBatch(arena, {12 * kMiB, 14 * kMiB}, /*purge=*/false) ==
+          4 * (12 + 14) * kMiB);
+    PressureGate gate(true);
+    GateScope scope(&gate);
+    CHECK(LargeCachedAfterBatch(arena, {12 * kMiB}, /*purge=*/false) == 0);
   }
   {
     PressureGate gate(true);
@@ -648,6 +678,7 @@ TEST_CASE("with a capacity gate the caches are smaller, and smaller again under 
     // A medium object larger than the pressed bound is not kept at all.
     CHECK(KeptAfterBatch(arena, {1 * kMiB}, 4, &depot) == 0);
     CHECK(depot == 0);
+    CHECK(LargeCachedAfterBatch(arena, {12 * kMiB}) == 0);  // nor a large one
   }
 }
 
@@ -833,7 +864,9 @@ TEST_CASE("a thread keeps one freed 2-4 MiB object for itself, within the gate's
     two = arena->allocate(2 * kMiB);
     REQUIRE(two != nullptr);
     numarena::deallocate(two);
-    CHECK(arena->stats().cached == 2 * kMiB);  // under pressure: the heap's, purgeable
+    // Under pressure neither the thread nor the heap's large cache keeps it: back to jemalloc.
+    CHECK(arena->stats().cached == 0);
+    CHECK(ThreadKept(arena, before) == 0);
     numarena::SetCapacityGate(nullptr);
   }
   SECTION("an exiting thread gives its object back") {
