@@ -32,7 +32,9 @@ namespace {
 // destroyed.
 thread_local Status* t_last_error = nullptr;
 // Set once LastErrorOwner has run: a Status made after that would never be freed, so later
-// failures keep only their code (t_late_error_code).
+// failures keep only their code (t_late_error_code). The same holds once the thread's exit
+// has begun (ThreadExiting) for a thread that never failed before: an owner constructed from a
+// pthread key destructor, after the thread_local destructors ran, is never destroyed.
 thread_local bool t_last_error_released = false;
 thread_local absl::StatusCode t_late_error_code = absl::StatusCode::kOk;
 
@@ -48,7 +50,7 @@ thread_local LastErrorOwner t_last_error_owner;
 
 void SetLastError(Status status) {
   if (t_last_error == nullptr) {
-    if (t_last_error_released) {
+    if (t_last_error_released || ThreadExiting()) {
       t_late_error_code = status.code();
       return;
     }

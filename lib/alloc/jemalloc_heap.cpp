@@ -462,6 +462,8 @@ Heap* HeapById(int id) {
   return g_heaps[id].load(std::memory_order_acquire);
 }
 
+bool ThreadExiting() noexcept { return t_thread_exiting; }
+
 int ThreadFlags(int heap) noexcept {
   const int* table = StoredFlagTable();
   return table == nullptr ? 0 : table[heap];

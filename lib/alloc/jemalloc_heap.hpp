@@ -136,4 +136,8 @@ int EnsureThreadCache(int heap) noexcept;
 // This thread's flags for `heap` without creating anything: 0 when it has none yet.
 int ThreadFlags(int heap) noexcept;
 
+// True once the calling thread's exit has released its caches (its thread_local destructors
+// are running, or over): a thread_local constructed now might never be destroyed.
+bool ThreadExiting() noexcept;
+
 }  // namespace numarena
