@@ -36,7 +36,7 @@ StatusOr<std::uint64_t> ParseHex(std::string_view text, std::uint64_t max, std::
 
 }  // namespace
 
-StatusOr<std::vector<int>> ParseIdList(std::string_view text, std::string_view what) {
+StatusOr<std::vector<int>> ParseIdList(std::string_view text, std::string_view what, int max_id) {
   std::string_view s = Trim(text);
   std::vector<int> out;
   if (s.empty()) return out;
@@ -60,9 +60,9 @@ StatusOr<std::vector<int>> ParseIdList(std::string_view text, std::string_view w
     std::string_view last = dash == std::string_view::npos ? first : Trim(element.substr(dash + 1));
     if (first.empty()) return fail("missing start of range (negative ids are not allowed)");
     if (last.empty()) return fail("missing end of range");
-    auto lo = Decimal(first, kMaxListId, "id");
+    auto lo = Decimal(first, static_cast<std::uint64_t>(max_id), "id");
     if (!lo.ok()) return fail(std::string(lo.status().message()));
-    auto hi = Decimal(last, kMaxListId, "id");
+    auto hi = Decimal(last, static_cast<std::uint64_t>(max_id), "id");
     if (!hi.ok()) return fail(std::string(hi.status().message()));
     if (*lo > *hi) return fail("reversed range (start > end)");
     if (present.size() <= *hi) present.resize(*hi + 1, false);
@@ -80,7 +80,7 @@ StatusOr<std::vector<int>> ParseCpuList(std::string_view text) {
 }
 
 StatusOr<std::vector<int>> ParseNodeList(std::string_view text) {
-  return ParseIdList(text, "node list");
+  return ParseIdList(text, "node list", kMaxNodeId);
 }
 
 StatusOr<std::vector<int>> ParseDistanceRow(std::string_view text) {

@@ -16,7 +16,7 @@
 //     never prints it, so seeing it in a file we read means the file is not what we think;
 //   - reversed ranges "7-5", empty elements "1,,2", signs, hex, other characters;
 //   - ids above kMaxListId (bounds the memory a list can expand to; Linux allows at most
-//     8192 CPUs and 1024 nodes).
+//     8192 CPUs), and node ids above kMaxNodeId (Linux allows at most 1024 nodes).
 //   Duplicates and overlaps are merged; the result is ascending and unique.
 //
 //   auto cpus = numarena::parse::ParseCpuList("0-3,8\n");  // {0, 1, 2, 3, 8}
@@ -35,11 +35,16 @@
 
 namespace numarena::parse {
 
-// The largest CPU or node id an ID list may contain.
+// The largest CPU (or IRQ) id an ID list may contain, and the largest node id: a node list
+// with larger ids cannot name a node, and policy strings that repeat it piece by piece
+// ("preferred(2-55555)" prints back as 55554 pieces) must stay cheap to parse.
 inline constexpr int kMaxListId = 65535;
+inline constexpr int kMaxNodeId = 1023;
 
-// Parses an ID list (see above). `what` names the list in error messages ("CPU list").
-[[nodiscard]] StatusOr<std::vector<int>> ParseIdList(std::string_view text, std::string_view what);
+// Parses an ID list (see above) whose ids are at most `max_id`. `what` names the list in
+// error messages ("CPU list").
+[[nodiscard]] StatusOr<std::vector<int>> ParseIdList(std::string_view text, std::string_view what,
+                                                     int max_id = kMaxListId);
 [[nodiscard]] StatusOr<std::vector<int>> ParseCpuList(std::string_view text);
 [[nodiscard]] StatusOr<std::vector<int>> ParseNodeList(std::string_view text);
 

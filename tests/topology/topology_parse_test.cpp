@@ -72,6 +72,10 @@ TEST_CASE("ID lists reject what the kernel never prints") {
 TEST_CASE("ID lists bound the ids") {
   CHECK(parse::ParseCpuList("65535").ok());
   CHECK_THAT(ErrorOf(parse::ParseCpuList("65536")), Catch::Contains("exceeds the limit 65535"));
+  // Node ids stop at Linux's 1024 nodes.
+  CHECK(parse::ParseNodeList("0-1023").ok());
+  CHECK_THAT(ErrorOf(parse::ParseNodeList("1024")), Catch::Contains("exceeds the limit 1023"));
+  CHECK_THAT(ErrorOf(parse::ParseNodeList("2-55555")), Catch::Contains("node list"));
   CHECK_THAT(ErrorOf(parse::ParseCpuList("0-99999999999999999999999")),
              Catch::Contains("exceeds the limit"));
   // An error message quotes at most a bounded piece of a long input.
