@@ -24,6 +24,7 @@ JOBS="${JOBS:-$(nproc)}"
 # Debian 12 packages: build, tests, benchmark peers, NUMA lab, plots.
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
+  ccache                         # rebuilds: CI runs on the machine a session used, with its cache
   curl bzip2 xz-utils python3    # libnumarena.so's jemalloc (cmake/jemalloc/build.sh), its tests
   libnuma-dev libjemalloc-dev libabsl-dev catch2 libbenchmark-dev
   libcli11-dev                   # the `numarena` tool's argument parser (header-only)
@@ -114,7 +115,11 @@ llama_deps() {
 # compiles the library five times). Ninja, because the suite is ~100 small targets.
 configure() {
   local dir="$1"; shift
-  cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  local launcher=()
+  if command -v ccache >/dev/null; then
+    launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  fi
+  cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" "$@" >/dev/null
 }
