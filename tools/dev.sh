@@ -117,6 +117,9 @@ configure() {
   local dir="$1"; shift
   local launcher=()
   if command -v ccache >/dev/null; then
+    # Paths under the checkout hashed relative to it, so another clone or worktree of the
+    # same commit hits the same cache entries.
+    export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}" CCACHE_NOHASHDIR=1
     launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   fi
   cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" \
