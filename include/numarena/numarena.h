@@ -132,7 +132,11 @@ numarena_code numarena_arena_options_of(const numarena_arena* arena,
  * is undefined; a free usually aborts with a message), and so is `arena`. No thread may be
  * inside a call on the arena meanwhile; other threads' caches of it are dropped by this call.
  * NUMARENA_OK; NUMARENA_INVALID_ARGUMENT for NULL; NUMARENA_FAILED_PRECONDITION, with nothing
- * destroyed, for a shared arena (numarena_arena_for_node / _for_policy). */
+ * destroyed, for a shared arena (numarena_arena_for_node / _for_policy) and for a handle
+ * whose arena was already destroyed. A handle names its arena by a slot and a generation, not
+ * by address: once destroyed, every call given the handle (allocation, policy, purge,
+ * options, metrics, a second destroy) fails with NUMARENA_FAILED_PRECONDITION ("stale"), and
+ * numarena_arena_contains answers 0, even after a new arena reuses the slot. */
 numarena_code numarena_arena_destroy(numarena_arena* arena);
 
 /* Writes the arena's policy in canonical form (as numarena_arena_for_policy reads it) into

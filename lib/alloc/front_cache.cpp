@@ -60,7 +60,11 @@
 
 #include <jemalloc/jemalloc.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <new>
 
@@ -280,7 +284,9 @@ static_assert(kLastFrontLargeClass == kFirstLargeClass + 4, "2 MiB to 4 MiB: fiv
 bool FrontLargePut(int heap, unsigned size_class, void* p) noexcept {
   if (heap < 0 || heap >= arena_internal::kMaxHeaps) return false;
   FrontCache* cache = arena_internal::front_caches[heap];
-  if (cache == nullptr || cache->large != nullptr) return false;
+  if (cache == nullptr) return false;
+  if (cache->large == p) [[unlikely]] arena_internal::FrontDoubleFree(heap, size_class, p);
+  if (cache->large != nullptr) return false;
   if (size_class < kFirstLargeClass || size_class > kLastFrontLargeClass) return false;
   if ((reinterpret_cast<std::uintptr_t>(p) & (arena_internal::kLargeAlignThreshold - 1)) != 0) {
     return false;  // allocate promises 2 MiB alignment to whoever takes it next
@@ -334,6 +340,26 @@ void DestroyFrontCaches() noexcept {
 }
 
 namespace arena_internal {
+
+void FrontDoubleFree(int heap, unsigned size_class, void* p) noexcept {
+  // No allocation here: the heap may be what is broken. snprintf into a stack buffer does not
+  // allocate for these conversions.
+  char line[512];
+  const int n = std::snprintf(
+      line, sizeof line,
+      "numarena: free(%p): double free detected: the %zu-byte block was already the last one "
+      "this thread freed in numarena heap %d; aborting (set NUMARENA_CHECK=1 to find double "
+      "frees that are not back to back, and frees of pointers numarena never returned)\n",
+      p,
+      size_class < unsigned{kFrontClasses} ? std::size_t{front_class_bytes[size_class]}
+                                            : MediumClassBytes(size_class),
+      heap);
+  if (n > 0) {
+    ssize_t ignored = write(STDERR_FILENO, line, std::min<std::size_t>(n, sizeof line - 1));
+    (void)ignored;
+  }
+  std::abort();
+}
 
 void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) noexcept {
   FrontList& list = cache->lists[size_class];

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -469,43 +468,19 @@ int ThreadFlags(int heap) noexcept {
   return table == nullptr ? 0 : table[heap];
 }
 
-namespace {
-// Per node: when a purge for it last released nothing (steady-clock ns; 0: never).
-constexpr int kPurgeNodes = os::KernelNodeMask::kMaxNodes;
-constexpr std::int64_t kPurgeQuietNanos = 5'000'000;
-std::atomic<std::int64_t> g_fruitless_purge_ns[kPurgeNodes];
-
-std::int64_t SteadyNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
-
 std::size_t PurgeDirtyOnNode(int node) noexcept {
-  if (node < 0 || node >= kPurgeNodes) return 0;
-  const std::int64_t now = SteadyNanos();
-  const std::int64_t fruitless = g_fruitless_purge_ns[node].load(std::memory_order_relaxed);
+  if (node < 0 || node >= os::KernelNodeMask::kMaxNodes) return 0;
   LifecycleShared walk;  // no heap is destroyed under this walk
   const int count = g_heap_count.load(std::memory_order_acquire);
   // This thread's cached objects and the heaps' depots and large caches, so their pages can go
   // too (other threads' front caches hold at most 32 KiB per small class, 4 MiB of medium
   // objects and one object of up to 4 MiB); the bytes they handed to jemalloc.
+  // Every refusal purges: memory freed straight to jemalloc since the last purge (a cache's
+  // overflow, a large free, another thread's exit) is dirty there and charged until purged,
+  // and a purge that finds nothing dirty costs a few microseconds per shard.
   auto flush_caches = [](int id) {
     return FlushFrontCache(id) + LargeCacheFlush(id) + DepotFlush(id);
   };
-  if (fruitless != 0 && now - fruitless < kPurgeQuietNanos) {
-    // A purge for this node released nothing moments ago: jemalloc's purges are not worth
-    // repeating for a node that keeps refusing, unless the caches have had memory freed into
-    // them since (a thread that frees and asks again at once must not be refused what it
-    // just freed).
-    std::size_t flushed = 0;
-    for (int id = 0; id < count; ++id) {
-      Heap* heap = g_heaps[id].load(std::memory_order_acquire);
-      if (heap != nullptr && heap->pages->places_on(node)) flushed += flush_caches(id);
-    }
-    if (flushed == 0) return 0;
-  }
   std::size_t before = 0, after = 0;
   for (int id = 0; id < count; ++id) {
     Heap* heap = g_heaps[id].load(std::memory_order_acquire);
@@ -523,9 +498,7 @@ std::size_t PurgeDirtyOnNode(int node) noexcept {
     });
     after += heap->pages->committed_bytes();
   }
-  const std::size_t released = before > after ? before - after : 0;
-  g_fruitless_purge_ns[node].store(released == 0 ? now : 0, std::memory_order_relaxed);
-  return released;
+  return before > after ? before - after : 0;
 }
 
 int EnsureThreadCache(int heap) noexcept {

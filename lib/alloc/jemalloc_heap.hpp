@@ -120,10 +120,9 @@ Heap* HeapById(int id);
 // calling thread's cached objects of those heaps first, then arena.<i>.purge of each shard),
 // releasing their charges; returns the bytes released. For a commit the capacity gate or the
 // node's free memory just refused: memory numarena holds freed must not make it refuse.
-// After a call that released nothing, calls for the same node within a few milliseconds
-// purge only if the caches had something to hand back (what was freed since), so a node that
-// stays full does not pay a purge per allocation and a thread is never refused what it just
-// freed.
+// Every call purges, so memory freed straight to jemalloc moments before (a cache's overflow,
+// a large free) is never what refuses the next allocation; with nothing dirty a call costs a
+// few microseconds per shard.
 // Not from extent hooks.
 std::size_t PurgeDirtyOnNode(int node) noexcept;
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/ascii.h"
@@ -15,7 +16,9 @@
 #include "absl/strings/str_join.h"
 #include "alloc/class_map.hpp"
 #include "base/checked_math.hpp"
+#include "numarena/format.hpp"
 #include "numarena/topology.hpp"
+#include "os/address_space.hpp"
 #include "placement/unwritten.hpp"
 #include "topology/zoneinfo_parse.hpp"
 
@@ -344,6 +347,15 @@ Status SpanFailure::ToStatus(const std::string& what) const {
                                              " refused (use BindMode::kAdvisory to "
                                              "fall back)"));
     case Kind::kMap:
+      if (std::optional<std::size_t> limit = os::AddressSpaceLimit(); limit && err == ENOMEM) {
+        return ErrnoToStatus(
+            err, absl::StrCat(what, ": reserving ", FormatBytes(bytes),
+                              " of address space, under an address-space limit (RLIMIT_AS, "
+                              "ulimit -v) of ", FormatBytes(*limit), " with ",
+                              FormatBytes(os::AddressSpaceInUse()),
+                              " mapped; numarena reserves 64 GiB ranges (never committed, "
+                              "they cost no memory): raise the limit or remove it"));
+      }
       return ErrnoToStatus(err, absl::StrCat(what, ": mapping ", bytes, " bytes"));
     case Kind::kHugetlb:
       if (node >= 0) return NodeHugetlbStatus(what, node, huge_page_bytes, bytes, err);

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "capi/arena_handles.hpp"
 #include "numarena/arena.hpp"
 #include "numarena/budget.hpp"
 #include "numarena/first_touch.hpp"
@@ -77,11 +78,24 @@ numarena_code Invalid(std::string message) {
   return Fail(absl::InvalidArgumentError(std::move(message)));
 }
 
-Arena* ArenaOf(numarena_arena* arena) { return reinterpret_cast<Arena*>(arena); }
-const Arena* ArenaOf(const numarena_arena* arena) {
-  return reinterpret_cast<const Arena*>(arena);
+// The arena a non-NULL handle names, or nullptr with the stale-handle error recorded.
+Arena* ArenaOf(const numarena_arena* handle, const char* function) {
+  Arena* arena = capi::ArenaOfHandle(handle);
+  if (arena == nullptr) {
+    Fail(absl::FailedPreconditionError(capi::StaleHandleMessage(function)));
+  }
+  return arena;
 }
-numarena_arena* Handle(Arena* arena) { return reinterpret_cast<numarena_arena*>(arena); }
+
+// The handle of `arena`, or NULL with the error recorded (the handle table is full).
+numarena_arena* Handle(Arena* arena) {
+  StatusOr<numarena_arena*> handle = capi::HandleOf(arena);
+  if (!handle.ok()) {
+    Fail(handle.status());
+    return nullptr;
+  }
+  return *handle;
+}
 
 // snprintf's contract for a C++ string.
 std::size_t CopyOut(const std::string& text, char* buffer, std::size_t size) {
@@ -155,7 +169,9 @@ void* Allocate(numarena_arena* arena, std::size_t size, std::size_t alignment) {
             "numarena_arena_for_policy returned NULL; see the error it left)");
     return nullptr;
   }
-  void* p = ArenaOf(arena)->allocate(size, alignment);
+  Arena* target = ArenaOf(arena, "numarena allocation");
+  if (target == nullptr) return nullptr;
+  void* p = target->allocate(size, alignment);
   if (p == nullptr) Fail(last_allocation_error());
   return p;
 }
@@ -228,7 +244,9 @@ numarena_code numarena_arena_options_of(const numarena_arena* arena,
                                 ", less than sizeof(numarena_arena_options) (",
                                 sizeof(numarena_arena_options), ")"));
   }
-  const ArenaOptions& options = ArenaOf(arena)->options();
+  const Arena* target = ArenaOf(arena, "numarena_arena_options_of");
+  if (target == nullptr) return last_error.code;
+  const ArenaOptions& options = target->options();
   out->size = sizeof(numarena_arena_options);
   out->hugetlb_page_bytes = options.hugetlb_page_bytes;
   out->shards = options.shards;
@@ -237,18 +255,18 @@ numarena_code numarena_arena_options_of(const numarena_arena* arena,
 
 numarena_code numarena_arena_destroy(numarena_arena* arena) {
   if (arena == nullptr) return Invalid("numarena_arena_destroy: the arena is NULL");
-  Status status = Arena::Destroy(ArenaOf(arena));
-  if (!status.ok()) return Fail(status);
-  return NUMARENA_OK;
+  return Fail(capi::DestroyByHandle(arena));
 }
 
 size_t numarena_arena_policy(const numarena_arena* arena, char* buffer, size_t size) {
-  if (arena == nullptr) return CopyOut("", buffer, size);
-  return CopyOut(ArenaOf(arena)->policy().ToString(), buffer, size);
+  const Arena* target = arena == nullptr ? nullptr : ArenaOf(arena, "numarena_arena_policy");
+  if (target == nullptr) return CopyOut("", buffer, size);
+  return CopyOut(target->policy().ToString(), buffer, size);
 }
 
 void numarena_arena_purge(numarena_arena* arena) {
-  if (arena != nullptr) ArenaOf(arena)->purge();
+  if (arena == nullptr) return;
+  if (Arena* target = ArenaOf(arena, "numarena_arena_purge")) target->purge();
 }
 
 void* numarena_malloc(numarena_arena* arena, size_t size) {
@@ -283,7 +301,8 @@ void* numarena_realloc(numarena_arena* arena, void* ptr, size_t size) {
             "numarena_arena_for_policy returned NULL; see the error it left); ptr is unchanged");
     return nullptr;
   }
-  Arena* target = ArenaOf(arena);
+  Arena* target = ArenaOf(arena, "numarena_realloc");
+  if (target == nullptr) return nullptr;  // ptr is unchanged
   // Kept in place when the arena made it and it fits without wasting more than half of it:
   // C callers free unsized, so a smaller class than the object's does no harm. Anything else
   // is the C++ reallocate (in place only within the object's class, else moved to `arena`).
@@ -328,7 +347,9 @@ size_t numarena_usable_size(const void* ptr) { return owns(ptr) ? usable_size(pt
 int numarena_owns(const void* ptr) { return owns(ptr) ? 1 : 0; }
 
 int numarena_arena_contains(const numarena_arena* arena, const void* ptr) {
-  return arena != nullptr && ArenaOf(arena)->contains(ptr) ? 1 : 0;
+  if (arena == nullptr) return 0;
+  const Arena* target = capi::ArenaOfHandle(arena);
+  return target != nullptr && target->contains(ptr) ? 1 : 0;
 }
 
 int numarena_node_of(const void* ptr) { return node_of(ptr); }
@@ -543,7 +564,9 @@ size_t numarena_metrics_text(const numarena_arena* const* arenas, size_t arena_c
       Invalid(absl::StrCat("numarena_metrics_text: arenas[", i, "] is NULL"));
       return CopyOut("", buffer, size);
     }
-    sources.arenas.push_back(ArenaOf(arenas[i]));
+    const Arena* target = ArenaOf(arenas[i], "numarena_metrics_text");
+    if (target == nullptr) return CopyOut("", buffer, size);
+    sources.arenas.push_back(target);
   }
   BudgetSnapshot snapshot;
   if (budget != nullptr) {

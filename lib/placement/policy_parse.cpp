@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "numarena/format.hpp"
 #include "numarena/policy.hpp"
+#include "numarena/excerpt.hpp"
 #include "topology/topology_parse.hpp"
 
 namespace numarena {
@@ -27,14 +28,14 @@ absl::string_view Abs(std::string_view s) { return absl::string_view(s.data(), s
 
 Status Invalid(std::string_view text, std::string_view why) {
   return absl::InvalidArgumentError(
-      absl::StrCat("policy '", Abs(text), "': ", Abs(why), " (", kSyntax, ")"));
+      absl::StrCat("policy '", Excerpt(text), "': ", Excerpt(why, 240), " (", kSyntax, ")"));
 }
 
 StatusOr<int> ParseNode(std::string_view text, std::string_view field) {
   int node = -1;
   if (field.empty() || field.find_first_not_of("0123456789") != std::string_view::npos ||
       !absl::SimpleAtoi(Abs(field), &node) || node > parse::kMaxListId) {
-    return Invalid(text, absl::StrCat("'", Abs(field), "' is not a node id"));
+    return Invalid(text, absl::StrCat("'", Excerpt(field, 24), "' is not a node id"));
   }
   return node;
 }
@@ -98,20 +99,20 @@ StatusOr<Policy> Policy::Parse(std::string_view text) {
       }
       chunk = static_cast<std::size_t>(*bytes);
     } else {
-      return Invalid(text, absl::StrCat("unknown option '/", Abs(option), "'"));
+      return Invalid(text, absl::StrCat("unknown option '/", Excerpt(option, 24), "'"));
     }
   }
 
   auto nodes = [&]() -> StatusOr<std::vector<int>> {
     if (!has_body || body.empty()) {
-      return Invalid(text, absl::StrCat(Abs(kind), " needs a node list in parentheses"));
+      return Invalid(text, absl::StrCat(Excerpt(kind, 24), " needs a node list in parentheses"));
     }
     auto list = parse::ParseNodeList(body);
     if (!list.ok()) return Invalid(text, std::string(list.status().message()));
     // The kernel-file parser takes an empty list (a memory-only node's cpulist is "\n"); a
     // policy needs at least one node.
     if (list->empty()) {
-      return Invalid(text, absl::StrCat(Abs(kind), " needs at least one node in parentheses"));
+      return Invalid(text, absl::StrCat(Excerpt(kind, 24), " needs at least one node in parentheses"));
     }
     return list;
   };
@@ -179,7 +180,7 @@ StatusOr<Policy> Policy::Parse(std::string_view text) {
     if (has_body) return Invalid(text, "local takes no nodes");
     return Policy::Local(mode.value_or(BindMode::kAdvisory));
   }
-  return Invalid(text, absl::StrCat("unknown kind '", Abs(kind), "'"));
+  return Invalid(text, absl::StrCat("unknown kind '", Excerpt(kind, 24), "'"));
 }
 
 }  // namespace numarena

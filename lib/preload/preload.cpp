@@ -58,11 +58,14 @@
 #include <new>
 #include <string>
 
+#include "numarena/excerpt.hpp"
+#include "numarena/address_space.hpp"
 #include "numarena/arena.hpp"
 #include "numarena/budget.hpp"
 #include "numarena/numarena.h"
 #include "numarena/ops/metrics.hpp"
 #include "numarena/policy.hpp"
+#include "numarena/topology.hpp"
 
 // numarena's headers include the private jemalloc's header, which (JEMALLOC_MANGLE) maps these
 // names to nje_*; here they are the C library's names this file defines.
@@ -93,6 +96,10 @@ std::atomic<int> g_state{kNotYet};
 Arena* g_arena = nullptr;  // written once before g_state becomes kReady
 using UsableSizeFunction = std::size_t (*)(void*);
 UsableSizeFunction g_libc_usable_size = nullptr;
+// Whether the C library's own aligned_alloc takes any alignment, as memalign does (glibc before
+// 2.38, Debian 12's 2.36 among them), or refuses one that is not a power of two with EINVAL
+// (glibc 2.38 on). Asked of the C library once, at start-up: a drop-in answers as it would.
+bool g_lenient_aligned_alloc = true;
 
 // > 0 while this thread runs numarena's code (or initialises it): its allocations go to glibc.
 __attribute__((tls_model("initial-exec"))) thread_local int t_depth = 0;
@@ -312,28 +319,50 @@ void Initialize() {
   if (!g_state.compare_exchange_strong(expected, kInitializing)) return;
   Inside inside;
   g_libc_usable_size = reinterpret_cast<UsableSizeFunction>(dlsym(RTLD_NEXT, "malloc_usable_size"));
+  using AlignedAllocFunction = void* (*)(std::size_t, std::size_t);
+  if (auto libc_aligned_alloc =
+          reinterpret_cast<AlignedAllocFunction>(dlsym(RTLD_NEXT, "aligned_alloc"))) {
+    const int saved = errno;
+    void* probe = libc_aligned_alloc(24, 48);  // 24: not a power of two
+    g_lenient_aligned_alloc = probe != nullptr;
+    __libc_free(probe);
+    errno = saved;
+  }
   const char* policy_text = std::getenv("NUMARENA_POLICY");
   if (policy_text == nullptr || policy_text[0] == '\0') policy_text = "local";
   auto policy = Policy::Parse(policy_text);
   if (!policy.ok()) {
-    Die(std::string("NUMARENA_POLICY='") + policy_text +
-        "': " + std::string(policy.status().message()));
+    Die(std::string("NUMARENA_POLICY='") + Excerpt(policy_text) +
+        "': " + Excerpt(policy.status().message(), 1000));
   }
   if (const char* budget_spec = std::getenv("NUMARENA_BUDGET");
       budget_spec != nullptr && budget_spec[0] != '\0') {
     // Installed for the life of the process (never destroyed).
     numarena_budget* budget = numarena_budget_create(budget_spec);
     if (budget == nullptr) {
-      Die(std::string("NUMARENA_BUDGET='") + budget_spec + "': " + numarena_last_error_message());
+      Die(std::string("NUMARENA_BUDGET='") + Excerpt(budget_spec) +
+          "': " + Excerpt(numarena_last_error_message(), 1000));
     }
     if (numarena_budget_install(budget) != NUMARENA_OK) {
-      Die(std::string("NUMARENA_BUDGET='") + budget_spec + "': " + numarena_last_error_message());
+      Die(std::string("NUMARENA_BUDGET='") + Excerpt(budget_spec) +
+          "': " + Excerpt(numarena_last_error_message(), 1000));
+    }
+  }
+  // A limit on the address space (ulimit -v) that numarena's reservations cannot fit under
+  // is said now, in one line, rather than as allocations failing later without a word.
+  if (auto topology = Topology::system(); topology.ok()) {
+    const int node_count = static_cast<int>((*topology)->node_ids().size());
+    if (Status room = CheckAddressSpaceLimitNow(ReservedAddressSpace(*policy, node_count),
+                                                std::string("NUMARENA_POLICY='") +
+                                                    policy->ToString() + "'");
+        !room.ok()) {
+      Die(std::string(room.message()));
     }
   }
   auto arena = Arena::ForPolicy(*policy);
   if (!arena.ok()) {
-    Die(std::string("NUMARENA_POLICY='") + policy_text +
-        "': " + std::string(arena.status().message()));
+    Die(std::string("NUMARENA_POLICY='") + Excerpt(policy_text) +
+        "': " + Excerpt(arena.status().message(), 1000));
   }
   g_arena = *arena;
   g_state.store(kReady, std::memory_order_release);
@@ -405,7 +434,10 @@ __attribute__((visibility("default"))) void* memalign(size_t alignment, size_t s
 }
 
 __attribute__((visibility("default"))) void* aligned_alloc(size_t alignment, size_t size) {
-  // glibc 2.38's rule: a power of two (C17 drops the multiple-of-alignment rule).
+  // As the C library under the override answers: before glibc 2.38, memalign's rounding (0
+  // and small alignments are malloc's, others rise to a power of two); from 2.38, a power of
+  // two or EINVAL (C17 drops the multiple-of-alignment rule).
+  if (numarena::preload::g_lenient_aligned_alloc) return memalign(alignment, size);
   if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
     errno = EINVAL;
     return nullptr;

@@ -175,13 +175,26 @@ _release_buffer = ctypes.pythonapi.PyBuffer_Release
 _release_buffer.restype = None
 _release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
 _PyBUF_SIMPLE = 0
+_PyBUF_WRITABLE = 1
+
+
+def _get_buffer_readonly(target):
+    """True when `target` exports a buffer, but only a read-only one."""
+    view = _PyBuffer()
+    try:
+        if _get_buffer(target, ctypes.byref(view), _PyBUF_SIMPLE) != 0:
+            return False
+    except (TypeError, BufferError, ValueError):
+        return False
+    _release_buffer(ctypes.byref(view))
+    return True
 
 
 class _Span:
     """[address, address + length) of `target`, with its buffer held (so a bytearray cannot
     be resized, nor a buffer freed, while numarena works on it) until the `with` ends."""
 
-    def __init__(self, target, length, what):
+    def __init__(self, target, length, what, writable=False):
         self._view = None
         if isinstance(target, int) and not isinstance(target, bool):
             if length is None:
@@ -193,10 +206,16 @@ class _Span:
             target._check_open(what)
         view = _PyBuffer()
         try:
-            # PyBUF_SIMPLE: one contiguous block of bytes, read-only allowed.
-            if _get_buffer(target, ctypes.byref(view), _PyBUF_SIMPLE) != 0:
+            # PyBUF_SIMPLE: one contiguous block of bytes, read-only allowed unless asked.
+            flags = _PyBUF_WRITABLE if writable else _PyBUF_SIMPLE
+            if _get_buffer(target, ctypes.byref(view), flags) != 0:
                 raise BufferError("PyObject_GetBuffer failed")
         except (TypeError, BufferError, ValueError) as error:  # numpy: ValueError
+            if writable and _get_buffer_readonly(target):
+                raise TypeError(
+                    f"numarena.{what}: {type(target).__name__} is read-only memory; {what} binds "
+                    "and moves pages, so it takes writable memory the caller owns (bytearray, "
+                    "a writable numpy array, mmap, NodeBuffer)") from None
             raise TypeError(
                 f"numarena.{what}: {type(target).__name__} is neither an int address nor a "
                 f"contiguous buffer (bytearray, memoryview, numpy array, NodeBuffer): "
@@ -285,7 +304,7 @@ class PlacementReport:
 
 def _placement(function, what, target, node, length):
     _check_c_int(node, "node")
-    with _Span(target, length, what) as span:
+    with _Span(target, length, what, writable=True) as span:
         report = _capi.PlacementReport()
         _capi.check(function(span.address, span.length, node, ctypes.byref(report)))
     return PlacementReport(report.node, report.pages_checked, report.already_local,
@@ -469,26 +488,11 @@ def _free(address):
     _lib.numarena_free(address)
 
 
-_sized_types: Dict[int, type] = {}
-_sized_types_lock = threading.Lock()
-
-
-def _sized_type(size):
-    # One class per size: a ctypes array type carries its length.
-    with _sized_types_lock:
-        sized = _sized_types.get(size)
-        if sized is None:
-            sized = type("NodeBuffer", (NodeBuffer, ctypes.c_ubyte * size),
-                         {"__module__": __name__, "__doc__": NodeBuffer.__doc__})
-            _sized_types[size] = sized
-        return sized
-
-
-class NodeBuffer:
+class NodeBuffer(_capi.buffer_module.Exporter):
     """`size` bytes of numarena memory placed on a node or by a policy, exposed through the
-    buffer protocol without a copy: buf.view() (a memoryview of format "B"),
-    memoryview(buf), numpy.frombuffer(buf, dtype=...), buf[i], bytes(buf) and ctypes all see
-    the numarena memory itself.
+    buffer protocol without a copy: buf.view() and memoryview(buf) (format "B"),
+    numpy.frombuffer(buf, dtype=...), bytes(buf), buf[i], buf[i:j] (a bytes copy),
+    (ctypes.c_ubyte * n).from_buffer(buf) all see the numarena memory itself.
 
         NodeBuffer(size, node=1)                         # bound to node 1 (strict)
         NodeBuffer(size, policy="interleave(0-3)")       # a policy string (see Arena)
@@ -496,17 +500,16 @@ class NodeBuffer:
 
     Exactly one of node, policy, arena. `alignment`: a power of two (default 16, malloc's);
     `zero`: zero-filled (calloc) instead of uninitialised. Pages are bound before they are
-    first touched, so writing them faults them in where the policy says.
+    first touched, so writing them faults them in where the policy says. buf.address is
+    its address (an int).
 
-    It is a ctypes array of c_ubyte (an instance of a per-size subclass of NodeBuffer and
-    c_ubyte * size), so ctypes.addressof(buf) and buf.address give its address.
-
-    Lifetime: the memory is freed exactly once, by close() (or leaving a `with` block), or
-    else when the buffer is garbage-collected. Views (memoryview, numpy arrays) hold a
-    reference to the buffer, so without close() the memory lives as long as any view. close()
-    frees it at once: views made earlier must not be used afterwards (as with a C free; the
-    buffer protocol gives no way to revoke them). After close(), the buffer's own methods
-    and properties raise ValueError; `closed` says which state it is in.
+    Lifetime, as mmap.mmap's: the memory is freed exactly once, by close() (or leaving a
+    `with` block), or else when the buffer is garbage-collected. Every view (memoryview,
+    numpy array, ctypes from_buffer) holds the buffer, so without close() the memory lives as
+    long as any view. close() while a view exists raises BufferError and frees nothing:
+    release the views first (del, memoryview.release()). After close(), every access -- a new
+    view, numpy.frombuffer, indexing, the methods and properties but `size`, `closed`,
+    `arena` -- raises ValueError.
 
     Errors (on creation): InvalidArgumentError (bad node, policy, size or alignment),
     ResourceExhaustedError (a MemoryError: the node or the budget is full), TypeError for
@@ -549,7 +552,8 @@ class NodeBuffer:
             try:
                 if zero and alignment is not None:
                     ctypes.memset(address, 0, size)
-                self = _sized_type(size).from_address(address)
+                self = super().__new__(cls)
+                _capi.buffer_module.Exporter.__init__(self, address, size)
             except BaseException:
                 _free(address)
                 raise
@@ -567,28 +571,27 @@ class NodeBuffer:
         return self
 
     def __init__(self, *args, **kwargs):
-        # ctypes' Array.__init__ would treat the arguments as initial element values.
+        # The exporter was initialised in __new__ with the memory's address and size.
         pass
 
     def _check_open(self, what):
-        if not self._finalizer.alive:
+        if self._exporter_closed or not self._finalizer.alive:
             raise ValueError(f"numarena.NodeBuffer.{what}: the buffer is closed")
 
     def view(self):
-        """A writable memoryview of the bytes (format "B"). memoryview(buf) works too, but
-        has ctypes' format "<B", which memoryview can only cast (memoryview(buf).cast("B")),
-        not index."""
+        """A writable memoryview of the bytes (format "B"); memoryview(buf) is the same."""
         self._check_open("view")
-        return memoryview(self).cast("B")
+        return memoryview(self)
 
     @property
     def closed(self):
-        """True once close() freed the memory."""
-        return not self._finalizer.alive
+        """True once close() freed the memory (or Arena.destroy() did)."""
+        return self._exporter_closed or not self._finalizer.alive
 
     def close(self):
-        """Frees the memory now (a second call does nothing). Views made earlier must not be
-        used afterwards."""
+        """Frees the memory now; a second call does nothing. BufferError, freeing nothing,
+        while a view of the buffer exists (see the class's Lifetime)."""
+        self._close_exporter()
         self._finalizer()
 
     def __enter__(self):
@@ -597,6 +600,24 @@ class NodeBuffer:
 
     def __exit__(self, *exc):
         self.close()
+
+    def __len__(self):
+        return self._size
+
+    def __getitem__(self, index):
+        """buf[i] an int, buf[i:j] a bytes copy (ValueError once closed)."""
+        self._check_open("__getitem__")
+        with memoryview(self) as view:
+            item = view[index]
+            if isinstance(item, memoryview):
+                with item:
+                    return item.tobytes()
+            return item
+
+    def __setitem__(self, index, value):
+        self._check_open("__setitem__")
+        with memoryview(self) as view:
+            view[index] = value
 
     @property
     def address(self):

@@ -6,6 +6,7 @@ one; a change there must be mirrored here (tests/python/ exercises every functio
 """
 import ctypes
 import os
+import sys
 
 # ---- finding the library -----------------------------------------------------------------
 
@@ -52,6 +53,50 @@ def _load():
 
 
 lib, library_path = _load()
+
+
+def _mapped_path(soname):
+    """Where the dynamic loader found `soname` (the file this process mapped), or None."""
+    stem = soname.split(".so")[0] + ".so"
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split(None, 5)  # anonymous mappings have no sixth, the path
+                if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith(stem):
+                    return fields[5].strip()
+    except OSError:
+        pass
+    return None
+
+
+def _load_buffer_module():
+    """numarena._buffer, the compiled exporter behind NodeBuffer (python/numarena/_buffer.c):
+    installed in the package directory, or in a build tree beside libnumarena.so."""
+    import importlib.machinery
+    import importlib.util
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [os.path.join(here, "_buffer.abi3.so")]
+    loaded_from = library_path if os.sep in library_path else _mapped_path(library_path)
+    if loaded_from:
+        candidates.append(os.path.join(os.path.dirname(os.path.realpath(loaded_from)),
+                                       "_buffer.abi3.so"))
+    for path in candidates:
+        if os.path.exists(path):
+            loader = importlib.machinery.ExtensionFileLoader(__package__ + "._buffer", path)
+            spec = importlib.util.spec_from_file_location(__package__ + "._buffer", path,
+                                                          loader=loader)
+            module = importlib.util.module_from_spec(spec)
+            loader.exec_module(module)
+            sys.modules[spec.name] = module
+            return module
+    raise ImportError(
+        "numarena: cannot find its extension _buffer.abi3.so (looked in " +
+        ", ".join(candidates) + "). Build it (cmake --build build --target "
+        "numarena_python_buffer, which needs python3-dev) or install numarena "
+        "(cmake --install build).")
+
+
+buffer_module = _load_buffer_module()
 
 # ---- errors -------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "limit_gate.hpp"
 #include "numarena/arena.hpp"
+#include "numarena/budget.hpp"
 
 // The fork test's children start no thread, but TSan would refuse a child of a multi-threaded
 // process its first new thread; and its deadlock detector tracks fewer locks than jemalloc's
@@ -184,10 +185,9 @@ TEST_CASE("purge() returns what the large cache holds, and a refusal purges it f
   CHECK(gate.used() < 8 * kMiB);
 }
 
-TEST_CASE("a refusal moments after a fruitless purge still takes back what was just freed") {
-  // A purge that released nothing makes the next few milliseconds' refusals skip jemalloc's
-  // purges (a node that stays full must not pay one per allocation); memory freed into the
-  // caches in that window is still handed back before a refusal stands.
+TEST_CASE("a refusal moments after another still takes back what was just freed") {
+  // A refusal that purged nothing, then frees into the caches: the next refusal hands them
+  // back before it stands.
   Arena* arena = Get(Policy::WeightedInterleave({{0, 36}}));
   numarena::deallocate(arena->allocate(4 * kKiB));  // the heap, made before the gate
   LimitGate gate(64 * kMiB);
@@ -196,8 +196,7 @@ TEST_CASE("a refusal moments after a fruitless purge still takes back what was j
   while (void* p = arena->allocate(4 * kMiB)) blocks.push_back(p);
   REQUIRE(blocks.size() >= 8);
   for (int round = 0; round < 3; ++round) {
-    // Refused with nothing to purge: the node's quiet window starts here.
-    CHECK(arena->allocate(4 * kMiB) == nullptr);
+    CHECK(arena->allocate(4 * kMiB) == nullptr);  // refused, nothing to purge
     for (int i = 0; i < 4; ++i) {
       numarena::deallocate(blocks.back());
       blocks.pop_back();
@@ -212,6 +211,57 @@ TEST_CASE("a refusal moments after a fruitless purge still takes back what was j
   }
   for (void* p : blocks) numarena::deallocate(p);
   arena->purge();
+}
+
+TEST_CASE("a full quota, everything freed at once, then filled again: all of it fits") {
+  // The objects a thread freed go partly to its caches and partly (overflow) straight to
+  // jemalloc, whose dirty pages stay charged until purged. Refilling at once must get them
+  // back: every refusal purges, including one moments after a refusal that purged nothing.
+  for (const std::size_t size : {std::size_t{16} * kKiB, std::size_t{1} * kKiB,
+                                 std::size_t{200} * kKiB}) {
+    Arena* arena = Get(Policy::WeightedInterleave({{0, 43}}));
+    numarena::deallocate(arena->allocate(4 * kKiB));  // the heap, made before the budget
+    // A quota budget, as `numarena run --budget quota:32M`: once tripped it stays closed to
+    // normal work until usage falls back below 85 %, so only a purge reopens it.
+    numarena::BudgetOptions options;
+    options.mode = numarena::BudgetMode::kQuota;
+    options.quotas = {{0, 32 * kMiB}};
+    auto budget = numarena::Budget::Create(options, std::vector<int>{0});
+    REQUIRE(budget.ok());
+    REQUIRE(numarena::InstallProcessBudget(budget->get()).ok());
+    struct Uninstall {
+      ~Uninstall() { (void)numarena::InstallProcessBudget(nullptr); }
+    } uninstall;
+    std::size_t first_fill = 0;
+    for (int round = 0; round < 3; ++round) {
+      std::vector<void*> blocks;
+      while (void* p = arena->allocate(size)) {
+        std::memset(p, round, size);
+        blocks.push_back(p);
+      }
+      INFO("size " << size << ", round " << round << ": " << blocks.size() << " objects, first "
+                   << first_fill << "; " << numarena::last_allocation_error().ToString());
+      if (round == 0) {
+        first_fill = blocks.size();
+        REQUIRE(first_fill * size >= 16 * kMiB);
+      } else {
+        CHECK(blocks.size() * 10 >= first_fill * 9);
+      }
+      for (void* p : blocks) numarena::deallocate(p);
+    }
+    // Full again and freed: the small sizes a program asks for next are given at once.
+    std::vector<void*> blocks;
+    while (void* p = arena->allocate(size)) blocks.push_back(p);
+    for (void* p : blocks) numarena::deallocate(p);
+    for (std::size_t small = 128; small <= 4 * kKiB; small *= 2) {
+      void* p = arena->allocate(small);
+      INFO("size " << size << ", then " << small << ": "
+                   << numarena::last_allocation_error().ToString());
+      CHECK(p != nullptr);
+      numarena::deallocate(p);
+    }
+    arena->purge();
+  }
 }
 
 TEST_CASE("medium and large objects freed on other threads (producer/consumer)") {

@@ -283,6 +283,53 @@ static void test_arena_lifecycle(void) {
   CHECK(numarena_last_error() == NUMARENA_OK);
 }
 
+/* A handle kept past numarena_arena_destroy is stale: every call refuses it, a second destroy
+ * too, even after a new arena reuses its slot (and, often, its address). */
+static void test_stale_arena_handle(void) {
+  numarena_clear_error();
+  numarena_arena* old = numarena_arena_create("bind(0)");
+  CHECK(old != NULL);
+  if (old == NULL) return;
+  CHECK(numarena_arena_destroy(old) == NUMARENA_OK);
+  numarena_arena* fresh = numarena_arena_create("bind(0)");
+  CHECK(fresh != NULL && fresh != old);
+  CHECK(numarena_malloc(old, 64) == NULL);
+  CHECK_ERROR(NUMARENA_FAILED_PRECONDITION, "stale");
+  CHECK(numarena_calloc(old, 2, 64) == NULL);
+  CHECK_ERROR(NUMARENA_FAILED_PRECONDITION, "numarena_arena_destroy");
+  CHECK(numarena_aligned_alloc(old, 64, 64) == NULL);
+  void* out = NULL;
+  CHECK(numarena_posix_memalign(old, &out, 64, 64) == ENOMEM && out == NULL);
+  void* live = numarena_malloc(fresh, 64);
+  CHECK(live != NULL);
+  CHECK(numarena_realloc(old, live, 4096) == NULL); /* live is untouched */
+  CHECK_ERROR(NUMARENA_FAILED_PRECONDITION, "stale");
+  CHECK(numarena_arena_contains(old, live) == 0);
+  CHECK(numarena_arena_contains(fresh, live) == 1);
+  char policy[32] = "x";
+  CHECK(numarena_arena_policy(old, policy, sizeof policy) == 0 && policy[0] == '\0');
+  numarena_arena_options seen;
+  memset(&seen, 0, sizeof seen);
+  seen.size = sizeof seen;
+  CHECK(numarena_arena_options_of(old, &seen) == NUMARENA_FAILED_PRECONDITION);
+  numarena_arena_purge(old); /* nothing to do, nothing broken */
+  const numarena_arena* arenas[] = {old};
+  char text[64];
+  CHECK(numarena_metrics_text(arenas, 1, NULL, text, sizeof text) == 0);
+  CHECK_ERROR(NUMARENA_FAILED_PRECONDITION, "stale");
+  CHECK(numarena_arena_destroy(old) == NUMARENA_FAILED_PRECONDITION); /* not `fresh` */
+  CHECK_ERROR(NUMARENA_FAILED_PRECONDITION, "stale");
+  CHECK(numarena_arena_policy(fresh, policy, sizeof policy) > 0 &&
+        strcmp(policy, "bind(0)") == 0);
+  numarena_free(live);
+  CHECK(numarena_arena_destroy(fresh) == NUMARENA_OK);
+  /* Not a handle numarena gave out at all. */
+  CHECK(numarena_malloc((numarena_arena*)(uintptr_t)0x1000, 64) == NULL);
+  CHECK_ERROR(NUMARENA_FAILED_PRECONDITION, "not an arena handle");
+  /* The shared arenas keep one handle for the life of the process. */
+  CHECK(numarena_arena_for_node(0) == numarena_arena_for_node(0));
+}
+
 static void test_arena_options(void) {
   numarena_clear_error();
   numarena_arena_options options;
@@ -543,6 +590,7 @@ int main(void) {
   test_errors_start_clear();
   test_arenas();
   test_arena_lifecycle();
+  test_stale_arena_handle();
   test_arena_options();
   test_allocation();
   test_realloc();

@@ -79,6 +79,9 @@ class LibraryLoadingTest(unittest.TestCase):
                             os.path.join(root, "numarena"),
                             ignore=shutil.ignore_patterns("__pycache__"))
             shutil.copy(self.library, os.path.join(root, "numarena", "libnumarena.so.0"))
+            # The compiled part of the package, as `cmake --install` puts it beside __init__.py.
+            shutil.copy(os.path.join(os.path.dirname(self.library), "_buffer.abi3.so"),
+                        os.path.join(root, "numarena", "_buffer.abi3.so"))
             env = dict(self.env, PYTHONPATH=root)
             status, out = child("import numarena; print(numarena.library_path)", env)
             self.assertEqual(status, 0, out)
@@ -195,11 +198,13 @@ class NodeBufferTest(unittest.TestCase):
             self.assertGreaterEqual(buf.usable_size, 64 * PAGE)
             self.assertEqual(buf.node, 0)
             self.assertEqual(buf.arena.policy, "bind(0)")
-            self.assertEqual(buf.address, ctypes.addressof(buf))
+            through_ctypes = (ctypes.c_ubyte * 8).from_buffer(buf)
+            self.assertEqual(buf.address, ctypes.addressof(through_ctypes))
+            del through_ctypes
             self.assertEqual(buf.address % 16, 0)
             raw = memoryview(buf)
             self.assertEqual((raw.format, raw.nbytes, raw.readonly, raw.contiguous),
-                             ("<B", 64 * PAGE, False, True))  # ctypes' spelling of bytes
+                             ("B", 64 * PAGE, False, True))
             view = raw.cast("B")
             self.assertEqual(buf.view().format, "B")
             view[:] = b"\xa5" * (64 * PAGE)  # the memory itself: no copy in between
@@ -356,6 +361,62 @@ class NodeBufferTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "the buffer is closed"):
             numarena.prefault(buf, 0)
 
+    def test_closed_buffer_exports_nothing(self):
+        # Closed: no view, index, numpy array or ctypes object reaches the freed memory.
+        buf = numarena.NodeBuffer(PAGE, node=0)
+        buf.close()
+        reused = numarena.NodeBuffer(PAGE, node=0)
+        reused[:] = b"\7" * PAGE
+        attempts = [lambda: memoryview(buf), lambda: bytes(buf), lambda: buf[0],
+                    lambda: buf.__setitem__(0, 42), lambda: buf[0:4],
+                    lambda: (ctypes.c_ubyte * PAGE).from_buffer(buf)]
+        if numpy is not None:
+            attempts.append(lambda: numpy.frombuffer(buf, dtype=numpy.uint8))
+        for attempt in attempts:
+            with self.assertRaisesRegex(ValueError, "the buffer is closed"):
+                attempt()
+        with self.assertRaises(TypeError):  # not a ctypes object: no way to its address
+            ctypes.addressof(buf)
+        self.assertEqual(bytes(reused), b"\7" * PAGE)
+        reused.close()
+
+    def test_close_refuses_while_views_exist(self):
+        # As mmap.mmap: a view made before close() keeps close() from freeing the memory.
+        buf = numarena.NodeBuffer(PAGE, node=0)
+        view = memoryview(buf)
+        with self.assertRaisesRegex(BufferError, "1 view of the buffer still exists"):
+            buf.close()
+        self.assertFalse(buf.closed)
+        view[0] = 5  # still allocated, still the buffer's
+        self.assertEqual(buf[0], 5)
+        holders = [(ctypes.c_ubyte * 4).from_buffer(buf), buf.view()]
+        if numpy is not None:
+            holders.append(numpy.frombuffer(buf, dtype=numpy.uint8))
+        with self.assertRaisesRegex(BufferError, f"{len(holders) + 1} views"):
+            buf.close()
+        with self.assertRaisesRegex(BufferError, "still exist"):
+            with buf:
+                pass
+        view.release()
+        for holder in holders:
+            if isinstance(holder, memoryview):
+                holder.release()
+        del holders, holder  # the loop variable still held the last one
+        buf.close()
+        self.assertTrue(buf.closed)
+        with self.assertRaisesRegex(ValueError, "the buffer is closed"):
+            memoryview(buf)
+
+    def test_placement_refuses_read_only_memory(self):
+        # prefault and correct bind and move pages: never those of an immutable object.
+        for function in (numarena.prefault, numarena.correct):
+            for target in (b"abc" * PAGE, memoryview(bytearray(PAGE)).toreadonly()):
+                with self.assertRaisesRegex(TypeError, "read-only memory"):
+                    function(target, 0)
+        self.assertEqual(numarena.page_nodes(b"abc").total_pages, 1)  # looking is fine
+        report = numarena.prefault(bytearray(PAGE), 0)
+        self.assertEqual(report.node, 0)
+
     def test_freed_exactly_once(self):
         freed = []
         real_free = numarena._free
@@ -391,7 +452,8 @@ class NodeBufferTest(unittest.TestCase):
 
             # A failure after the allocation frees it before raising.
             freed.clear()
-            with mock.patch.object(numarena, "_sized_type", side_effect=RuntimeError("boom")):
+            with mock.patch.object(numarena._capi.buffer_module.Exporter, "__init__",
+                                   side_effect=RuntimeError("boom")):
                 with self.assertRaisesRegex(RuntimeError, "boom"):
                     numarena.NodeBuffer(PAGE, node=0)
             self.assertEqual(len(freed), 1)

@@ -32,6 +32,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "command.hpp"
+#include "numarena/excerpt.hpp"
+#include "numarena/address_space.hpp"
 #include "numarena/format.hpp"
 #include "numarena/policy.hpp"
 #include "numarena/topology.hpp"
@@ -52,13 +54,19 @@ constexpr const char* kDescription =
     "LD_PRELOAD (prepended), NUMARENA_POLICY and NUMARENA_BUDGET, so what it execs runs under "
     "numarena too. NUMARENA_PRELOAD_LIBRARY names the library if it is not beside this binary "
     "or in ../" NUMARENA_INSTALL_LIBDIR
-    ". Exit status: the program's; 2 for a usage error; 127 when PROGRAM cannot be run.";
+    ". A block freed twice in a row aborts the program, as under glibc; NUMARENA_CHECK=1 in the "
+    "environment turns on checked mode, which also finds other double frees, frees of pointers "
+    "numarena never returned and sized frees with the wrong size, at several times the cost "
+    "per call. Exit status: the program's; 2 for a usage error, a bad policy or budget, or an "
+    "address-space limit (ulimit -v) too small for numarena's reservations; 127 when PROGRAM "
+    "cannot be run.";
 
 struct RunOptions {
   // Each policy option given, in order, with its value: more than one is an error.
   std::vector<std::pair<std::string, std::string>> policies;
   bool local = false;
-  std::string budget, metrics_port;
+  std::optional<std::string> budget;  // set when --budget was given, even as ''
+  std::string metrics_port;
 };
 
 // The policy option and its value, as a policy string.
@@ -79,10 +87,10 @@ std::string CheckBudget(const std::string& spec) {
   if (spec.rfind("quota:", 0) == 0) {
     auto bytes = ParseByteSize(std::string_view(spec).substr(6));
     if (bytes.ok() && *bytes > 0) return "";
-    return absl::StrCat("--budget '", spec, "': the quota must be a positive size, e.g. quota:8G",
+    return absl::StrCat("--budget '", Excerpt(spec), "': the quota must be a positive size, e.g. quota:8G",
                         bytes.ok() ? "" : absl::StrCat(" (", bytes.status().message(), ")"));
   }
-  return absl::StrCat("--budget '", spec, "': use 'system' or 'quota:SIZE' (e.g. quota:8G)");
+  return absl::StrCat("--budget '", Excerpt(spec), "': use 'system' or 'quota:SIZE' (e.g. quota:8G)");
 }
 
 // The preload library: NUMARENA_PRELOAD_LIBRARY, else beside this binary, else ../<libdir>.
@@ -126,8 +134,8 @@ int RunRun(const RunOptions& options, const std::vector<std::string>& args) {
     }
     metrics_port = std::to_string(port);
   }
-  if (!options.budget.empty()) {
-    if (std::string problem = CheckBudget(options.budget); !problem.empty()) {
+  if (options.budget) {
+    if (std::string problem = CheckBudget(*options.budget); !problem.empty()) {
       return Fail("run", problem);
     }
     budget = options.budget;
@@ -160,6 +168,14 @@ int RunRun(const RunOptions& options, const std::vector<std::string>& args) {
   if (!topology.ok()) return Fail("run", std::string(topology.status().message()));
   if (Status valid = policy->Validate(**topology); !valid.ok()) {
     return Fail("run", absl::StrCat(policy_option, " ", policy->ToString(), ": ", valid.message()));
+  }
+  // The program inherits this process's address-space limit: a limit numarena's reservations
+  // do not fit under is said now instead of as failed allocations in the program.
+  if (Status room = CheckAddressSpaceLimit(
+          ReservedAddressSpace(*policy, static_cast<int>((*topology)->node_ids().size())),
+          /*in_use=*/0, absl::StrCat(policy_option, " ", policy->ToString()));
+      !room.ok()) {
+    return Fail("run", std::string(room.message()));
   }
 
   std::string tried;
@@ -220,7 +236,8 @@ CommandRunner SetupRun(CLI::App& app) {
          "any policy string: bind(NODES), preferred(NODES), interleave(NODES), weighted(N:W,...) "
          "or local, optionally followed by /advisory or /chunk=SIZE, e.g. 'bind(0-1)/advisory', "
          "'weighted(0:3,1:1)/chunk=64K'");
-  app.add_option("--budget", options->budget,
+  app.add_option_function<std::string>(
+         "--budget", [options](const std::string& spec) { options->budget = spec; },
                  "'system': a full node makes malloc return NULL (errno ENOMEM) and new throw "
                  "std::bad_alloc, instead of an OOM kill; 'quota:SIZE': the same with SIZE bytes "
                  "of numarena memory per node (e.g. quota:8G)")

@@ -204,8 +204,15 @@ inline void* FrontPop(FrontCache* cache, unsigned size_class) noexcept {
 // keeps `p`. Cold.
 void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) noexcept;
 
+// `p` was already the last object this thread freed into its class: a double free. Reports
+// it on stderr and aborts (what glibc does for the same mistake). Cold.
+[[noreturn]] void FrontDoubleFree(int heap, unsigned size_class, void* p) noexcept;
+
 inline void FrontPush(int heap, FrontCache* cache, unsigned size_class, void* p) noexcept {
   FrontList& list = cache->lists[size_class];
+  // A block freed twice in a row on one thread would be the list's head: pushed again, the
+  // list would loop and hand it out twice. The head is loaded below anyway.
+  if (list.head == p) [[unlikely]] FrontDoubleFree(heap, size_class, p);
   if (size_class > kClassOf4K) {
     const std::size_t bytes = front_class_bytes[size_class];
     if (list.count >= list.limit || cache->medium_bytes + bytes > cache->medium_limit)

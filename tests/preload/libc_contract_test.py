@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""`numarena run` keeps the C library's contract where a program can see it (issue 34).
+
+    libc_contract_test.py NUMARENA_CLI PRELOAD_LIBRARY LIBC_CONTRACT
+
+- The edge calls (aligned_alloc / memalign / posix_memalign with odd alignments, impossible
+  sizes) answer under the override exactly as under the C library it replaces.
+- A block freed twice in a row aborts, as glibc does, naming the double free.
+- `--budget ''` is refused, not taken for "no budget".
+- A malformed NUMARENA_POLICY of 100 KB gives a short error line, not the value echoed whole.
+- An address-space limit (ulimit -v) numarena's reservations cannot fit under is said at
+  start-up in one line, by `numarena run` and by the preload library alone.
+- Under a quota, memory a program just freed is given again at once: a program that fills
+  its quota until malloc says no, frees everything and asks for 128 B-4 KiB gets it all.
+Exit status 0 only when every check passes.
+"""
+import resource
+import signal
+import subprocess
+import sys
+
+failures = []
+
+
+def check(ok, what, detail=""):
+    print(("ok      " if ok else "FAILED  ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+        if detail:
+            print("        " + detail.replace("\n", "\n        "), flush=True)
+
+
+def run(args, env=None, limit_as=None):
+    def lower_limit():
+        if limit_as is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit_as, resource.RLIM_INFINITY))
+    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=300,
+                          preexec_fn=lower_limit)
+
+
+def main():
+    cli, preload, program = sys.argv[1:4]
+    base_env = {"PATH": "/usr/bin:/bin"}
+
+    # The edges: the same answers as glibc's, every allocation numarena's.
+    plain = run([program, "edges"], env=base_env)
+    under = run([cli, "run", "--membind", "0", "--", program, "edges"])
+    check(plain.returncode == 0 and under.returncode == 0, "the edge calls run under both",
+          plain.stderr + under.stderr)
+    plain_lines, under_lines = plain.stdout.splitlines(), under.stdout.splitlines()
+    check(len(plain_lines) > 30 and plain_lines == under_lines,
+          "every edge call answers under numarena run as under glibc",
+          "\n".join(f"glibc:    {a}\nnumarena: {b}" for a, b in zip(plain_lines, under_lines)
+                    if a != b))
+    owned = [line for line in under.stderr.splitlines() if line.startswith("owned by numarena")]
+    counts = owned[0].split(": ")[1].split(" of ") if owned else ["0", "1"]
+    check(owned and counts[0] == counts[1] and int(counts[1]) > 20,
+          "every block the edge calls returned is numarena's", under.stderr)
+
+    # A double free in a row: glibc aborts, so must the override.
+    for size in ("64", "1000", "65536", "3145728"):
+        reference = run([program, "double-free", size], env=base_env)
+        result = run([cli, "run", "--membind", "0", "--", program, "double-free", size])
+        check(result.returncode == -signal.SIGABRT and
+              "double free detected" in result.stderr,
+              f"a {size}-byte block freed twice in a row aborts under numarena run "
+              f"(glibc: {'aborts' if reference.returncode == -signal.SIGABRT else 'does not'})",
+              f"exit {result.returncode}: {result.stdout}{result.stderr}")
+
+    # --budget '' is a bad budget, not no budget.
+    result = run([cli, "run", "--membind", "0", "--budget", "", "--", "/bin/true"])
+    check(result.returncode == 2 and "--budget ''" in result.stderr,
+          "numarena run --budget '' is refused", f"exit {result.returncode}: {result.stderr}")
+
+    # A 100 KB policy: one short line.
+    junk = "bind(" + "7," * 51200 + ")"
+    result = run(["/bin/true"], env=dict(base_env, LD_PRELOAD=preload, NUMARENA_POLICY=junk))
+    check(result.returncode == 127 and len(result.stderr) < 2000 and
+          f"({len(junk)} bytes)" in result.stderr,
+          "a 100 KB NUMARENA_POLICY is named in a short line",
+          f"exit {result.returncode}, {len(result.stderr)} bytes: {result.stderr[:300]}")
+    result = run([cli, "run", "--policy", junk, "--", "/bin/true"])
+    check(result.returncode == 2 and len(result.stderr) < 2000,
+          "numarena run --policy of 100 KB answers in a short line",
+          f"exit {result.returncode}, {len(result.stderr)} bytes")
+
+    # ulimit -v 8 GiB: /bin/true runs under glibc; numarena says what it needs, once.
+    limit = 8 << 30
+    control = run(["/bin/true"], env=base_env, limit_as=limit)
+    check(control.returncode == 0, "/bin/true runs under an 8 GiB address-space limit")
+    for args, env, status, what in (
+            ([cli, "run", "--membind", "0", "--", "/bin/true"], None, 2, "numarena run --membind 0"),
+            ([cli, "run", "--local", "--", "/bin/true"], None, 2, "numarena run --local"),
+            (["/bin/true"], dict(base_env, LD_PRELOAD=preload, NUMARENA_POLICY="local"), 127,
+             "LD_PRELOAD with NUMARENA_POLICY=local"),
+            (["/bin/true"], dict(base_env, LD_PRELOAD=preload, NUMARENA_POLICY="bind(0)"), 127,
+             "LD_PRELOAD with NUMARENA_POLICY=bind(0)")):
+        result = run(args, env=env, limit_as=limit)
+        lines = result.stderr.strip().splitlines()
+        check(result.returncode == status and len(lines) == 1 and "ulimit -v" in lines[0] and
+              "8.0 GiB" in lines[0],
+              f"{what} under ulimit -v 8 GiB: one line that names the limit and the fix",
+              f"exit {result.returncode}: {result.stderr}")
+    result = run([cli, "run", "--membind", "0", "--", "/bin/true"], limit_as=1 << 40)
+    check(result.returncode == 0, "numarena run --membind 0 under a 1 TiB limit runs",
+          result.stderr)
+
+    # Freed memory is given again at once under a quota.
+    for policy in (["--membind", "0"], ["--local"]):
+        result = run([cli, "run", *policy, "--budget", "quota:32M", "--", program, "refill"])
+        check(result.returncode == 0 and "malloc said no" in result.stdout,
+              f"numarena run {' '.join(policy)} --budget quota:32M: a program that filled the "
+              "quota, freed everything and asked for 128 B-4 KiB at once got them all",
+              f"exit {result.returncode}: {result.stdout}{result.stderr}")
+
+    print(f"{len(failures)} failed" if failures else "all passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
