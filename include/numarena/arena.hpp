@@ -33,7 +33,9 @@
 // the pages are touched. Memory freed into numarena's arenas stays committed (and charged)
 // until it is purged, by jemalloc's decay or `purge()`; before a refusal for lack of room
 // stands, the arena purges the dirty pages of every numarena arena on that node and tries
-// once more (the calling thread's caches and the heaps' large caches are emptied first), so
+// once more on a fresh reading of the node's free memory (the calling thread's caches and
+// the heaps' depots and large caches are emptied first; every refusal does this, however
+// soon after the last), so
 // memory one thread freed is not what refuses another, up to what other threads' front
 // caches hold (per thread and arena at most about 32 KiB per class up to 4 KiB and 4 MiB of
 // larger objects), which only they can hand back. `Preferred` arenas

@@ -498,7 +498,11 @@ std::size_t PurgeDirtyOnNode(int node) noexcept {
     });
     after += heap->pages->committed_bytes();
   }
-  return before > after ? before - after : 0;
+  if (after >= before) return 0;
+  // The pages are the kernel's again now: the retry that follows must judge the node on a
+  // fresh reading, not on the guard's figures from before the purge.
+  NodeMemoryGuard::Invalidate(node);
+  return before - after;
 }
 
 int EnsureThreadCache(int heap) noexcept {

@@ -206,6 +206,28 @@ TEST_CASE("numarena run --budget quota:64M: malloc fails with ENOMEM at the quot
   CHECK(fields["after"] < 64);
 }
 
+TEST_CASE("numarena run with a budget: memory a program just freed is given again at once",
+          "[lab][preload]") {
+  // The program fills the node (tiny: --budget system on the 256 MiB node 1) or a quota
+  // (elsewhere: quota:32M on the last node) until malloc says no, frees everything, asks at
+  // once for 128 B-4 KiB, then fills again: everything it freed must be there for it.
+  const auto& lab = Expected();
+  const bool tiny = lab.name == "tiny";
+  const int node = tiny ? 1 : lab.node_ids().back();
+  for (const char* kib : {"16", "64"}) {
+    Run run = RunProbe({"--membind", std::to_string(node), "--budget",
+                        tiny ? "system" : "quota:32M"},
+                       {"refill", kib}, lab.node(lab.node_ids().front()).cpus.front());
+    REQUIRE(run.exited);
+    CHECK(run.status == 0);
+    auto fields = Fields(run.output, "refill first=");
+    INFO(kib << " KiB blocks: " << run.output);
+    CHECK(fields["first"] * std::stol(kib) >= (tiny ? 64 : 16) * 1024);
+    CHECK(fields["small_refused"] == 0);
+    CHECK(fields["second"] * 10 >= fields["first"] * 9);
+  }
+}
+
 TEST_CASE("python3 under numarena run --membind N: its bytearray's pages are on N",
           "[lab][preload][python]") {
   if (std::string(NUMARENA_LAB_PYTHON).empty()) {

@@ -15,6 +15,10 @@
  *   heap_probe exhaust MIB      mallocs and writes MIB-sized blocks until malloc returns NULL,
  *                               then "refused after=A MiB errno=ENOMEM" (or errno=<number>) and
  *                               exit 0; exit 1 if nothing was refused after 64 GiB
+ *   heap_probe refill KIB       mallocs and writes KIB-sized blocks until malloc returns NULL,
+ *                               frees them all, at once asks for 16 blocks of each of 128 B to
+ *                               4 KiB, then fills again: "refill first=F second=S
+ *                               small_refused=R" (exit 1 if 262,144 blocks were never refused)
  *
  * Pages are asked of the kernel with move_pages(2) with no target nodes: per page, the node it
  * is on, or a negative errno (not present, ...), which counts in errors.
@@ -193,12 +197,52 @@ static int exhaust(size_t mib) {
   return 1;
 }
 
+/* Fills with `kib`-sized written blocks until malloc says no; returns how many it got, and
+ * frees them (all, or none when `keep`). */
+static long fill(size_t kib, void** blocks, long max, int keep) {
+  long count = 0;
+  while (count < max) {
+    char* p = malloc(kib << 10);
+    if (p == NULL) break;
+    memset(p, 7, kib << 10);
+    blocks[count++] = p;
+  }
+  if (!keep) {
+    for (long i = 0; i < count; ++i) free(blocks[i]);
+  }
+  return count;
+}
+
+static int refill(size_t kib) {
+  const long max = 1L << 18; /* 262,144 blocks: 4 GiB of 16 KiB ones */
+  void** blocks = calloc((size_t)max, sizeof(void*));
+  if (blocks == NULL) return 2;
+  const long first = fill(kib, blocks, max, 0);
+  int small_refused = 0;
+  for (size_t size = 128; size <= 4096; size *= 2) {
+    for (int i = 0; i < 16; ++i) {
+      void* p = malloc(size);
+      if (p == NULL) {
+        ++small_refused;
+        continue;
+      }
+      memset(p, 8, size);
+      free(p);
+    }
+  }
+  const long second = fill(kib, blocks, max, 0);
+  printf("refill first=%ld second=%ld small_refused=%d\n", first, second, small_refused);
+  free(blocks);
+  return first < max ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   owns = (int (*)(const void*))dlsym(RTLD_DEFAULT, "numarena_owns");
   if (argc >= 2 && strcmp(argv[1], "place") == 0) return place();
   if (argc >= 2 && strcmp(argv[1], "local") == 0) return local(argc - 2, argv + 2);
   if (argc == 3 && strcmp(argv[1], "exhaust") == 0) return exhaust((size_t)atol(argv[2]));
-  fprintf(stderr, "usage: heap_probe place | local NODE:CPU... | exhaust MIB\n");
+  if (argc == 3 && strcmp(argv[1], "refill") == 0) return refill((size_t)atol(argv[2]));
+  fprintf(stderr, "usage: heap_probe place | local NODE:CPU... | exhaust MIB | refill KIB\n");
   return 2;
 }
