@@ -92,7 +92,7 @@ StatusOr<numarena_arena*> HandleOf(Arena* arena) {
 }
 
 Arena* ArenaOfHandle(const numarena_arena* handle) noexcept {
-  std::uint32_t slot, generation;
+  std::uint32_t slot = 0, generation = 0;
   if (!Decode(handle, &slot, &generation)) return nullptr;
   Slot* entry = SlotAt(slot);
   if (entry == nullptr || entry->generation.load(std::memory_order_acquire) != generation) {
@@ -109,7 +109,7 @@ Status DestroyByHandle(numarena_arena* handle) {
     return absl::FailedPreconditionError(StaleHandleMessage("numarena_arena_destroy"));
   }
   if (Status status = Arena::Destroy(arena); !status.ok()) return status;
-  std::uint32_t slot, generation;
+  std::uint32_t slot = 0, generation = 0;
   Decode(handle, &slot, &generation);
   Slot* entry = SlotAt(slot);
   entry->arena.store(nullptr, std::memory_order_release);
