@@ -122,7 +122,8 @@ CommandRunner SetupDecode(CLI::App& app) {
 
 }  // namespace
 
-NUMARENA_COMMAND(decode, "the decode table: TTFT/TBT/tokens/s of a KV-cache decode under five placements",
+NUMARENA_COMMAND(decode,
+                 "the decode table: TTFT/TBT/tokens/s of a KV-cache decode under five placements",
                  SetupDecode);
 
 }  // namespace numarena::cli
