@@ -253,7 +253,7 @@ case "$cmd" in
       --size medium --rounds 6 --out "$R/llama.json" --chart "$R/llama.png"
     ;;
   *)
-    sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
