@@ -73,7 +73,7 @@ def load(path):
 # ---- chart stamps ------------------------------------------------------------------------
 # Every chart says when its data was measured, on what machine and at which commit: in its
 # title, and in the PNG's metadata ("Title", and "Source": the JSON files it was drawn from,
-# relative to the chart), which tests/tools/results_test.py checks against the JSON files
+# relative to the chart), which tests/tools/docs_test.py checks against the JSON files
 # (bench/results keeps only the newest run of each benchmark; a chart must be drawn from it).
 
 def doc_time(doc):

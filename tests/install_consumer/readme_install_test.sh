@@ -4,7 +4,9 @@
 # into ./build, which must not be the checkout's own), with HOME set to a temporary folder so
 # that its "$HOME/.local" prefix is temporary too. Then what it installed is checked by
 # run.sh --prefix: a find_package and a pkg-config consumer, the C API through libnumarena.so,
-# python3 ctypes and the installed Python module.
+# python3 ctypes and the installed Python module; and the README's C++ and C examples are
+# compiled against the installed package (and run: on a machine without their GPU or nodes
+# they report an error, which is their documented behaviour, so only a crash fails).
 #
 #   tests/install_consumer/readme_install_test.sh SOURCE
 #
@@ -61,3 +63,40 @@ init="$(find "$prefix/lib" -path '*/dist-packages/numarena/__init__.py' | head -
 pydir="$(dirname "$(dirname "$init")")"
 echo "== the installed package, checked by run.sh --prefix:"
 "$here/run.sh" --prefix "$prefix" shared "${pydir#"$prefix/"}"
+
+# fenced LANG: the first ```LANG block of the README.
+fenced() {
+  awk -v lang="$1" '!open && $0 == "```" lang { open = 1; next } open && /^```$/ { exit }
+                    open { print }' "$source_dir/README.md"
+}
+cpp="$(fenced cpp)"
+c="$(fenced c)"
+if [[ -z "$cpp" || -z "$c" ]]; then
+  echo "readme_install_test: the README has no \`\`\`cpp or no \`\`\`c block" >&2
+  exit 1
+fi
+# The C++ example is the body of a function returning absl::Status (it returns statuses), its
+# #include lines before it; the C example the body of main().
+{
+  grep '^#include' <<<"$cpp"
+  printf '#include <cstdio>\n#include <cstring>\nnamespace {\nabsl::Status Example() {\n'
+  grep -v '^#include' <<<"$cpp"
+  printf '  return absl::OkStatus();\n}\n}  // namespace\n'
+  printf 'int main() { std::printf("%%s\\n", Example().ToString().c_str()); }\n'
+} >"$work/readme_example.cpp"
+{
+  printf '#include <stdio.h>\n#include <numarena/numarena.h>\nint main(void) {\n'
+  printf '%s\n' "$c"
+  printf '  numarena_free(block);\n  return 0;\n}\n'
+} >"$work/readme_example.c"
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+echo "== the README's C++ example, against the installed numarena:"
+# shellcheck disable=SC2046
+g++ -std=c++20 -Wall -Werror -Wno-unused-variable "$work/readme_example.cpp" \
+  -o "$work/readme_example" $(pkg-config --cflags --libs numarena)
+"$work/readme_example"
+echo "== the README's C example, against the installed libnumarena.so:"
+# shellcheck disable=SC2046
+gcc -std=c11 -Wall -Werror "$work/readme_example.c" -o "$work/readme_example_c" \
+  $(pkg-config --cflags --libs numarena-shared)
+LD_LIBRARY_PATH="$prefix/lib" "$work/readme_example_c" || [[ $? == 1 ]]
