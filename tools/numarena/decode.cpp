@@ -122,8 +122,7 @@ CommandRunner SetupDecode(CLI::App& app) {
 
 }  // namespace
 
-NUMARENA_COMMAND(decode,
-                 "the decode table: TTFT/TBT/tokens/s of a KV-cache decode under five placements",
+NUMARENA_COMMAND(decode, "decode table: TTFT/TBT/tokens/s of a KV cache under five placements",
                  SetupDecode);
 
 }  // namespace numarena::cli
