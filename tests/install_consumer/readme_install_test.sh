@@ -5,7 +5,7 @@
 # that its "$HOME/.local" prefix is temporary too. Then what it installed is checked by
 # run.sh --prefix: a find_package and a pkg-config consumer, the C API through libnumarena.so,
 # python3 ctypes and the installed Python module; and the README's C++ and C examples are
-# compiled against the installed package (and run: on a machine without their GPU or nodes
+# compiled against the installed package (its Python example is parsed) (and run: on a machine without their GPU or nodes
 # they report an error, which is their documented behaviour, so only a crash fails).
 #
 #   tests/install_consumer/readme_install_test.sh SOURCE
@@ -71,10 +71,13 @@ fenced() {
 }
 cpp="$(fenced cpp)"
 c="$(fenced c)"
-if [[ -z "$cpp" || -z "$c" ]]; then
-  echo "readme_install_test: the README has no \`\`\`cpp or no \`\`\`c block" >&2
+python="$(fenced python)"
+if [[ -z "$cpp" || -z "$c" || -z "$python" ]]; then
+  echo "readme_install_test: the README has no \`\`\`cpp, \`\`\`c or \`\`\`python block" >&2
   exit 1
 fi
+# The Python example wants a node 1 to run; here it is parsed (tests/python runs the module).
+python3 -c 'import ast, sys; ast.parse(sys.stdin.read(), "README.md python block")' <<<"$python"
 # The C++ example is the body of a function returning absl::Status (it returns statuses), its
 # #include lines before it; the C example the body of main().
 {
