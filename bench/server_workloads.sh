@@ -13,7 +13,8 @@
 # value per process and peer, and needs 5 a side: fewer rounds fail on any excess. Then
 # bench/rss_runs.sh (three processes per batch/larson benchmark, every page of the batches
 # written) and the check itself, written to OUT_DIR/targets.md, with the chart
-# OUT_DIR/server_workloads.png (titled with the date, this machine and this checkout's commit).
+# OUT_DIR/server_workloads.png and the peer charts OUT_DIR/peers_threads*.png (titled with the
+# date, this machine and this checkout's commit). OUT_DIR should be empty: a run is its files.
 # OUT_DIR/load.txt keeps the load average before and after each program, and the machine.
 #
 # Repetitions run in random order across the peers (--benchmark_enable_random_interleaving):
@@ -75,3 +76,5 @@ echo "rss runs start $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$
 echo "finished $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/load.txt"
 /usr/bin/python3 "$root/tools/plot_results.py" targets "$out"/peers_*bench.*.json \
   --rss "$out"/rss/*.json --chart "$out/server_workloads.png" | tee "$out/targets.md"
+# Every peer of every row as the ratio to the row's best: peers_threads{1,2,8}.png.
+/usr/bin/python3 "$root/tools/plot_results.py" peers "$out"/peers_*bench.*.json --out "$out" >/dev/null
