@@ -811,8 +811,8 @@ def main(argv):
                 print("  " + f)
         else:
             print(f"all {len(TARGET_ROWS)} rows pass")
-        if args.chart:
-            print(plot_targets(args.files, args.chart, args.machine, args.commit))
+        if args.chart:  # its path on stderr: stdout is the table (targets.md)
+            print(plot_targets(args.files, args.chart, args.machine, args.commit), file=sys.stderr)
         return 1 if failures and args.strict else 0
 
     if args.command == "arena":
