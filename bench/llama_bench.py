@@ -15,7 +15,10 @@ quiet (the load average is printed with the table).
     bench/llama_bench.py --numarena build/tools/numarena [--size medium] [--rounds 5]
         [--prompt-tokens 64] [--tokens 64] [--threads 1] [--out results.json]
         [--chart chart.png]
-    bench/llama_bench.py --numarena X --replot results.json --chart chart.png
+    bench/llama_bench.py --replot results.json --chart chart.png [--machine M] [--commit C]
+
+The chart's title names the run's date, the machine and the commit (--machine and --commit;
+by default this machine and this checkout's HEAD, right for a run made here now).
 
 Needs tools/llama/node_modules (`tools/dev.sh deps`). The model is written by
 tools/llama/make_gguf.py into a temporary directory unless --model is given.
@@ -69,7 +72,7 @@ def run_one(prefix, env, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--numarena", required=True, help="the numarena CLI (build/tools/numarena)")
+    ap.add_argument("--numarena", help="the numarena CLI (build/tools/numarena); needed to run")
     ap.add_argument("--model")
     ap.add_argument("--size", default="medium", help="make_gguf.py --size (default medium)")
     ap.add_argument("--rounds", type=int, default=5)
@@ -79,13 +82,17 @@ def main():
     ap.add_argument("--out", help="write every run's JSON here")
     ap.add_argument("--chart", help="write a bar chart (matplotlib) here")
     ap.add_argument("--replot", metavar="JSON", help="only draw --chart from an earlier --out")
+    ap.add_argument("--machine", help="the machine in the chart's title (default: this one)")
+    ap.add_argument("--commit", help="the commit in the chart's title (default: HEAD)")
     a = ap.parse_args()
     if a.replot:
         with open(a.replot) as f:
             saved = json.load(f)
         chart(a.chart or sys.exit("llama_bench: --replot needs --chart"), saved["medians"],
-              saved["args"]["size"], saved["started"])
+              saved["args"]["size"], saved["started"], [a.replot], a.machine, a.commit)
         return
+    if not a.numarena:
+        sys.exit("llama_bench: --numarena is needed to run (only --replot works without it)")
     if a.rounds < 1:
         sys.exit("llama_bench: --rounds must be at least 1")
     if not os.path.isdir(os.path.join(TOOLS, "node_modules", "node-llama-cpp")):
@@ -160,12 +167,14 @@ def main():
             json.dump({"started": started, "args": vars(a), "runs": runs, "medians": med}, f,
                       indent=1)
     if a.chart:
-        chart(a.chart, med, a.size, started)
+        chart(a.chart, med, a.size, started, [a.out] if a.out else [], a.machine, a.commit)
 
 
-def chart(path, med, size, started):
+def chart(path, med, size, started, sources, machine, commit):
     try:
         import matplotlib
+        sys.path.insert(0, os.path.join(ROOT, "tools"))
+        import plot_results  # the chart stamp: title and metadata, as every results chart has
     except ImportError:
         sys.exit("llama_bench: no matplotlib for --chart in %s; Debian's is python3-matplotlib "
                  "for /usr/bin/python3 (the table above is complete)" % sys.executable)
@@ -182,9 +191,10 @@ def chart(path, med, size, started):
         ax.set_xticklabels([n.replace("numarena ", "numarena\n") for n in names],
                            rotation=30, ha="right", fontsize=7)
         ax.set_title(title + ", median")
-    fig.suptitle("llama.cpp (random %s model, mmap off) per allocator, %s" % (size, started))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    title = "llama.cpp (random %s model, mmap off) per allocator, medians\n%s, %s, commit %s" % (
+        size, started.replace(" UTC", "Z"), machine or plot_results.this_machine(),
+        commit or plot_results.this_commit())
+    plot_results.save_chart(fig, path, title, sources)
 
 if __name__ == "__main__":
     main()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Peak RSS of issue 16's batch and larson-like workloads, one process per benchmark.
+# Peak RSS of the server workloads' batch and larson-like rows, one process per benchmark.
 #
 #   bench/rss_runs.sh BUILD_DIR OUT_DIR
 #

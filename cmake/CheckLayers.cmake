@@ -8,7 +8,8 @@
 # synthetic tree with an upward include to prove it can fail. Standalone:
 #   cmake -DROOT=<tree> -P cmake/CheckLayers.cmake
 
-# Bottom-up. Keep in step with the README's Layout section.
+# Bottom-up. Keep in step with the layer table of docs/design.md (the test
+# "docs: links, bench/results and the layer table" compares the two).
 set(NUMARENA_LAYERS base os topology placement alloc budget kv adapters ops capi preload)
 
 # Public header -> layer. A new public header must be added here (the check says so).
@@ -96,7 +97,7 @@ function(numarena_check_layers root)
       list(FIND NUMARENA_LAYERS ${name} index)
       if(index LESS 0)
         list(APPEND errors "lib/${name}/ is not a layer: add it to NUMARENA_LAYERS in "
-                           "cmake/CheckLayers.cmake and to the README's Layout section")
+                           "cmake/CheckLayers.cmake and to the layer table of docs/design.md")
       endif()
     elseif(NOT name STREQUAL "CMakeLists.txt")
       list(APPEND errors "lib/${name}: every source belongs in a layer folder")

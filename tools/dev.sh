@@ -12,8 +12,8 @@
 #                             30 s) fails
 #   tools/dev.sh fuzz-ci      what CI runs after the suites: fuzz with 15 s per target
 #   tools/dev.sh bench        build and run the benchmarks, JSON into build/bench-results, and
-#                             print issue 16's ratio table (tools/plot_results.py targets) and
-#                             llama.cpp's per allocator (bench/llama_bench.py)
+#                             print the server workloads' ratio table (tools/plot_results.py
+#                             targets) and llama.cpp's per allocator (bench/llama_bench.py)
 #   tools/dev.sh deps         only install what is missing (Debian packages; node-llama-cpp
 #                             into tools/llama/node_modules with npm ci, which needs Node >= 20)
 set -euo pipefail
@@ -241,7 +241,8 @@ case "$cmd" in
       "$b" --benchmark_out="$ROOT/build/bench-results/$(basename "$b").json" \
            --benchmark_out_format=json "$@"
     done
-    # Peak RSS needs processes of their own (bench/rss_runs.sh: 3 per benchmark), then issue 16's check.
+    # Peak RSS needs processes of their own (bench/rss_runs.sh: 3 per benchmark), then the
+    # server workloads' check.
     log "running the RSS runs (bench/rss_runs.sh)"
     "$ROOT/bench/rss_runs.sh" "$ROOT/build" "$ROOT/build/bench-results/rss"
     R="$ROOT/build/bench-results"
@@ -253,7 +254,7 @@ case "$cmd" in
       --size medium --rounds 6 --out "$R/llama.json" --chart "$R/llama.png"
     ;;
   *)
-    sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

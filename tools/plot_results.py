@@ -12,8 +12,8 @@ Inputs are the files the benchmarks write (see bench/RESULTS.md for the commands
   tools/plot_results.py bandwidth FILE OUT_DIR
   tools/plot_results.py peers FILE [FILE...] --out OUT_DIR   (also prints the ratio table)
   tools/plot_results.py decode FILE OUT_DIR
-  tools/plot_results.py targets FILE... [--rss FILE...] [--strict]
-                                          issue 16's line per row: numarena within 1.2x of
+  tools/plot_results.py targets FILE... [--rss FILE...] [--strict] [--chart PNG]
+                                          the server workloads' line per row: numarena within 1.2x of
                                           the best of jemalloc, mimalloc, tcmalloc and glibc,
                                           and not slower than memkind or a jemalloc explicit
                                           arena (median above theirs and a one-sided U test
@@ -22,10 +22,11 @@ Inputs are the files the benchmarks write (see bench/RESULTS.md for the commands
                                           1.25x of the lowest of those four (the median of
                                           each process's peak).
                                           Prints the table and the failing rows; exit status 1
-                                          only with --strict and a failing row
-  tools/plot_results.py arena FILE        the README's arena table: CPU ns per alloc+free
-                                          pair on one thread, two-thread scaling, and
-                                          issue 3's targets checked against the same run
+                                          only with --strict and a failing row. --chart draws
+                                          each row's ratio to the best general peer
+  tools/plot_results.py arena FILE        the arena table (docs/benchmarks.md): CPU ns per
+                                          alloc+free pair on one thread, two-thread scaling,
+                                          and the arena targets checked against the same run
   tools/plot_results.py same-shape DIR_A DIR_B   exit 1 unless the JSON files of two result
                                                  directories have the same structure (keys,
                                                  matrix size, configurations, benchmark names)
@@ -34,15 +35,21 @@ Peers are compared by ratio to the best peer of the same workload and thread cou
 in the same run: "x best" = best peer's allocations/s divided by this peer's (1.00 = best,
 2.00 = half as fast). Absolute numbers on a shared machine drift; the ratios are the result.
 
+Every chart's title (and PNG metadata) names the date of its data, the machine and the commit:
+--machine and --commit say which (defaults: this machine and this checkout's HEAD, right for a
+run made here now; give both when drawing an older run).
+
 Needs matplotlib (Debian: python3-matplotlib, installed by tools/dev.sh deps); run it with
 /usr/bin/python3 if another python3 comes first on PATH.
 """
 
 import argparse
+import datetime
 import json
 import statistics
 import math
 import os
+import subprocess
 import sys
 from collections import OrderedDict
 
@@ -61,6 +68,80 @@ KERNELS = ["read", "write", "copy", "triad"]
 def load(path):
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+# ---- chart stamps ------------------------------------------------------------------------
+# Every chart says when its data was measured, on what machine and at which commit: in its
+# title, and in the PNG's metadata ("Title", and "Source": the JSON files it was drawn from,
+# relative to the chart), which tests/tools/docs_test.py checks against the JSON files
+# (bench/results keeps only the newest run of each benchmark; a chart must be drawn from it).
+
+def doc_time(doc):
+    """When a result file's run started (UTC), or None: `timestamp_utc` (numarena's JSON),
+    Google Benchmark's `context.date`, or bench/llama_bench.py's `started`."""
+    text = doc.get("timestamp_utc") or doc.get("context", {}).get("date") or doc.get("started")
+    if not text:
+        return None
+    text = text.replace(" UTC", "+00:00").replace("Z", "+00:00")
+    for fmt in ("%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M%z"):
+        try:
+            return datetime.datetime.strptime(text, fmt).astimezone(datetime.timezone.utc)
+        except ValueError:
+            pass
+    return None
+
+
+def stamp_date(paths):
+    """The start of the run the files come from (the earliest of their times), as
+    "YYYY-MM-DD HH:MMZ"; "date unknown" when none has one."""
+    times = [t for t in (doc_time(load(p)) for p in paths) if t is not None]
+    return min(times).strftime("%Y-%m-%d %H:%MZ") if times else "date unknown"
+
+
+def this_machine():
+    """"2-CPU Intel(R) Xeon(R) Processor": this machine, for charts of a run made here now."""
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{os.cpu_count()}-CPU {model}"
+
+
+def this_commit():
+    """The checkout's commit (short hash, "+changes" when the tree differs from it)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "diff", "--quiet", "HEAD", "--", "lib",
+                                "include", "bench", "tools"]).returncode != 0
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+changes" if dirty else "")
+
+
+def stamp(what, sources, machine=None, commit=None):
+    """A chart title: what it shows, then "date, machine, commit C"."""
+    return (f"{what}\n{stamp_date(sources)}, {machine or this_machine()}, "
+            f"commit {commit or this_commit()}")
+
+
+def save_chart(fig, path, title, sources, dpi=110, fontsize=10):
+    """Titles, lays out and writes the chart with its title and sources in the metadata."""
+    height = fig.get_figheight()  # inches: the two title lines take the top half inch
+    fig.suptitle(title, fontsize=fontsize, y=1 - 0.06 / height, va="top")
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.45 / height))
+    here = os.path.dirname(os.path.abspath(path))
+    fig.savefig(path, dpi=dpi, metadata={
+        "Title": title.replace("\n", " - "),
+        "Source": " ".join(os.path.relpath(os.path.abspath(s), here) for s in sources)})
+    plt.close(fig)
+    return path
 
 
 # ---- bandwidth -------------------------------------------------------------------------
@@ -105,7 +186,7 @@ def bandwidth_tables(doc):
     return "\n".join(out) + "\n"
 
 
-def plot_bandwidth(doc, out_dir, title_note=""):
+def plot_bandwidth(doc, out_dir, title_note="", sources=(), machine=None, commit=None):
     """The heatmaps, or None on one node: a 1x1 matrix has nothing to compare (the table
     still prints its numbers)."""
     rows = doc["rows"]
@@ -133,13 +214,9 @@ def plot_bandwidth(doc, out_dir, title_note=""):
                 ax.text(j, i, fmt.format(value), ha="center", va="center",
                         color="white" if value > 0.6 * top else "black", fontsize=9)
         fig.colorbar(image, ax=ax, shrink=0.8)
-    fig.suptitle(f"numarena bandwidth matrix {doc['timestamp_utc']}, "
-                 f"{doc['buffer_bytes'] / 2**20:.0f} MiB per array{title_note}")
-    fig.tight_layout()
-    path = os.path.join(out_dir, "bandwidth_matrix.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    title = stamp(f"numarena bandwidth matrix, {doc['buffer_bytes'] / 2**20:.0f} MiB per array"
+                  f"{title_note}", sources, machine, commit)
+    return save_chart(fig, os.path.join(out_dir, "bandwidth_matrix.png"), title, sources)
 
 
 # ---- peers -------------------------------------------------------------------------------
@@ -216,7 +293,7 @@ def clipped(value, limit=PEER_AXIS_LIMIT):
     return (min(value, limit), f" {value:.2f}" if value <= limit else f" {value:,.0f}x (off scale)")
 
 
-def plot_peers(groups, out_dir):
+def plot_peers(groups, out_dir, sources=(), machine=None, commit=None):
     ratios = peer_ratios(groups)
     order = peer_order(groups)
     paths = []
@@ -236,19 +313,17 @@ def plot_peers(groups, out_dir):
             ax.tick_params(labelsize=8)
             for i, (length, label) in enumerate(bars):
                 ax.text(length, i, label, va="center", fontsize=7)
-        fig.suptitle(f"allocator peers, {threads} thread(s): ratio to the best peer (1 = best, linear "
-                     f"to {PEER_AXIS_LIMIT:.0f}x, larger written as text; blue = numarena)", fontsize=10)
-        fig.tight_layout(rect=(0, 0, 1, 0.985))
-        path = os.path.join(out_dir, f"peers_threads{threads}.png")
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        paths.append(path)
+        title = stamp(f"allocator peers, {threads} thread(s): ratio to the best peer (1 = best, "
+                      f"linear to {PEER_AXIS_LIMIT:.0f}x, larger written as text; blue = numarena)",
+                      sources, machine, commit)
+        paths.append(save_chart(fig, os.path.join(out_dir, f"peers_threads{threads}.png"),
+                                title, sources, dpi=100))
     return paths
 
 
-# ---- issue 16's targets (bench/peer_workloads.hpp's server workloads) -------------------
+# ---- the server workloads' targets (bench/peer_workloads.hpp) ---------------------------
 
-# (workload, threads, what the row is): the rows of issue 16's table, then its additions.
+# (workload, threads, what the row is): the rows the targets are judged on.
 TARGET_ROWS = [
     ("alloc_free_64KiB", 1, "64 KiB alloc+free pair"),
     ("alloc_free_2MiB", 1, "2 MiB alloc+free pair"),
@@ -407,6 +482,48 @@ def human_bytes(n):
     return f"{n:.0f} B"
 
 
+def row_times(ips, workload, threads):
+    """({peer: ns per item}, {general peer: ns per item}) of one row of benchmark_rows."""
+    ns = {p: 1e9 / v for p, v in ips.get((workload, threads), {}).items() if v > 0}
+    return ns, {p: ns[p] for p in TARGET_GENERAL if p in ns}
+
+
+def plot_targets(time_paths, path, machine=None, commit=None):
+    """The rows' chart: numarena's time per operation over the best general peer's (unsized
+    and sized frees), with the 1.2x line. The README's headline chart."""
+    ips = benchmark_rows(time_paths, "items_per_second")
+    rows = []
+    for workload, threads, label in TARGET_ROWS:
+        ns, general = row_times(ips, workload, threads)
+        if not general or not all(p in ns for p in TARGET_NUMARENA):
+            continue
+        best = min(general, key=general.get)
+        rows.append((f"{label} [{best}]", [ns[p] / general[best] for p in TARGET_NUMARENA]))
+    if not rows:
+        sys.exit("no row of the server workloads in " + ", ".join(time_paths))
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.55 * len(rows)))
+    height = 0.38
+    for k, (name, color) in enumerate((("numarena, unsized free", "#1f77b4"),
+                                       ("numarena, sized free", "#8fbbd9"))):
+        ys = [i + (k - 0.5) * height for i in range(len(rows))]
+        values = [r[1][k] for r in rows]
+        ax.barh(ys, values, height=height, color=color, label=name)
+        for y, v in zip(ys, values):
+            ax.text(v, y, f" {v:.2f}", va="center", fontsize=7)
+    ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.axvline(TARGET_TIME_RATIO, color="#d62728", linewidth=1, linestyle="--",
+               label=f"the {TARGET_TIME_RATIO}x line")
+    ax.set_xlim(0, max(1.5, max(max(r[1]) for r in rows) * 1.15))
+    ax.set_xlabel("time per operation / the best general peer's (in brackets); medians of "
+                  "all runs; below 1 = numarena faster", fontsize=8)
+    ax.legend(fontsize=8, loc="lower right")
+    title = stamp("numarena against the best of tcmalloc, mimalloc, jemalloc and glibc, "
+                  "server workloads", time_paths, machine, commit)
+    return save_chart(fig, path, title, time_paths)
+
+
 def target_check(time_paths, rss_paths=()):
     """Returns (markdown table, [failure descriptions]) for TARGET_ROWS.
 
@@ -425,9 +542,7 @@ def target_check(time_paths, rss_paths=()):
     out = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
     failures = []
     for workload, threads, label in TARGET_ROWS:
-        peers = ips.get((workload, threads), {})
-        ns = {p: 1e9 / v for p, v in peers.items() if v > 0}
-        general = {p: ns[p] for p in TARGET_GENERAL if p in ns}
+        ns, general = row_times(ips, workload, threads)
         missing = [p for p in TARGET_NUMARENA + TARGET_GENERAL + TARGET_NUMA_PEERS if p not in ns]
         problems = []
         if missing:
@@ -599,7 +714,7 @@ def decode_table(doc):
     return "\n".join(out) + "\n"
 
 
-def plot_decode(doc, out_dir, title_note=""):
+def plot_decode(doc, out_dir, title_note="", sources=(), machine=None, commit=None):
     configs = doc["configurations"]
     names = [c["name"] for c in configs]
     metrics = [("P50 TTFT (ms)", "p50_ttft_ms"), ("P99 TBT (ms)", "p99_tbt_ms"),
@@ -613,12 +728,8 @@ def plot_decode(doc, out_dir, title_note=""):
         for i, v in enumerate(values):
             ax.text(i, v, f"{v:.1f}", ha="center", va="bottom", fontsize=7)
     note = " (one NUMA node: the configurations coincide)" if len(doc["cpu_nodes"]) == 1 else ""
-    fig.suptitle(f"numarena decode table {doc['timestamp_utc']}{note}{title_note}", fontsize=10)
-    fig.tight_layout()
-    path = os.path.join(out_dir, "decode_table.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    title = stamp(f"numarena decode table{note}{title_note}", sources, machine, commit)
+    return save_chart(fig, os.path.join(out_dir, "decode_table.png"), title, sources)
 
 
 # ---- shape comparison ---------------------------------------------------------------------
@@ -658,24 +769,31 @@ def same_shape(dir_a, dir_b):
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("all")
+    stamped = argparse.ArgumentParser(add_help=False)
+    stamped.add_argument("--machine", help="the machine the data is from, for the chart titles "
+                         "(default: this machine, e.g. '2-CPU Intel(R) Xeon(R) Processor')")
+    stamped.add_argument("--commit", help="the commit the measured code was at (default: this "
+                         "checkout's HEAD)")
+    p = sub.add_parser("all", parents=[stamped])
     p.add_argument("dir")
     p.add_argument("--note", default="", help="added to every chart title, e.g. 'NUMA lab 2s'")
-    p = sub.add_parser("bandwidth")
+    p = sub.add_parser("bandwidth", parents=[stamped])
     p.add_argument("file")
     p.add_argument("out_dir")
-    p = sub.add_parser("peers")
+    p = sub.add_parser("peers", parents=[stamped])
     p.add_argument("files", nargs="+")
     p.add_argument("--out", dest="out_dir")
-    p = sub.add_parser("decode")
+    p = sub.add_parser("decode", parents=[stamped])
     p.add_argument("file")
     p.add_argument("out_dir")
     p = sub.add_parser("arena")
     p.add_argument("file")
-    p = sub.add_parser("targets")
+    p = sub.add_parser("targets", parents=[stamped])
     p.add_argument("files", nargs="+")
     p.add_argument("--rss", nargs="+", default=[], help="bench/rss_runs.sh's JSON files")
     p.add_argument("--strict", action="store_true", help="exit 1 when a row fails")
+    p.add_argument("--chart", help="also draw the rows' chart (ratio to the best general peer) "
+                   "into this PNG")
     p = sub.add_parser("same-shape")
     p.add_argument("dir_a")
     p.add_argument("dir_b")
@@ -693,6 +811,8 @@ def main(argv):
                 print("  " + f)
         else:
             print(f"all {len(TARGET_ROWS)} rows pass")
+        if args.chart:  # its path on stderr: stdout is the table (targets.md)
+            print(plot_targets(args.files, args.chart, args.machine, args.commit), file=sys.stderr)
         return 1 if failures and args.strict else 0
 
     if args.command == "arena":
@@ -702,19 +822,20 @@ def main(argv):
     if args.command == "bandwidth":
         doc = load(args.file)
         print(bandwidth_tables(doc))
-        print(plot_bandwidth(doc, args.out_dir) or "no heatmap: one NUMA node (1x1)")
+        print(plot_bandwidth(doc, args.out_dir, "", [args.file], args.machine, args.commit)
+              or "no heatmap: one NUMA node (1x1)")
     elif args.command == "peers":
         groups, _ = peer_runs(args.files)
         if not groups:
             sys.exit("no benchmark with items_per_second in " + ", ".join(args.files))
         print(peer_table(groups))
         if args.out_dir:
-            for path in plot_peers(groups, args.out_dir):
+            for path in plot_peers(groups, args.out_dir, args.files, args.machine, args.commit):
                 print(path)
     elif args.command == "decode":
         doc = load(args.file)
         print(decode_table(doc))
-        print(plot_decode(doc, args.out_dir))
+        print(plot_decode(doc, args.out_dir, "", [args.file], args.machine, args.commit))
     elif args.command == "all":
         d = args.dir
         title_note = f" - {args.note}" if args.note else ""
@@ -723,20 +844,21 @@ def main(argv):
         if os.path.exists(bandwidth):
             doc = load(bandwidth)
             sections.append("### Bandwidth and latency matrix\n\n" + bandwidth_tables(doc))
-            print(plot_bandwidth(doc, d, title_note) or "no heatmap: one NUMA node (1x1)")
+            print(plot_bandwidth(doc, d, title_note, [bandwidth], args.machine, args.commit)
+                  or "no heatmap: one NUMA node (1x1)")
         peers = [os.path.join(d, f) for f in ("peers_bench.json", "peers_glibc_bench.json",
                                               "peers_tcmalloc_bench.json")
                  if os.path.exists(os.path.join(d, f))]
         if peers:
             groups, _ = peer_runs(peers)
             sections.append("### Peer comparison (x best peer; 1.00 = best)\n\n" + peer_table(groups))
-            for path in plot_peers(groups, d):
+            for path in plot_peers(groups, d, peers, args.machine, args.commit):
                 print(path)
         decode = os.path.join(d, "decode.json")
         if os.path.exists(decode):
             doc = load(decode)
             sections.append("### Decode table\n\n" + decode_table(doc))
-            print(plot_decode(doc, d, title_note))
+            print(plot_decode(doc, d, title_note, [decode], args.machine, args.commit))
         if not sections:
             sys.exit(f"{d}: none of bandwidth.json, peers_bench.json, peers_glibc_bench.json, decode.json")
         with open(os.path.join(d, "tables.md"), "w", encoding="utf-8") as f:

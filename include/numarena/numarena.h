@@ -335,8 +335,8 @@ size_t numarena_topology_summary(char* buffer, size_t size);
 
 /* ---- metrics ---------------------------------------------------------------------------- */
 
-/* One Prometheus scrape (text exposition format 0.0.4, the families listed in the README's
- * metrics table): the kernel's per-node counters and memory, the devices, this process's
+/* One Prometheus scrape (text exposition format 0.0.4, the families listed in
+ * docs/metrics.md): the kernel's per-node counters and memory, the devices, this process's
  * memory per node, the statistics of arenas[0 .. arena_count) (arenas may be NULL when
  * arena_count is 0; the policy label tells them apart) and, when `budget` is not NULL, the
  * budget's. Written like snprintf (NUL-terminated, truncated to `size`, the length of the

@@ -207,8 +207,8 @@ struct ArenaOptions {
   // jemalloc arenas ("shards") per heap: threads that use the arena spread over them, a new
   // thread joining the least used, so threads whose requests miss numarena's caches (new
   // memory, objects of 2 MiB and more) do not all wait for one jemalloc arena's lock. Each
-  // shard keeps partly used slabs of its own (about 0.45 MiB more resident in a 2-thread
-  // larson-like run, bench/RESULTS.md "Issue 16, round 6") and commits a 2 MiB metadata block.
+  // shard keeps partly used slabs of its own (so more shards keep more memory resident) and
+  // commits a 2 MiB metadata block.
   // 0 (default): one per 4 CPUs this process may run on, at least 1; 1 to kMaxShards: that
   // many at most; more is InvalidArgument.
   int shards = 0;

@@ -3,10 +3,10 @@
 // A server frees a request's buffers, activations and tensors as a batch, often on another
 // thread than the one that made them, and makes the next batch at the same sizes. A thread's
 // front cache holds 4 MiB of medium objects and a few hundred objects per small class, so
-// most of such a batch went back to jemalloc one object at a time and came out again the same
-// way, through the explicit-arena path and its extent bookkeeping (the 4-256 KiB random batch
-// took 3.6x mimalloc's time, bench/RESULTS.md). jemalloc keeps those pages resident for its
-// decay time anyway; the depot keeps the objects themselves. A front cache that overflows
+// without the depot most of such a batch would go back to jemalloc one object at a time and
+// come out again the same way, through the explicit-arena path and its extent bookkeeping.
+// jemalloc keeps those pages resident for its decay time anyway; the depot keeps the objects
+// themselves. A front cache that overflows
 // hands the depot a chain of objects (half a list, or whole lists) in one call, and a front
 // cache that misses takes a chain back and refills its list with it in O(1); so a batch moves
 // between a thread and the depot a list at a time, and what a consumer thread frees is what

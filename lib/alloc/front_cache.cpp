@@ -2,17 +2,17 @@
 //
 // numarena must use jemalloc's explicit API (mallocx/dallocx with MALLOCX_ARENA and
 // MALLOCX_TCACHE flags) so that each object comes from, and returns to, its own node's arena.
-// jemalloc 5.3 serves those calls through its generic path, about three times the cost of
-// malloc/free, which has an inlined fast path (bench/RESULTS.md, "Code history"); and its
-// thread caches stop at 32 KiB, so every larger object took its arena's lock. The front
+// jemalloc 5.3 serves those calls through its generic path, several times the cost of
+// malloc/free's inlined fast path; and its thread caches stop at 32 KiB, so every larger
+// object would take its arena's lock. The front
 // cache closes that gap the way a thread cache does: per (thread, heap) and per size class
 // below 2 MiB, a LIFO list of freed objects, threaded through each object's first word.
 // `allocate` pops, `deallocate` pushes; both are inline in arena.hpp.
 //
 // Bounds. A small list (classes up to 4 KiB) starts at about 16 KiB (4 to 128 objects): a
 // thread's lists hold objects its next allocations may never ask for, and each keeps part of
-// a jemalloc slab resident (at 32 KiB, with lists that grew, the lists of a larson-like run
-// held about 1.5 times the threads' live bytes; at 8 KiB that run took 1.2x the time). A
+// a jemalloc slab resident (a larger start holds more than the threads' live bytes in a
+// larson-like run; a smaller one makes that run slower). A
 // thread that frees more of a class than the list holds (a batch of requests' objects freed
 // together) would otherwise send half the list away and ask for it again on every round; so a
 // small list that filled by frees alone (no allocation since it last ran empty, was refilled
@@ -22,12 +22,10 @@
 // between halves back toward its start limit. Only by frees alone: a thread that frees about
 // as many objects of a class as it allocates, in random order (larson-like, or remote frees
 // arriving), walks its list up and down, and a list refilled from the depot is full at once;
-// when every full list grew, the limits ratcheted up to the bound, all of it RSS per thread
+// if every full list grew, the limits would ratchet up to the bound, all of it RSS per thread
 // and heap. A grown list keeps its growth until it overflows again, so lists that an earlier
-// phase grew and that now sit idle hold part of the bound: at 4 MiB, a batch of 8192 objects
-// of 16-512 B (whose lists want about 4.5 MiB of growth) ran 10-15 % slower in processes
-// where earlier work had grown other classes' lists (bench/RESULTS.md, issue 16 round 10);
-// hence 8 MiB. A medium list (above 4 KiB) holds about 1 MiB (2 to 32 objects), and all medium
+// phase grew and that now sit idle hold part of the bound; 8 MiB leaves room beside them for
+// a batch of 8192 objects of 16-512 B, whose lists want about 4.5 MiB of growth. A medium list (above 4 KiB) holds about 1 MiB (2 to 32 objects), and all medium
 // lists of one cache together at most Bounds::medium (4 MiB). When a list cannot grow, or the
 // medium bound is full, half of that list goes to the heap's depot at once (and, if the bound
 // is still short, the largest medium lists), not one object per free. Cached objects stay
@@ -41,9 +39,9 @@
 // it.
 //
 // Above the lists, one object of 2 MiB to 4 MiB per cache (FrontLargePut): without it, two
-// threads that each free and allocate a 2 MiB buffer met in the heap's shared large cache,
-// whose slots, byte count and the objects themselves moved between their CPUs on every call:
-// two threads had a quarter of one thread's throughput (bench/RESULTS.md, round 9). It is
+// threads that each free and allocate a 2 MiB buffer would meet in the heap's shared large
+// cache, whose slots, byte count and objects would move between their CPUs on every call, and
+// two threads would get less than one thread's throughput. It is
 // bounded like the medium lists (Bounds::large) and flushed with them.
 //
 // Objects a list cannot keep (16 B and up) go to the heap's depot (depot.cpp) as one chain,

@@ -19,7 +19,7 @@ namespace {
 constexpr const char* kThpDir = "/sys/kernel/mm/transparent_hugepage/";
 // Fraction of a process's private memory that must sit on its GPU's node.
 constexpr double kMinGpuLocalFraction = 0.9;
-// Recommended floor of vm.min_free_kbytes: 1% of memory, capped at seed 000's 2 GiB.
+// Recommended floor of vm.min_free_kbytes: 1% of memory, capped at 2 GiB.
 constexpr std::int64_t kMinFreeCapKb = 2 * 1024 * 1024;
 constexpr std::int64_t kWatermarkScaleFactor = 300;
 

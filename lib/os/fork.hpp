@@ -57,8 +57,7 @@ struct ForkStageHandlers {
 // before any thread can take them, and call InstallForkHandlers() before the first of them is
 // taken. A stage set lazily can be missed: once the handler is installed (by any other
 // stage's first use), a fork on one thread may run prepare just before another thread sets
-// the stage and takes its lock, and the child then inherits the lock taken (a TSan run caught
-// exactly that with the heap creation lock, 2026-12-02). A fork that starts while a stage is
+// the stage and takes its lock, and the child then inherits the lock taken. A fork that starts while a stage is
 // being set uses the handlers it saw in prepare for all three steps.
 void SetForkStage(ForkStage stage, const ForkStageHandlers* handlers);
 

@@ -5,21 +5,29 @@
 # libnumarena.so), also a C program against numarena::shared and pkg-config numarena-shared,
 # python3 ctypes loading the installed library, and the installed Python module (its directory
 # under the prefix is the third argument). Exit status 0 only when all build and run.
+# With "--prefix P" instead of a build folder, checks what is already installed in P.
 set -euo pipefail
-build="$1"
-shared="${2:-}"
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-cmake --install "$build" --prefix "$work/prefix" >/dev/null
+if [[ "$1" == --prefix ]]; then
+  prefix="$(realpath "${2:?run.sh: --prefix needs a folder}")"
+  shift 2
+else
+  prefix="$work/prefix"
+  cmake --install "$1" --prefix "$prefix" >/dev/null
+  shift
+fi
+shared="${1:-}"
+pydir_rel="${2:-}"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 consumer_shared=OFF
 if [[ "$shared" == shared ]]; then consumer_shared=ON; fi
-cmake -S "$here" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" \
+cmake -S "$here" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
   -DCONSUMER_SHARED="$consumer_shared" >/dev/null
 cmake --build "$work/consumer" >/dev/null
 "$work/consumer/consumer"
 "$work/consumer/ops_consumer"
-export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 # shellcheck disable=SC2046
 g++ "$here/main.cpp" -o "$work/consumer-pc" $(pkg-config --cflags --libs numarena)
 "$work/consumer-pc"
@@ -27,21 +35,21 @@ g++ "$here/main.cpp" -o "$work/consumer-pc" $(pkg-config --cflags --libs numaren
 g++ "$here/ops_main.cpp" -o "$work/ops-consumer-pc" $(pkg-config --cflags --libs numarena-ops)
 "$work/ops-consumer-pc"
 if [[ "$shared" == shared ]]; then
-  lib="$work/prefix/lib/libnumarena.so"
+  lib="$prefix/lib/libnumarena.so"
   [[ -e "$lib" ]] || { echo "run.sh: $lib was not installed" >&2; exit 1; }
   # find_package: CMake's build-tree RUNPATH finds the installed library.
   "$work/consumer/c_consumer"
   loaded="$(ldd "$work/consumer/c_consumer")"
-  grep -q "$work/prefix/lib/libnumarena.so" <<<"$loaded" ||
+  grep -q "$prefix/lib/libnumarena.so" <<<"$loaded" ||
     { echo "run.sh: c_consumer does not load the installed libnumarena.so" >&2; exit 1; }
   # shellcheck disable=SC2046
   gcc -std=c11 "$here/c_main.c" -o "$work/c-consumer-pc" $(pkg-config --cflags --libs numarena-shared)
-  LD_LIBRARY_PATH="$work/prefix/lib" "$work/c-consumer-pc"
+  LD_LIBRARY_PATH="$prefix/lib" "$work/c-consumer-pc"
   python3 -c "import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); \
 lib.numarena_version.restype = ctypes.c_char_p; print('python3 ctypes:', lib.numarena_version().decode())" "$lib"
   # The installed Python module finds the installed library by itself: no NUMARENA_LIBRARY,
-  # no LD_LIBRARY_PATH. $3: its directory relative to the prefix (NUMARENA_PYTHON_INSTALL_DIR).
-  pydir="$work/prefix/${3:?run.sh: third argument: the Python module directory}"
+  # no LD_LIBRARY_PATH. Its directory relative to the prefix: NUMARENA_PYTHON_INSTALL_DIR.
+  pydir="$prefix/${pydir_rel:?run.sh: third argument: the Python module directory}"
   [[ -f "$pydir/numarena/__init__.py" && -f "$pydir/numarena/_install.py" ]] ||
     { echo "run.sh: the Python module was not installed in $pydir" >&2; exit 1; }
   env -u NUMARENA_LIBRARY -u LD_LIBRARY_PATH PYTHONPATH="$pydir" PYTHONDONTWRITEBYTECODE=1 \
@@ -53,5 +61,5 @@ if not loaded.startswith(sys.argv[1] + '/'):
 with numarena.NodeBuffer(1 << 20, node=0) as buf:
     buf.view()[:] = b'x' * len(buf)
     assert buf.page_nodes().pages_on_node == {0: buf.page_nodes().total_pages}
-print('python3 numarena module:', numarena.version(), 'from', loaded)" "$(realpath "$work/prefix")"
+print('python3 numarena module:', numarena.version(), 'from', loaded)" "$(realpath "$prefix")"
 fi

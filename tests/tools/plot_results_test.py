@@ -4,6 +4,7 @@ linear axis clipped at 10x with larger ratios as text, no heatmap for a 1x1 matr
 Mann-Whitney U test of the runs."""
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -41,6 +42,74 @@ class PlotResultsTest(unittest.TestCase):
             self.assertEqual([os.path.basename(p) for p in paths], ["peers_threads1.png"])
             self.assertGreater(os.path.getsize(paths[0]), 0)
 
+
+
+class ChartStampTest(unittest.TestCase):
+    """Every chart names its data's date, the machine and the commit in its title, and its
+    source files in the PNG's metadata (tests/tools/docs_test.py checks bench/results by them)."""
+
+    def metadata(self, path):
+        sys.path.insert(0, os.path.dirname(__file__))
+        import docs_test  # the PNG tEXt reader the documents' check uses
+        return docs_test.png_text(path)
+
+    def test_a_chart_says_when_where_and_which_commit(self):
+        groups = OrderedDict()
+        groups[("w", 1)] = OrderedDict([("glibc", 1e6), ("numarena", 5e5)])
+        with tempfile.TemporaryDirectory() as out:
+            source = os.path.join(out, "peers_bench.json")
+            with open(source, "w", encoding="utf-8") as f:
+                json.dump({"context": {"date": "2026-01-02T10:09:29+00:00"}, "benchmarks": []}, f)
+            [path] = plot_results.plot_peers(groups, out, [source], "2-vCPU test guest", "0123abc")
+            meta = self.metadata(path)
+        self.assertIn("2026-01-02 10:09Z, 2-vCPU test guest, commit 0123abc", meta["Title"])
+        self.assertEqual(meta["Source"], "peers_bench.json")
+
+    def test_the_run_starts_with_its_earliest_file(self):
+        with tempfile.TemporaryDirectory() as out:
+            paths = []
+            for i, date in enumerate(["2026-01-02T10:20:00+00:00", "2026-01-02T10:09:00+00:00"]):
+                paths.append(os.path.join(out, f"{i}.json"))
+                with open(paths[-1], "w", encoding="utf-8") as f:
+                    json.dump({"context": {"date": date}}, f)
+            self.assertEqual(plot_results.stamp_date(paths), "2026-01-02 10:09Z")
+        self.assertEqual(plot_results.stamp_date([]), "date unknown")
+
+    def test_the_server_workloads_chart_draws_every_row_with_both_frees(self):
+        runs = []
+        for workload, threads, _ in plot_results.TARGET_ROWS:
+            for peer, ns in (("numarena_arena", 9.0), ("numarena_arena_sized", 11.0),
+                             ("tcmalloc", 10.0), ("glibc_malloc", 20.0)):
+                runs.append({"name": f"{workload}/{peer}/threads:{threads}",
+                             "run_name": f"{workload}/{peer}", "run_type": "iteration",
+                             "threads": threads, "items_per_second": 1e9 / ns})
+        with tempfile.TemporaryDirectory() as out:
+            source = os.path.join(out, "peers_bench.1.json")
+            with open(source, "w", encoding="utf-8") as f:
+                json.dump({"context": {"date": "2026-01-02T10:09:29+00:00"}, "benchmarks": runs}, f)
+            path = plot_results.plot_targets([source], os.path.join(out, "chart.png"), "m", "abc1234")
+            meta = self.metadata(path)
+            self.assertIn("server workloads - 2026-01-02 10:09Z, m, commit abc1234", meta["Title"])
+            with self.assertRaises(SystemExit):  # no row at all: said, not an empty chart
+                empty = write_runs(out, "empty.json", {"mimalloc": [5.0]}, workload="other")
+                plot_results.plot_targets([empty], os.path.join(out, "none.png"))
+
+    def test_the_llama_chart_is_stamped_too(self):
+        with tempfile.TemporaryDirectory() as out:
+            source = os.path.join(out, "llama_host.json")
+            medians = {n: {"ttft_ms": 1.0, "ms_per_token": 2.0, "peak_rss_kb": 3.0}
+                       for n in ("glibc", "jemalloc", "tcmalloc", "numarena --local")}
+            with open(source, "w", encoding="utf-8") as f:
+                json.dump({"started": "2026-12-02 01:02 UTC", "args": {"size": "tiny"},
+                           "medians": medians}, f)
+            chart = os.path.join(out, "llama.png")
+            root = os.path.join(os.path.dirname(__file__), "..", "..")
+            subprocess.run([sys.executable, os.path.join(root, "bench", "llama_bench.py"),
+                            "--replot", source, "--chart", chart, "--machine", "m",
+                            "--commit", "abc1234"], check=True)
+            meta = self.metadata(chart)
+        self.assertIn("2026-12-02 01:02Z, m, commit abc1234", meta["Title"])
+        self.assertEqual(meta["Source"], "llama_host.json")
 
 
 def write_runs(directory, name, ns_by_peer, workload="tensor_loop"):

@@ -1,4 +1,5 @@
-// `numarena decode`: seed 000's decode table, measured on this machine's CPUs.
+// `numarena decode`: the decode table (five placements of a KV-cache decode), measured on this
+// machine's CPUs.
 //
 //   numarena decode [--sequences N] [--prompt N] [--steps N] [--layers N] [--heads N]
 //                   [--head-dim N] [--threads N] [--config NAME[,NAME...]] [--json]
@@ -121,7 +122,7 @@ CommandRunner SetupDecode(CLI::App& app) {
 
 }  // namespace
 
-NUMARENA_COMMAND(decode, "seed 000's decode table: TTFT/TBT/tokens/s under five placements",
+NUMARENA_COMMAND(decode, "decode table: TTFT/TBT/tokens/s of a KV cache under five placements",
                  SetupDecode);
 
 }  // namespace numarena::cli

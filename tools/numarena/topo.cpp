@@ -419,8 +419,7 @@ int RunTopo(const TopoOptions& options) {
 CommandRunner SetupTopo(CLI::App& app) {
   auto options = std::make_shared<TopoOptions>();
   app.add_flag("--json", options->json,
-               "one JSON object instead of text (schema numarena.topo/1, README \"The numarena "
-               "tool\")");
+               "one JSON object instead of text (schema numarena.topo/1, docs/cli.md)");
   options->roots.AddTo(app);
   return [options] { return RunTopo(*options); };
 }

@@ -1,5 +1,5 @@
-// The decode-table experiment: seed 000's table (no binding / wrong node / membind /
-// membind + CPU bind / full tuning) rebuilt on CPU with numarena's KV pool and real attention.
+// The decode-table experiment: the five placements LLM decoding is usually compared under (no
+// binding / wrong node / membind / membind + CPU bind / full tuning), rebuilt on CPU with numarena's KV pool and real attention.
 //
 // A batch of synthetic sequences is prefilled (K/V of every prompt token written into the
 // KV pool, causal attention over the prompt for every layer and head) and then decoded step
@@ -104,7 +104,7 @@ const std::vector<std::string>& ConfigurationNames();
 [[nodiscard]] StatusOr<DecodeTable> RunDecodeExperiment(const Topology& topology,
                                                         const DecodeOptions& options);
 
-// Seed-000-style text table, and the "numarena.decode/1" JSON object.
+// The decode table as text (one row per configuration), and the "numarena.decode/1" JSON object.
 std::string RenderDecodeTable(const DecodeTable& table);
 std::string RenderDecodeJson(const DecodeTable& table);
 

@@ -7,7 +7,7 @@
 // health check and on fixture trees in tests. Every problem is a `Finding` that says what
 // was observed, what was expected, why it matters and the command that fixes it.
 //
-// What is checked, and the expected values (from the tuning list of seed 000):
+// What is checked, and the expected values (the usual NUMA tuning list for inference servers):
 //   numa_balancing          kernel.numa_balancing = 0: automatic NUMA balancing unmaps
 //                           pages to sample accesses and migrates them behind the
 //                           allocator's back; a bound inference server gains nothing.

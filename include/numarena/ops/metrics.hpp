@@ -158,7 +158,7 @@ struct MigrationTotals {
 };
 
 // ---- contributions -------------------------------------------------------------------
-// Each appends its families to `out`. Names are listed in the README's metrics table.
+// Each appends its families to `out`. Names are listed in docs/metrics.md.
 
 // numarena_kernel_numa_{hit,miss,foreign,interleave_hit,local_node,other_node}_total{node}
 void AppendNodeCounterMetrics(ExpositionWriter& out,
