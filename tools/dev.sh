@@ -37,6 +37,7 @@ PACKAGES=(
   python3-matplotlib
   python3-numpy                  # the Python module's tests (tests/python/)
   python3-yaml                   # parses `numarena advise --for k8s` (tests/cli/cli_advise_for_test)
+  python3-torch libtorch-dev     # numarena::torch and numarena.torch (lib/torch, docs/pytorch.md)
 )
 
 log() { printf '==> %s\n' "$*" >&2; }
