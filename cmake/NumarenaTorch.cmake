@@ -68,3 +68,11 @@ if(NUMARENA_BUILD_SHARED)
   set_target_properties(numarena_torch_shared PROPERTIES
     OUTPUT_NAME numarena_torch VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR})
 endif()
+
+# Installed beside libnumarena.so, where numarena.torch looks first. The static archive is
+# not installed: numarena::torch is for builds inside this tree or that add it as a
+# subdirectory (its libtorch paths are this machine's).
+if(NUMARENA_BUILD_SHARED)
+  include(GNUInstallDirs)
+  install(TARGETS numarena_torch_shared LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()

@@ -10,3 +10,32 @@ foreach(name torch_allocator_test)
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS "unit;torch" TIMEOUT 120)
 endforeach()
+
+# numarena.torch from Python (tests/python/test_torch.py), label "python;torch": needs
+# libnumarena.so and an interpreter that imports torch (Debian's python3-torch is
+# /usr/bin/python3's; a pyenv or venv python3 first on PATH usually lacks it).
+if(TARGET numarena_torch_shared)
+  set(NUMARENA_TORCH_PYTHON "")
+  foreach(candidate /usr/bin/python3 ${Python3_EXECUTABLE})
+    if(EXISTS ${candidate})
+      execute_process(COMMAND ${candidate} -c "import torch" RESULT_VARIABLE no_torch
+                      OUTPUT_QUIET ERROR_QUIET)
+      if(no_torch EQUAL 0)
+        set(NUMARENA_TORCH_PYTHON ${candidate})
+        break()
+      endif()
+    endif()
+  endforeach()
+  if(NUMARENA_TORCH_PYTHON)
+    add_test(NAME "python: numarena.torch"
+             COMMAND ${CMAKE_COMMAND} -E env NUMARENA_LIBRARY=$<TARGET_FILE:numarena_shared>
+                     NUMARENA_TORCH_LIBRARY=$<TARGET_FILE:numarena_torch_shared>
+                     PYTHONPATH=${PROJECT_SOURCE_DIR}/python PYTHONDONTWRITEBYTECODE=1
+                     ${NUMARENA_TORCH_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/python/test_torch.py)
+    set_tests_properties("python: numarena.torch" PROPERTIES LABELS "shared;python;torch"
+                                                             TIMEOUT 180)
+  else()
+    message(STATUS "numarena.torch's Python tests skipped: no python3 imports torch "
+                   "(apt-get install python3-torch)")
+  endif()
+endif()
