@@ -101,4 +101,15 @@ numarena_arena* numarena_torch_used(void);
 numarena_arena* numarena_torch_current_arena(void);
 numarena_torch_scope* numarena_torch_scope_enter(numarena_arena* arena);  // NULL: no memory
 numarena_code numarena_torch_scope_exit(numarena_torch_scope* scope);
+
+// A DLPack tensor (DLManagedTensor*, DLPack 0.6 as libtorch 1.13 reads it) viewing the K
+// (value 0) or V (value != 0) rows of layer `layer_in_block` of a KV-pool block without a
+// copy: shape [tokens_per_block, heads_per_group, head_dim], strided like torch_kv.hpp's
+// views, the pool's dtype (fp8 as uint8). It holds a pin on the block until its deleter runs
+// (torch.utils.dlpack.from_dlpack hands that to the tensor; numarena_torch_dlpack_delete
+// calls it for a tensor never consumed). NULL when the block cannot be pinned (the reason in
+// numarena_last_error_message) or the layer is outside the block's range.
+void* numarena_torch_kv_block_dlpack(numarena_kv_pool* pool, uint64_t block, int layer_in_block,
+                                     int value);
+void numarena_torch_dlpack_delete(void* managed);
 }

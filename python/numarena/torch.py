@@ -37,12 +37,13 @@ import os
 
 import torch as _torch
 
-from . import Arena, InvalidArgumentError, PageNodes, PlacementReport, _capi
+from . import Arena, InvalidArgumentError, KvPool, PageNodes, PlacementReport, _capi
 from . import correct as _correct_range
 from . import page_nodes as _page_nodes
 from . import owns as _owns_address
 
-__all__ = ["correct", "current", "install", "library_path", "on", "owns", "tensor_nodes", "use"]
+__all__ = ["correct", "current", "install", "kv_block_tensors", "kv_write", "library_path", "on",
+           "owns", "tensor_nodes", "use"]
 
 _SONAME = "libnumarena_torch.so.0"
 
@@ -90,7 +91,10 @@ for _name, _restype, _argtypes in [
         ("numarena_torch_used", _vp, []),
         ("numarena_torch_current_arena", _vp, []),
         ("numarena_torch_scope_enter", _vp, [_vp]),
-        ("numarena_torch_scope_exit", ctypes.c_int, [_vp])]:
+        ("numarena_torch_scope_exit", ctypes.c_int, [_vp]),
+        ("numarena_torch_kv_block_dlpack", _vp, [_vp, ctypes.c_uint64, ctypes.c_int,
+                                                 ctypes.c_int]),
+        ("numarena_torch_dlpack_delete", None, [_vp])]:
     _function = getattr(_lib, _name)
     _function.restype = _restype
     _function.argtypes = _argtypes
@@ -230,3 +234,96 @@ def correct(tensor, node):
 def _installed():
     return bool(_lib.numarena_torch_installed())
 
+
+
+# ---- KV-pool blocks as tensors --------------------------------------------------------------
+
+_KV_TORCH_DTYPES = {"fp32": _torch.float32, "fp16": _torch.float16, "bf16": _torch.bfloat16,
+                    "fp8": _torch.uint8}
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [_vp, ctypes.c_char_p, _vp]
+_DLTENSOR = b"dltensor"  # the capsule keeps a pointer to this name: module-lifetime bytes
+
+
+def _kv_pool(pool, what):
+    if not isinstance(pool, KvPool):
+        raise TypeError(f"numarena.torch.{what}: expected a numarena.KvPool, not "
+                        f"{type(pool).__name__}")
+    return pool._live(what)
+
+
+def kv_block_tensors(pool, block, layer_in_block=0):
+    """The K and V rows of layer `layer_in_block` of a KV-pool block as two torch tensors,
+    without a copy: shape [tokens_per_block, heads_per_group, head_dim], the pool's dtype
+    (fp32, fp16, bf16; fp8 as torch.uint8), strided (the pool stores each head's rows
+    together; .contiguous() makes a packed copy).
+
+    The tensors pin the block until both, and every tensor made from them (slices, views), are
+    gone: a pinned block never moves, so KvPool.demote_block refuses it
+    (FailedPreconditionError) and demote() skips it. Afterwards the block may be demoted and
+    promoted; new views read the same data. A view kept after its sequence is freed keeps the
+    memory but not the contents (the span's next owner writes there). The views keep the pool
+    alive after KvPool.close().
+
+    Errors: TypeError (pool not a KvPool, block not an int), FailedPreconditionError (a
+    closed pool, or a stale or unused block id), InvalidArgumentError (layer_in_block outside
+    0 .. layers_per_block - 1)."""
+    handle = _kv_pool(pool, "kv_block_tensors")
+    if not isinstance(block, int) or isinstance(block, bool):
+        raise TypeError(f"numarena.torch.kv_block_tensors: block must be an int id, not "
+                        f"{type(block).__name__}")
+    if not isinstance(layer_in_block, int) or not 0 <= layer_in_block < pool.layers_per_block:
+        raise InvalidArgumentError(
+            _capi.INVALID_ARGUMENT,
+            f"numarena.torch.kv_block_tensors: layer_in_block {layer_in_block!r} is outside "
+            f"0 .. {pool.layers_per_block - 1} (model layer L is L % layers_per_block)")
+    if not 0 <= block < 1 << 64:
+        raise InvalidArgumentError(_capi.INVALID_ARGUMENT,
+                                   f"numarena.torch.kv_block_tensors: block {block} is not an id")
+    views = []
+    for value in (0, 1):
+        _capi.lib.numarena_clear_error()
+        managed = _lib.numarena_torch_kv_block_dlpack(handle, block, layer_in_block, value)
+        if not managed:
+            raise _capi.last_error()
+        try:
+            capsule = _capsule_new(managed, _DLTENSOR, None)
+            views.append(_torch.utils.dlpack.from_dlpack(capsule))
+        except BaseException:
+            _lib.numarena_torch_dlpack_delete(managed)  # never handed to a tensor
+            raise
+    return views[0], views[1]
+
+
+def kv_write(pool, sequence, layer, token, key, value):
+    """Writes one token's K and V rows of one layer, all KV heads, into the pool: `key` and
+    `value` are CPU tensors of shape [kv_heads, head_dim] and exactly the pool's dtype (fp8:
+    torch.uint8). Each head group's rows go to its block (on its home node). Errors: as
+    kv_block_tensors; TypeError for a wrong dtype (convert with .to(...)), ValueError for a
+    wrong shape or a tensor not on the CPU, IndexError for a token the sequence does not
+    hold (append it first)."""
+    _kv_pool(pool, "kv_write")
+    expected = _KV_TORCH_DTYPES[pool.dtype]
+    for name, tensor in (("key", key), ("value", value)):
+        _cpu_tensor(tensor, "kv_write")
+        if tensor.dtype != expected:
+            raise TypeError(f"numarena.torch.kv_write: {name} has dtype {tensor.dtype}, the "
+                            f"pool holds {pool.dtype} ({expected}); convert with "
+                            f"{name}.to({expected})")
+        if tuple(tensor.shape) != (pool.kv_heads, pool.head_dim):
+            raise ValueError(f"numarena.torch.kv_write: {name} has shape {tuple(tensor.shape)}, "
+                             f"not [kv_heads, head_dim] = [{pool.kv_heads}, {pool.head_dim}]")
+    if not isinstance(token, int) or isinstance(token, bool) or token < 0:
+        raise TypeError(f"numarena.torch.kv_write: token must be an int >= 0, not {token!r}")
+    index, row = divmod(token, pool.tokens_per_block)
+    for group in range(pool.head_groups):
+        blocks = pool.blocks(sequence, layer, group)
+        if index >= len(blocks):
+            raise IndexError(f"numarena.torch.kv_write: token {token} is past the sequence's "
+                             f"{len(blocks) * pool.tokens_per_block} token slots; append it "
+                             "first (KvPool.append)")
+        k, v = kv_block_tensors(pool, blocks[index], layer % pool.layers_per_block)
+        heads = slice(group * pool.heads_per_group, (group + 1) * pool.heads_per_group)
+        k[row].copy_(key[heads])
+        v[row].copy_(value[heads])

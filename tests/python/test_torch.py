@@ -216,5 +216,101 @@ class BadInputTest(unittest.TestCase):
         self.assertIn("NUMARENA_TORCH_LIBRARY=/nonexistent/libnumarena_torch.so", done.stderr)
 
 
+class KvBlockTensorsTest(unittest.TestCase):
+    """KV-pool blocks as tensors on one node (no cold tier here: demotion and promotion of
+    viewed blocks are tests/torch/torch_kv_test.cpp's and, on real nodes, the lab's)."""
+
+    def make_pool(self, **kwargs):
+        options = dict(layers=2, kv_heads=4, head_dim=8, dtype="fp32", tokens_per_block=4,
+                       heads_per_group=2, home_nodes=[0])
+        options.update(kwargs)
+        pool = numarena.KvPool(**options)
+        self.addCleanup(pool.close)
+        return pool
+
+    def test_views_are_the_blocks_memory(self):
+        pool = self.make_pool()
+        seq, reused = pool.create_sequence(list(range(8)))
+        self.assertEqual(reused, 0)
+        block = pool.blocks(seq, 1, 1)[1]
+        key, value = nt.kv_block_tensors(pool, block)
+        self.assertEqual(tuple(key.shape), (4, 2, 8))
+        self.assertEqual(key.dtype, torch.float32)
+        self.assertEqual(key.device.type, "cpu")
+        self.assertEqual(pool.locate(block).pins, 2)  # one pin per view
+        # A token's rows written by kv_write appear in the views (token 5 = block 1, row 1;
+        # group 1 = heads 2 and 3), with no copy between.
+        rows = torch.arange(32.0).reshape(4, 8)
+        nt.kv_write(pool, seq, 1, 5, rows, -rows)
+        self.assertTrue(torch.equal(key[1], rows[2:4]))
+        self.assertTrue(torch.equal(value[1], -rows[2:4]))
+        again, again_value = nt.kv_block_tensors(pool, block)
+        self.assertEqual(again.data_ptr(), key.data_ptr())
+        key[3].fill_(7.0)
+        self.assertTrue(torch.equal(again[3], torch.full((2, 8), 7.0)))
+        self.assertFalse(key.is_contiguous())
+        self.assertTrue(nt.tensor_nodes(key).pages_on_node.get(0))
+        del key, value, again, again_value
+        self.assertEqual(pool.locate(block), numarena.BlockLocation("hot", 0, 0))
+
+    def test_a_slice_keeps_the_pin_and_the_pool(self):
+        pool = self.make_pool(dtype="bf16")
+        seq, _ = pool.create_sequence([1, 2, 3, 4])
+        block = pool.blocks(seq, 0, 0)[0]
+        key, value = nt.kv_block_tensors(pool, block)
+        self.assertEqual(key.dtype, torch.bfloat16)
+        value.fill_(1.5)
+        row = value[2]
+        del key, value
+        self.assertEqual(pool.locate(block).pins, 1)  # the slice holds the V view's pin
+        pool.close()  # deferred: the slice still reads the block's memory
+        self.assertEqual(float(row.float().sum()), 1.5 * 16)
+        del row
+
+    def test_fp8_is_bytes(self):
+        pool = self.make_pool(dtype="fp8")
+        seq, _ = pool.create_sequence([1])
+        key, _ = nt.kv_block_tensors(pool, pool.blocks(seq, 0, 0)[0])
+        self.assertEqual(key.dtype, torch.uint8)
+
+    def test_bad_input(self):
+        pool = self.make_pool()
+        seq, _ = pool.create_sequence([1, 2, 3, 4])
+        block = pool.blocks(seq, 0, 0)[0]
+        rows = torch.zeros(4, 8)
+        with self.assertRaisesRegex(TypeError, "expected a numarena.KvPool, not str"):
+            nt.kv_block_tensors("pool", block)
+        with self.assertRaisesRegex(TypeError, "block must be an int id, not float"):
+            nt.kv_block_tensors(pool, 1.0)
+        with self.assertRaisesRegex(numarena.InvalidArgumentError, "layer_in_block 1 is outside"):
+            nt.kv_block_tensors(pool, block, 1)
+        with self.assertRaisesRegex(TypeError, "key has dtype torch.float16, the pool holds "
+                                               "fp32 \\(torch.float32\\); convert with"):
+            nt.kv_write(pool, seq, 0, 0, rows.half(), rows)
+        with self.assertRaisesRegex(TypeError, "value has dtype torch.int64"):
+            nt.kv_write(pool, seq, 0, 0, rows, rows.long())
+        with self.assertRaisesRegex(ValueError, "key has shape \\(8, 4\\), not \\[kv_heads"):
+            nt.kv_write(pool, seq, 0, 0, rows.t(), rows)
+        with self.assertRaisesRegex(ValueError, "is on meta, not the CPU"):
+            nt.kv_write(pool, seq, 0, 0, torch.zeros(4, 8, device="meta"), rows)
+        with self.assertRaisesRegex(IndexError, "token 4 is past the sequence's 4 token slots"):
+            nt.kv_write(pool, seq, 0, 4, rows, rows)
+        with self.assertRaises(numarena.FailedPreconditionError):
+            pool.demote_block(block)  # no cold tier
+        pool.free_sequence(seq)
+        pool.create_sequence([9, 9, 9, 9])  # reuses the span: the old id is stale
+        with self.assertRaisesRegex(numarena.FailedPreconditionError, "stale"):
+            nt.kv_block_tensors(pool, block)
+        with self.assertRaises(numarena.InvalidArgumentError):
+            numarena.KvPool(layers=2, kv_heads=3, head_dim=8, heads_per_group=2)
+        with self.assertRaisesRegex(numarena.InvalidArgumentError, "cold_tier \"moon\""):
+            numarena.KvPool(layers=1, kv_heads=1, head_dim=8, cold_tier="moon")
+        with self.assertRaisesRegex(numarena.InvalidArgumentError, "dtype 'int4'"):
+            numarena.KvPool(layers=1, kv_heads=1, head_dim=8, dtype="int4")
+        pool.close()
+        with self.assertRaisesRegex(numarena.FailedPreconditionError, "the pool is closed"):
+            nt.kv_block_tensors(pool, block)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
