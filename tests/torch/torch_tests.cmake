@@ -40,3 +40,12 @@ if(TARGET numarena_torch_shared)
                    "(apt-get install python3-torch)")
   endif()
 endif()
+
+# The NUMA lab (tests/torch/torch_lab.cpp, label "lab"): lab.torch_lab.2s and .cxl. Kept here,
+# not in tests/lab/, because it exists only when numarena::torch is built.
+add_executable(torch_lab ${CMAKE_CURRENT_SOURCE_DIR}/torch/torch_lab.cpp)
+target_link_libraries(torch_lab PRIVATE numarena::torch numarena_torch_aten numarena::numarena
+                                        numarena_catch_main)
+target_include_directories(torch_lab PRIVATE ${PROJECT_SOURCE_DIR}/lib)  # lab_support.hpp: os/
+target_compile_options(torch_lab PRIVATE -Wall -Wextra)
+numarena_add_lab_test(torch_lab ${CMAKE_CURRENT_SOURCE_DIR}/torch/torch_lab.cpp)
