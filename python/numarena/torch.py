@@ -62,20 +62,14 @@ def _candidates():
 
 def _load():
     paths, explicit = _candidates()
-    errors = []
-    for path in paths:
-        if os.sep in path and not os.path.exists(path):
-            errors.append(f"{path}: no such file")
-            continue
-        try:
-            return ctypes.CDLL(path), path
-        except OSError as error:
-            errors.append(str(error))
+    loaded, found = _capi.load_first(paths)
+    if loaded is not None:
+        return loaded, found
     where = ("NUMARENA_TORCH_LIBRARY=" + paths[0]) if explicit else (
         "beside libnumarena.so, the package directory, then the dynamic loader's search path")
     raise ImportError(
         f"numarena.torch: cannot load libnumarena_torch.so (looked in {where}): " +
-        "; ".join(errors) + ". It is built when libtorch is found (apt-get install "
+        found + ". It is built when libtorch is found (apt-get install "
         "libtorch-dev; cmake --build build --target numarena_torch_shared); or set "
         "NUMARENA_TORCH_LIBRARY to its path.")
 
