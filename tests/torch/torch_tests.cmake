@@ -35,6 +35,16 @@ if(TARGET numarena_torch_shared)
                      ${NUMARENA_TORCH_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/python/test_torch.py)
     set_tests_properties("python: numarena.torch" PROPERTIES LABELS "shared;python;torch"
                                                              TIMEOUT 180)
+    # The example decoder (examples/pytorch_decoder.py): its paged KV cache in numarena's pool
+    # must produce the same tokens as a dense cache (--check); small sizes, a few seconds.
+    add_test(NAME "example: pytorch decoder on numarena"
+             COMMAND ${CMAKE_COMMAND} -E env NUMARENA_LIBRARY=$<TARGET_FILE:numarena_shared>
+                     NUMARENA_TORCH_LIBRARY=$<TARGET_FILE:numarena_torch_shared>
+                     PYTHONPATH=${PROJECT_SOURCE_DIR}/python PYTHONDONTWRITEBYTECODE=1
+                     ${NUMARENA_TORCH_PYTHON} ${PROJECT_SOURCE_DIR}/examples/pytorch_decoder.py
+                     --check --layers 2 --batch 2 --prompt 40 --generate 6 --tensors local)
+    set_tests_properties("example: pytorch decoder on numarena" PROPERTIES
+                         LABELS "python;torch;examples" TIMEOUT 180)
   else()
     message(STATUS "numarena.torch's Python tests skipped: no python3 imports torch "
                    "(apt-get install python3-torch)")
