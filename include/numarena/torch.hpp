@@ -30,12 +30,11 @@
 // numarena.owns() and budgets see the tensors.
 //
 //   numarena::torch::Install();
-//   numarena_arena* node1 = numarena_arena_for_policy("bind(1)");
 //   {
-//     numarena::torch::Scope scope(node1);            // this thread's tensors -> node 1
+//     numarena::torch::Scope scope(numarena::torch::ArenaFor("bind(1)"));  // -> node 1
 //     at::Tensor kv = at::empty({1 << 20}, at::kHalf);
 //   }                                                  // kv lives on, still on node 1
-//   numarena::torch::Use(numarena_arena_for_policy("interleave(0,1)"));  // everyone else's
+//   numarena::torch::Use(numarena::torch::ArenaFor("interleave(0,1)"));  // everyone else's
 #pragma once
 
 #include <c10/core/Allocator.h>
@@ -85,6 +84,14 @@ class Scope {
 // The arena the calling thread's tensors go to now: the innermost scope's, else Use()'s;
 // nullptr when they go to the previous allocator.
 numarena_arena* CurrentArena();
+
+// The shared arena for a policy string ("bind(1)", "interleave(0,1)", "target(bandwidth)",
+// ...: numarena_arena_for_policy), for a Scope or Use(). Throws c10::ValueError (ValueError
+// in Python) with numarena's message for a malformed policy or a node the machine lacks, and
+// c10::Error for a policy the kernel refuses.
+//
+//   numarena::torch::Scope scope(numarena::torch::ArenaFor("bind(1)"));
+numarena_arena* ArenaFor(const char* policy);
 
 }  // namespace numarena::torch
 

@@ -105,6 +105,18 @@ Scope::Scope(numarena_arena* arena) : arena_(arena), outer_(innermost_scope) {
 
 Scope::~Scope() { innermost_scope = outer_; }
 
+numarena_arena* ArenaFor(const char* policy) {
+  numarena_arena* arena = numarena_arena_for_policy(policy);
+  if (arena == nullptr) {
+    const char* reason = numarena_last_error_message();
+    if (numarena_last_error() == NUMARENA_INVALID_ARGUMENT) {
+      TORCH_CHECK_VALUE(false, "numarena::torch::ArenaFor: ", reason);
+    }
+    TORCH_CHECK(false, "numarena::torch::ArenaFor: ", reason);
+  }
+  return arena;
+}
+
 numarena_arena* CurrentArena() {
   if (const Scope* scope = innermost_scope) return scope->arena();
   return used_arena.load(std::memory_order_acquire);

@@ -202,3 +202,24 @@ TEST_CASE("torch: the C functions refuse to end a scope that is not the innermos
   CHECK(numarena_torch_scope_exit(outer) == NUMARENA_OK);
   CHECK(numarena_torch_current_arena() == numarena_torch_used());
 }
+
+TEST_CASE("torch: ArenaFor gives the shared arena of a policy, or c10::ValueError") {
+  CHECK(numarena::torch::ArenaFor("bind(0)") == numarena_arena_for_policy("bind(0)"));
+  {
+    numarena::torch::Scope scope(numarena::torch::ArenaFor("interleave(0)"));
+    CHECK(numarena_arena_contains(numarena_arena_for_policy("interleave(0)"),
+                                  at::empty({100}).data_ptr()) == 1);
+  }
+  for (const char* bad : {"bind(99)", "bind(", "nonsense"}) {
+    INFO(bad);
+    std::string message;
+    try {
+      numarena::torch::ArenaFor(bad);
+      FAIL("ArenaFor accepted a bad policy");
+    } catch (const c10::ValueError& error) {
+      message = error.what();
+    }
+    CHECK(message.find("numarena::torch::ArenaFor: ") != std::string::npos);
+    CHECK(message.size() > 40);  // numarena's own explanation follows
+  }
+}
