@@ -137,6 +137,12 @@ numarena_kv_pool* numarena_kv_pool_create(const numarena_kv_pool_options* option
     Invalid("numarena_kv_pool_create: NULL home_nodes with a home_node_count");
     return nullptr;
   }
+  // Node ids stop below 1024 (KvPool::Create), so a longer list repeats a node or is garbage.
+  if (options->home_node_count > 1024) {
+    Invalid(absl::StrCat("numarena_kv_pool_create: home_node_count ", options->home_node_count,
+                         " is more than the 1024 nodes numarena supports"));
+    return nullptr;
+  }
   StatusOr<KvColdTier> cold = ParseColdTier(options->cold_tier);
   if (!cold.ok()) {
     RecordError(cold.status());

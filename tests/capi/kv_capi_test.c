@@ -45,6 +45,9 @@ static void test_options(void) {
   o.dtype = (numarena_kv_dtype)9;
   expect_refused(o, NUMARENA_INVALID_ARGUMENT, "dtype 9");
   o = small_options();
+  o.home_node_count = 5000;
+  expect_refused(o, NUMARENA_INVALID_ARGUMENT, "home_node_count 5000");
+  o = small_options();
   o.kv_heads = 3; /* 2 heads per group do not divide 3 */
   expect_refused(o, NUMARENA_INVALID_ARGUMENT, "");
   const char* bad_tiers[] = {"moon", "node:", "node:1,2", "node:x", "interleave:",
