@@ -10,7 +10,7 @@
 
 # Bottom-up. Keep in step with the layer table of docs/design.md (the test
 # "docs: links, bench/results and the layer table" compares the two).
-set(NUMARENA_LAYERS base os topology placement alloc budget kv adapters ops capi preload)
+set(NUMARENA_LAYERS base os topology placement alloc budget kv adapters ops capi preload torch)
 
 # Public header -> layer. A new public header must be added here (the check says so).
 set(NUMARENA_PUBLIC_LAYER_status base)
@@ -33,6 +33,8 @@ set(NUMARENA_PUBLIC_LAYER_allocator adapters)
 set(NUMARENA_PUBLIC_LAYER_memory_resource adapters)
 set(NUMARENA_PUBLIC_LAYER_tensor_buffer adapters)
 set(NUMARENA_PUBLIC_LAYER_numarena capi)
+set(NUMARENA_PUBLIC_LAYER_torch torch)
+set(NUMARENA_PUBLIC_LAYER_torch_kv torch)
 
 # The layer of a header named in an #include "..." line; "" for headers outside numarena
 # (absl/, jemalloc/, the standard library).

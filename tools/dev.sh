@@ -38,6 +38,7 @@ PACKAGES=(
   python3-numpy                  # the Python module's tests (tests/python/)
   python3-dev                    # the Python module's extension numarena._buffer (NodeBuffer)
   python3-yaml                   # parses `numarena advise --for k8s` (tests/cli/cli_advise_for_test)
+  python3-torch libtorch-dev     # numarena::torch and numarena.torch (lib/torch, docs/pytorch.md)
 )
 
 log() { printf '==> %s\n' "$*" >&2; }

@@ -346,6 +346,126 @@ size_t numarena_topology_summary(char* buffer, size_t size);
 size_t numarena_metrics_text(const numarena_arena* const* arenas, size_t arena_count,
                              const numarena_budget* budget, char* buffer, size_t size);
 
+/* ---- the KV-cache pool ---------------------------------------------------------------- */
+/* numarena::KvPool (numarena/kv_pool.hpp) for C and Python: attention K/V blocks placed by
+ * head group on home nodes, demoted to a cold tier and promoted back. Sequences and blocks are
+ * 64-bit handles; a block's memory is reachable only while it is pinned
+ * (numarena_kv_pin ... numarena_kv_unpin), and a pinned block never moves.
+ *
+ * Lifetime: numarena_kv_pool_destroy gives up the caller's hold on the pool; the pool itself
+ * goes when the last pin is released too, so a pin (or a tensor viewing a block, see
+ * numarena.torch) never outlives its memory. */
+typedef struct numarena_kv_pool numarena_kv_pool;
+typedef struct numarena_kv_block_pin numarena_kv_block_pin;
+
+typedef enum numarena_kv_dtype {
+  NUMARENA_KV_FP32 = 0,
+  NUMARENA_KV_FP16 = 1,
+  NUMARENA_KV_BF16 = 2,
+  NUMARENA_KV_FP8 = 3
+} numarena_kv_dtype;
+
+/* Zero it, set `size` to sizeof(numarena_kv_pool_options), then the geometry (layers,
+ * kv_heads, head_dim, dtype; tokens_per_block 0 means 16, layers_per_block 0 means 1,
+ * heads_per_group 0 means kv_heads / home nodes when that divides, else 1) and what else you
+ * need:
+ *   home_nodes, home_node_count  the head groups' nodes (0 nodes: the nodes with CPUs)
+ *   cold_tier   NULL or "" (no cold tier), "node:N", "farthest", "interleave:0,2",
+ *               "target:capacity" / "target:bandwidth" / "target:latency"
+ *   hot_blocks_per_node, cold_blocks  limits in blocks (0: only the memory's)
+ *   no_promote_on_touch  1: pinning a cold block serves it from the cold tier
+ * Block memory is mmap'ed and bound to its node, charged to the installed budget, if any. */
+typedef struct numarena_kv_pool_options {
+  size_t size;
+  int layers;
+  int kv_heads;
+  int head_dim;
+  numarena_kv_dtype dtype;
+  int tokens_per_block;
+  int layers_per_block;
+  int heads_per_group;
+  const int* home_nodes;
+  size_t home_node_count;
+  const char* cold_tier;
+  size_t hot_blocks_per_node;
+  size_t cold_blocks;
+  int no_promote_on_touch;
+} numarena_kv_pool_options;
+
+/* A new pool, or NULL with NUMARENA_INVALID_ARGUMENT (a bad geometry, node, cold tier or
+ * options size; the message names it) or NUMARENA_FAILED_PRECONDITION (no node left for the
+ * cold tier). */
+numarena_kv_pool* numarena_kv_pool_create(const numarena_kv_pool_options* options);
+
+/* Gives up the caller's hold on `pool` (NULL is ignored): it is destroyed now, or when its
+ * last pin is released. The handle must not be used afterwards. */
+void numarena_kv_pool_destroy(numarena_kv_pool* pool);
+
+/* The pool's shape: head groups, KV heads per group, layer ranges, bytes of a block, and the
+ * home node of each group (group_nodes[g] for g < group_capacity; may be NULL when 0). */
+typedef struct numarena_kv_pool_layout {
+  int head_groups;
+  int heads_per_group;
+  int layer_ranges;
+  int layers_per_block;
+  int tokens_per_block;
+  int head_dim;
+  numarena_kv_dtype dtype;
+  size_t block_bytes;
+} numarena_kv_pool_layout;
+numarena_code numarena_kv_pool_layout_of(const numarena_kv_pool* pool, numarena_kv_pool_layout* out, int* group_nodes, size_t group_capacity);
+
+/* A new sequence holding `count` prompt tokens (shares cached prefix spans; *reused, which may
+ * be NULL, gets how many leading tokens already have K/V). NUMARENA_RESOURCE_EXHAUSTED when no
+ * memory is left. */
+numarena_code numarena_kv_sequence_create(numarena_kv_pool* pool, const int32_t* tokens, size_t count, uint64_t* sequence, size_t* reused);
+/* Appends tokens (their K/V to be written afterwards). */
+numarena_code numarena_kv_sequence_append(numarena_kv_pool* pool, uint64_t sequence, const int32_t* tokens, size_t count);
+/* Declares the first `tokens` tokens' K/V written and final (KvPool::MarkComputed). */
+numarena_code numarena_kv_sequence_mark_computed(numarena_kv_pool* pool, uint64_t sequence, size_t tokens);
+/* Releases the sequence; its spans become cached or free. */
+numarena_code numarena_kv_sequence_free(numarena_kv_pool* pool, uint64_t sequence);
+
+/* The block ids of `sequence` for (layer, group) in token order, like
+ * numarena_budget_snapshot fills its array (NUMARENA_OUT_OF_RANGE with *count when `capacity`
+ * is too small). */
+numarena_code numarena_kv_blocks(const numarena_kv_pool* pool, uint64_t sequence, int layer, int group, uint64_t* blocks, size_t capacity, size_t* count);
+
+/* Where a pinned block's memory is. For layer l of the block's range and head h of its group,
+ * the K row of token t is at data + l*layer_stride_bytes + h*head_stride_bytes +
+ * t*row_bytes, and its V row value_offset_bytes further. tier: 1 hot, 2 cold. */
+typedef struct numarena_kv_pin_info {
+  void* data;
+  int tier;
+  int node;
+  int first_layer;
+  int first_head;
+  int group;
+  size_t row_bytes;
+  size_t head_stride_bytes;
+  size_t layer_stride_bytes;
+  size_t value_offset_bytes;
+} numarena_kv_pin_info;
+
+/* Pins a block (promoting it first when it is cold, promotion on touch is on and the hot tier
+ * has room) and fills *info (may be NULL). NULL with NUMARENA_FAILED_PRECONDITION for a stale or
+ * unused block id. The pin keeps the pool alive. */
+numarena_kv_block_pin* numarena_kv_pin(numarena_kv_pool* pool, uint64_t block, numarena_kv_pin_info* info);
+/* Releases a pin, on any thread (NULL is ignored). */
+void numarena_kv_unpin(numarena_kv_block_pin* pin);
+
+/* Where a block is now, without pinning it: tier (0 none, 1 hot, 2 cold), node and pins (each
+ * pointer may be NULL). NUMARENA_FAILED_PRECONDITION for a stale id. */
+numarena_code numarena_kv_locate(const numarena_kv_pool* pool, uint64_t block, int* tier, int* node, int* pins);
+/* Moves one block to the cold tier / back to its home node now. NUMARENA_FAILED_PRECONDITION
+ * when it is pinned, unused, already there or there is no cold tier;
+ * NUMARENA_RESOURCE_EXHAUSTED when the target tier has no room. */
+numarena_code numarena_kv_demote_block(numarena_kv_pool* pool, uint64_t block);
+numarena_code numarena_kv_promote_block(numarena_kv_pool* pool, uint64_t block);
+/* Demotes up to `max_blocks` hot blocks of `node` by the hotness policy (urgently); returns
+ * how many moved. */
+size_t numarena_kv_demote(numarena_kv_pool* pool, int node, size_t max_blocks);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

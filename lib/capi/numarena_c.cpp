@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "capi/arena_handles.hpp"
+#include "capi/capi_errors.hpp"
 #include "numarena/arena.hpp"
 #include "numarena/budget.hpp"
 #include "numarena/first_touch.hpp"
@@ -189,6 +190,9 @@ void ToReport(const PlacementReport& in, numarena_placement_report* out) {
 StatusOr<const Topology*> SystemTopology() { return Topology::system(); }
 
 }  // namespace
+
+numarena_code capi::RecordError(const Status& status) { return Fail(status); }
+
 }  // namespace numarena
 
 using namespace numarena;  // NOLINT: the C entry points below implement numarena's API

@@ -45,8 +45,9 @@ NODE_MIXED = -2
 """node_of() of memory from an interleaved or multi-node arena."""
 
 __all__ = [
-    "Admission", "Arena", "Budget", "BudgetNode", "FailedPreconditionError",
-    "InvalidArgumentError", "NODE_MIXED", "NODE_NONE", "Node", "NodeBuffer", "NodeState",
+    "Admission", "Arena", "BlockLocation", "Budget", "BudgetNode", "FailedPreconditionError",
+    "InvalidArgumentError", "KvPool", "NODE_MIXED", "NODE_NONE", "Node", "NodeBuffer",
+    "NodeState",
     "NotFoundError", "NumarenaError", "OutOfRangeError", "PageNodes", "PermissionDeniedError",
     "PlacementReport", "Priority", "ResourceExhaustedError", "SystemNumarenaError",
     "UnimplementedError", "correct", "current_node", "distance", "library_path",
@@ -879,3 +880,6 @@ def metrics_text(arenas=None, budget=None):
         raise _capi.last_error()
     return text
 
+
+# The KV-cache pool (numarena/kv.py); at the end: it imports this package's names.
+from .kv import BlockLocation, KvPool  # noqa: E402

@@ -32,8 +32,9 @@ def _candidates():
     return paths + [_SONAME, "libnumarena.so"], False
 
 
-def _load():
-    paths, explicit = _candidates()
+def load_first(paths):
+    """The first of `paths` that loads (ctypes.CDLL), as (library, path); or (None, the
+    reasons the others did not). A path with a directory that does not exist is skipped."""
     errors = []
     for path in paths:
         if os.sep in path and not os.path.exists(path):
@@ -43,11 +44,19 @@ def _load():
             return ctypes.CDLL(path), path
         except OSError as error:
             errors.append(str(error))
+    return None, "; ".join(errors)
+
+
+def _load():
+    paths, explicit = _candidates()
+    loaded, found = load_first(paths)
+    if loaded is not None:
+        return loaded, found
     where = ("NUMARENA_LIBRARY=" + paths[0]) if explicit else (
         "the package directory, the installed library, then the dynamic loader's search "
         "path")
     raise ImportError(
-        f"numarena: cannot load libnumarena.so (looked in {where}): " + "; ".join(errors) +
+        f"numarena: cannot load libnumarena.so (looked in {where}): " + found +
         ". Build it (cmake --build build --target numarena_shared) or install numarena "
         "(cmake --install build), or set NUMARENA_LIBRARY to the library's path.")
 

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""The PyTorch decoder (examples/pytorch_decoder.py) under each CPU tensor allocator: time to
+first token, time per output token and peak RSS, in rounds that alternate the configurations
+(each round runs every one once, in a rotated order), so drift on a shared machine spreads
+over all of them. Prints one JSON object: per configuration the medians and every run, and
+the ratios of numarena.torch to the fastest preload.
+
+    bench/pytorch_decoder_bench.py --build build --rounds 5 > bench/results/pytorch_decoder.json
+
+Configurations (the KV cache is numarena's pool in every one; what changes is where every
+other CPU tensor comes from):
+  glibc            libtorch's own allocator over glibc malloc
+  jemalloc, tcmalloc, mimalloc   the same under an LD_PRELOAD of Debian's library
+  run-membind0, run-local        `numarena run --membind 0` / `--local` (numarena as malloc)
+  numarena.torch   no preload: weights under on("bind(0)"), every other tensor under
+                   use("local") (the process-wide numarena.torch allocator)
+Each run is a fresh process (start-up is not timed: TTFT starts at the first prefill).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+PRELOADS = {"jemalloc": "libjemalloc.so.2", "tcmalloc": "libtcmalloc.so.4",
+            "mimalloc": "libmimalloc.so.2"}
+
+
+def configurations(build):
+    numarena_cli = os.path.join(build, "tools", "numarena")
+    plain = ["--weights", "none", "--tensors", "none"]
+    configs = {"glibc": ([], {}, plain)}
+    for name, library in PRELOADS.items():
+        configs[name] = ([], {"LD_PRELOAD": os.path.join(LIBDIR, library)}, plain)
+    configs["run-membind0"] = ([numarena_cli, "run", "--membind", "0", "--"], {}, plain)
+    configs["run-local"] = ([numarena_cli, "run", "--local", "--"], {}, plain)
+    configs["numarena.torch"] = ([], {}, ["--weights", "bind(0)", "--tensors", "local"])
+    return configs
+
+
+def run_once(build, prefix, extra_env, args, decoder_args):
+    env = dict(os.environ, NUMARENA_LIBRARY=os.path.join(build, "lib", "libnumarena.so.0"),
+               PYTHONPATH=os.path.join(ROOT, "python"), PYTHONDONTWRITEBYTECODE="1")
+    env.update(extra_env)
+    command = prefix + ["/usr/bin/python3", os.path.join(ROOT, "examples", "pytorch_decoder.py"),
+                        "--json"] + args + decoder_args
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr[-2000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return {k: result[k] for k in ("ttft_s", "tpot_s", "peak_rss_kib")}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--only", nargs="*", help="configurations to run (default: all)")
+    parser.add_argument("decoder_args", nargs="*",
+                        help="after --: passed to the decoder (default: its own sizes)")
+    options = parser.parse_args()
+    configs = configurations(os.path.abspath(options.build))
+    names = [n for n in configs if not options.only or n in options.only]
+    runs = {name: [] for name in names}
+    for round_ in range(options.rounds):
+        order = names[round_ % len(names):] + names[:round_ % len(names)]
+        for name in order:
+            prefix, env, args = configs[name]
+            runs[name].append(run_once(options.build, prefix, env, args, options.decoder_args))
+            print(f"round {round_ + 1}/{options.rounds} {name}: {runs[name][-1]}",
+                  file=sys.stderr, flush=True)
+    medians = {name: {key: statistics.median(run[key] for run in runs[name])
+                      for key in ("ttft_s", "tpot_s", "peak_rss_kib")} for name in names}
+    report = {"rounds": options.rounds, "decoder_args": options.decoder_args,
+              "medians": medians, "runs": runs}
+    preloads = [n for n in ("glibc", *PRELOADS) if n in medians]
+    if "numarena.torch" in medians and preloads:
+        ours = medians["numarena.torch"]
+        report["numarena.torch_vs_fastest"] = {
+            key: {"fastest": min(preloads, key=lambda n: medians[n][key]),
+                  "ratio": ours[key] / min(medians[n][key] for n in preloads)}
+            for key in ("ttft_s", "tpot_s", "peak_rss_kib")}
+    json.dump(report, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

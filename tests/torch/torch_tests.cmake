@@ -1,0 +1,61 @@
+# numarena::torch's tests (included from tests/CMakeLists.txt when the component is built).
+# Few and fast: each is one process that loads libtorch once.
+#   torch_allocator_test   the C++ allocator and scopes (Catch2), label "torch"
+#   torch_kv_test          KV-pool blocks as tensors (torch_kv.hpp), label "torch"
+foreach(name torch_allocator_test torch_kv_test)
+  numarena_check_test_names(${CMAKE_CURRENT_SOURCE_DIR}/torch/${name}.cpp)
+  add_executable(${name} ${CMAKE_CURRENT_SOURCE_DIR}/torch/${name}.cpp)
+  target_link_libraries(${name} PRIVATE numarena::torch numarena_torch_aten numarena::numarena
+                                        numarena_catch_main)
+  target_compile_options(${name} PRIVATE -Wall -Wextra)
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS "unit;torch" TIMEOUT 120)
+endforeach()
+
+# numarena.torch from Python (tests/python/test_torch.py), label "python;torch": needs
+# libnumarena.so and an interpreter that imports torch (Debian's python3-torch is
+# /usr/bin/python3's; a pyenv or venv python3 first on PATH usually lacks it).
+if(TARGET numarena_torch_shared)
+  set(NUMARENA_TORCH_PYTHON "")
+  foreach(candidate /usr/bin/python3 ${Python3_EXECUTABLE})
+    if(EXISTS ${candidate})
+      execute_process(COMMAND ${candidate} -c "import torch" RESULT_VARIABLE no_torch
+                      OUTPUT_QUIET ERROR_QUIET)
+      if(no_torch EQUAL 0)
+        set(NUMARENA_TORCH_PYTHON ${candidate})
+        break()
+      endif()
+    endif()
+  endforeach()
+  if(NUMARENA_TORCH_PYTHON)
+    add_test(NAME "python: numarena.torch"
+             COMMAND ${CMAKE_COMMAND} -E env NUMARENA_LIBRARY=$<TARGET_FILE:numarena_shared>
+                     NUMARENA_TORCH_LIBRARY=$<TARGET_FILE:numarena_torch_shared>
+                     PYTHONPATH=${PROJECT_SOURCE_DIR}/python PYTHONDONTWRITEBYTECODE=1
+                     ${NUMARENA_TORCH_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/python/test_torch.py)
+    set_tests_properties("python: numarena.torch" PROPERTIES LABELS "shared;python;torch"
+                                                             TIMEOUT 180)
+    # The example decoder (examples/pytorch_decoder.py): its paged KV cache in numarena's pool
+    # must produce the same tokens as a dense cache (--check); small sizes, a few seconds.
+    add_test(NAME "example: pytorch decoder on numarena"
+             COMMAND ${CMAKE_COMMAND} -E env NUMARENA_LIBRARY=$<TARGET_FILE:numarena_shared>
+                     NUMARENA_TORCH_LIBRARY=$<TARGET_FILE:numarena_torch_shared>
+                     PYTHONPATH=${PROJECT_SOURCE_DIR}/python PYTHONDONTWRITEBYTECODE=1
+                     ${NUMARENA_TORCH_PYTHON} ${PROJECT_SOURCE_DIR}/examples/pytorch_decoder.py
+                     --check --layers 2 --batch 2 --prompt 40 --generate 6 --tensors local)
+    set_tests_properties("example: pytorch decoder on numarena" PROPERTIES
+                         LABELS "python;torch;examples" TIMEOUT 180)
+  else()
+    message(STATUS "numarena.torch's Python tests skipped: no python3 imports torch "
+                   "(apt-get install python3-torch)")
+  endif()
+endif()
+
+# The NUMA lab (tests/torch/torch_lab.cpp, label "lab"): lab.torch_lab.2s and .cxl. Kept here,
+# not in tests/lab/, because it exists only when numarena::torch is built.
+add_executable(torch_lab ${CMAKE_CURRENT_SOURCE_DIR}/torch/torch_lab.cpp)
+target_link_libraries(torch_lab PRIVATE numarena::torch numarena_torch_aten numarena::numarena
+                                        numarena_catch_main)
+target_include_directories(torch_lab PRIVATE ${PROJECT_SOURCE_DIR}/lib)  # lab_support.hpp: os/
+target_compile_options(torch_lab PRIVATE -Wall -Wextra)
+numarena_add_lab_test(torch_lab ${CMAKE_CURRENT_SOURCE_DIR}/torch/torch_lab.cpp)
