@@ -28,7 +28,7 @@ PACKAGES=(
   curl bzip2 xz-utils python3    # libnumarena.so's jemalloc (cmake/jemalloc/build.sh), its tests
   libnuma-dev libjemalloc-dev libabsl-dev catch2 libbenchmark-dev
   libcli11-dev                   # the `numarena` tool's argument parser (header-only)
-  libcpp-httplib-dev             # `numarena exporter`'s HTTP server
+  libcpp-httplib-dev             # examples/inference_server's HTTP server
   prometheus                     # promtool: the alert rules' tests, `check metrics` on the exporter
   libmimalloc-dev libmemkind-dev
   libgoogle-perftools-dev        # tcmalloc, a benchmark peer (bench/peers_tcmalloc_bench)
