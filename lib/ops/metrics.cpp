@@ -362,6 +362,11 @@ void AppendProcessMetrics(ExpositionWriter& out, const Topology& topology,
       }
     }
   }
+  out.Family("numarena_processes", MetricType::kGauge,
+             "Processes of a command whose figures numarena_process_* sum.");
+  for (const auto& [command, totals] : by_command) {
+    out.Sample({{"command", command}}, static_cast<double>(totals.processes.size()));
+  }
   out.Family("numarena_process_local_memory_ratio", MetricType::kGauge,
              "Share of the private memory of a command's processes on the nodes their threads "
              "run on (1 when they have none).");

@@ -10,7 +10,8 @@ request sent with a half-close (shutdown(SHUT_WR) after it, with and without the
 that ends the headers) gets its answer. Then, for `numarena run`: the listening socket is
 on 127.0.0.1 only unless --metrics-listen says otherwise (read from /proc/PID/net/tcp*, so no
 second interface is needed), and with --metrics-port P-Q each process of the tree that execs
-serves its own port. Every wait has a deadline; every process started is killed at the end.
+serves its own port, and `numarena exporter --pid FIRST --tree` finds and sums all three.
+Every wait has a deadline; every process started is killed at the end.
 """
 import os
 import socket
@@ -224,6 +225,17 @@ try:
         owners = {listener_owner(p, [run.pid] + kids) for p in served}
         if owners != set([run.pid] + kids):
             failures.append(f"ports {served} are served by {owners}, want {[run.pid] + kids}")
+    # The exporter finds the tree from its first process and sums it per command.
+    port, = free_ports(1)
+    exporter = start([numarena, "exporter", "--port", str(port), "--pid", str(run.pid),
+                      "--tree"])
+    if wait_serving(port, exporter, "numarena exporter --tree"):
+        _, body = scrape(port, 10)
+        if 'numarena_processes{command="python3"} 3\n' not in body:
+            failures.append("exporter --pid RUN --tree: want numarena_processes"
+                            '{command="python3"} 3 in\n' +
+                            "\n".join(l for l in body.splitlines() if "process" in l))
+    exporter.kill()
     for kid in kids:
         os.kill(kid, 9)
     if os.path.exists(kids_file):
@@ -239,4 +251,4 @@ if failures:
     print("\n".join("FAILED: " + f for f in failures))
     sys.exit(1)
 print("metrics servers: scrapes beside 50 idle connections in < 2 s, half-closed requests "
-      "answered, 127.0.0.1 by default, one port per process of a tree")
+      "answered, 127.0.0.1 by default, one port per process of a tree, exporter --tree")

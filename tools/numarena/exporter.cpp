@@ -7,7 +7,9 @@
 //     (the families of numarena::RenderMetrics, <numarena/ops/metrics.hpp>);
 //   - the budget state a System-mode budget with the default thresholds gives each node
 //     (numarena_budget_*{node}, the series the shipped alert rules watch);
-//   - with --pid: numarena_process_memory_bytes{command,node,kind} and
+//   - with --pid (and --tree: every descendant of each --pid too, e.g. the workers of a
+//     multi-process server): numarena_processes{command},
+//     numarena_process_memory_bytes{command,node,kind} and
 //     numarena_process_local_memory_ratio{command} (the processes of one command summed),
 //     numarena_device_distance{command,bus_id,kind} for each --device, and
 //     numarena_exporter_targets{state="up"|"gone"} (a process that is gone does not stop the
@@ -15,7 +17,7 @@
 // numarena_exporter_scrape_duration_seconds says how long the scrape took. Any other path is
 // 404; a scrape whose kernel files cannot be read is 500 with the reason as text.
 //
-//   numarena exporter [--port P] [--listen ADDR] [--pid PID ...] [--device BUS_ID ...]
+//   numarena exporter [--port P] [--listen ADDR] [--pid PID ... [--tree]] [--device BUS_ID ...]
 //                     [--sysfs-root DIR] [--procfs-root DIR]
 //
 // Runs until SIGINT/SIGTERM, then exits 0. Exit 2 with one line on stderr when the port
@@ -45,6 +47,7 @@ struct ExporterOptions {
   std::string listen = "127.0.0.1";
   std::vector<std::string> pids;
   std::vector<std::string> devices;
+  bool tree = false;
   MachineRoots roots;
 };
 
@@ -64,16 +67,24 @@ StatusOr<std::string> Scrape(const ExporterOptions& options) {
   if (!budget.ok()) return budget.status();
   AppendBudgetMetrics(out, *budget);
   std::vector<ProcessNumaStat> targets;
+  std::size_t targets_up = 0;
   for (const std::string& pid : options.pids) {
     auto stat = StatProcess(*reader, *topology, pid);
-    if (stat.ok()) targets.push_back(*std::move(stat));
+    if (!stat.ok()) continue;
+    ++targets_up;
+    targets.push_back(*std::move(stat));
+    if (!options.tree) continue;
+    for (const std::string& child : ProcessDescendants(*reader, pid)) {
+      auto child_stat = StatProcess(*reader, *topology, child);
+      if (child_stat.ok()) targets.push_back(*std::move(child_stat));  // else: exited since
+    }
   }
   if (!options.pids.empty()) {
     AppendProcessMetrics(out, *topology, targets, options.devices);
     out.Family("numarena_exporter_targets", MetricType::kGauge,
                "The --pid processes: readable now (up) or gone.");
-    out.Sample({{"state", "up"}}, static_cast<double>(targets.size()));
-    out.Sample({{"state", "gone"}}, static_cast<double>(options.pids.size() - targets.size()));
+    out.Sample({{"state", "up"}}, static_cast<double>(targets_up));
+    out.Sample({{"state", "gone"}}, static_cast<double>(options.pids.size() - targets_up));
   }
   out.Family("numarena_exporter_scrape_duration_seconds", MetricType::kGauge,
              "How long this scrape took to read the kernel files.");
@@ -137,6 +148,9 @@ CommandRunner SetupExporter(CLI::App& app) {
   app.add_option("--pid", options->pids, "a process to report per node (repeatable; or 'self')")
       ->type_name("PID")
       ->expected(1, 1 << 20);
+  app.add_flag("--tree", options->tree,
+               "each --pid with all its descendants (the workers of `numarena run -- vllm "
+               "serve ...`), summed per command");
   app.add_option("--device", options->devices,
                  "bus id of a GPU or NIC the --pid processes use (repeatable): reports "
                  "numarena_device_distance, which the DeviceOnRemoteNumaNode alert watches")

@@ -169,7 +169,7 @@ void AppendTopologyMetrics(ExpositionWriter& out, const Topology& topology);
 // numarena_build_info{version} 1: which numarena serves the scrape.
 void AppendBuildInfo(ExpositionWriter& out);
 // Per command (/proc/PID/comm; "unknown" when unreadable), the processes of one command
-// summed: numarena_process_memory_bytes{command,node,kind},
+// summed: numarena_processes{command} (how many), numarena_process_memory_bytes{command,node,kind},
 // numarena_process_local_memory_ratio{command}, and for each served device (bus id):
 // numarena_device_distance{command,bus_id,kind} — the largest SLIT distance between the
 // device's node and the nodes the processes run on (10 = local, -1 = unknown) — and
