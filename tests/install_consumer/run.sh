@@ -12,6 +12,11 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
+# The alert rules with their promtool tests, and the Grafana dashboard, side by side.
+monitoring="$work/prefix/share/numarena/prometheus"
+python3 -c "import json, sys; assert json.load(open(sys.argv[1]))['panels']" \
+  "$monitoring/numarena-dashboard.json"
+(cd "$monitoring" && promtool test rules numarena-rules.test.yml >/dev/null)
 consumer_shared=OFF
 if [[ "$shared" == shared ]]; then consumer_shared=ON; fi
 cmake -S "$here" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" \
