@@ -36,6 +36,7 @@ PACKAGES=(
   clang libclang-rt-14-dev
   python3-matplotlib
   python3-numpy                  # the Python module's tests (tests/python/)
+  python3-mypy                   # stubtest checks the Python module's type stubs
   python3-yaml                   # parses `numarena advise --for k8s` (tests/cli/cli_advise_for_test)
 )
 

@@ -58,5 +58,8 @@ if not loaded.startswith(sys.argv[1] + '/'):
 with numarena.NodeBuffer(1 << 20, node=0) as buf:
     buf.view()[:] = b'x' * len(buf)
     assert buf.page_nodes().pages_on_node == {0: buf.page_nodes().total_pages}
+import importlib.metadata
+assert importlib.metadata.version('numarena') == numarena.__version__ == numarena.version(), \
+    (importlib.metadata.version('numarena'), numarena.__version__, numarena.version())
 print('python3 numarena module:', numarena.version(), 'from', loaded)" "$(realpath "$work/prefix")"
 fi
