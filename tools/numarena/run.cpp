@@ -131,7 +131,7 @@ int RunRun(const RunOptions& options, const std::vector<std::string>& args) {
   if (!options.metrics_port.empty()) {
     if (!ParsePortRange(options.metrics_port)) {
       return Fail("run", absl::StrCat("--metrics-port '", options.metrics_port,
-                                      "': a TCP port from 1 to 65535, or a range P-Q (P <= Q)"));
+                                      "': a TCP port number from 1 to 65535, or a range P-Q (P <= Q)"));
     }
     metrics_port = options.metrics_port;
     // The address is checked here as the server would read it, so a typo is a usage error
