@@ -15,8 +15,6 @@ wait has a deadline (90 s in all), and every process started is stopped.
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,20 +22,11 @@ import time
 import urllib.parse
 import urllib.request
 
+from server_support import free_ports, stop
+
 numarena, rules, dashboard, fixture = sys.argv[1:5]
 DEADLINE = time.monotonic() + 90
 failures = []
-
-
-def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def api(url, path, **params):
@@ -189,14 +178,8 @@ scrape_configs:
             if rule.get("health") not in ("ok", "unknown"):
                 failures.append(f"rule {rule['name']}: {rule.get('health')} {rule.get('lastError')}")
     finally:
-        for name, process in running:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+        for _, process in running:
+            stop(process)
         shutil.rmtree(work, ignore_errors=True)
 
     if failures:
