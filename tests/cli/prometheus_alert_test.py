@@ -31,7 +31,7 @@ import time
 import urllib.error
 import urllib.request
 
-from server_support import free_ports, stop
+from server_support import free_ports, stop, write_prometheus_config
 
 numarena, rules, fixture = sys.argv[1:4]
 DEADLINE_SECONDS = 60
@@ -119,18 +119,7 @@ def main():
         running.append(("numarena exporter", exporter, exporter_log))
 
         config = os.path.join(work, "prometheus.yml")
-        with open(config, "w") as f:
-            f.write(f"""global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-  evaluation_interval: 1s
-rule_files:
-  - {rules}
-scrape_configs:
-  - job_name: numarena
-    static_configs:
-      - targets: ['127.0.0.1:{exporter_port}']
-""")
+        write_prometheus_config(config, rules, {"numarena": exporter_port})
         prometheus_log = os.path.join(work, "prometheus.log")
         server = subprocess.Popen(
             [prometheus, "--config.file", config,

@@ -22,7 +22,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from server_support import free_ports, stop
+from server_support import free_ports, stop, write_prometheus_config
 
 numarena, rules, dashboard, fixture = sys.argv[1:5]
 DEADLINE = time.monotonic() + 90
@@ -123,21 +123,9 @@ def main():
              str(process_port), "--", sys.executable, "-c", "import time; time.sleep(120)"],
             stdout=log, stderr=subprocess.STDOUT)))
         config = os.path.join(work, "prometheus.yml")
-        with open(config, "w") as f:
-            f.write(f"""global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-  evaluation_interval: 1s
-rule_files:
-  - {os.path.abspath(rules)}
-scrape_configs:
-  - job_name: numarena-exporter
-    static_configs:
-      - targets: ['127.0.0.1:{exporter_port}']
-  - job_name: numarena-process
-    static_configs:
-      - targets: ['127.0.0.1:{process_port}']
-""")
+        write_prometheus_config(config, os.path.abspath(rules),
+                                {"numarena-exporter": exporter_port,
+                                 "numarena-process": process_port})
         running.append(("prometheus", subprocess.Popen(
             [prometheus, "--config.file", config, "--storage.tsdb.path",
              os.path.join(work, "data"), "--web.listen-address", f"127.0.0.1:{prometheus_port}"],

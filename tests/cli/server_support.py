@@ -27,3 +27,14 @@ def stop(process):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def write_prometheus_config(path, rules, jobs):
+    """A Prometheus configuration at `path` that scrapes and evaluates every second, loads
+    the rule file `rules`, and scrapes each job of `jobs` ({name: port}) on loopback."""
+    scrapes = "".join(f"  - job_name: {name}\n    static_configs:\n"
+                      f"      - targets: ['127.0.0.1:{port}']\n" for name, port in jobs.items())
+    with open(path, "w") as f:
+        f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+                f"  evaluation_interval: 1s\nrule_files:\n  - {rules}\n"
+                f"scrape_configs:\n{scrapes}")
