@@ -204,8 +204,9 @@ case "$cmd" in
   test-tsan)
     # The concurrent parts: arenas and their provider, the budget, the KV pool, first-touch
     # and interleave (threads pinned per node), topology's shared instance, the bandwidth
-    # workers, allocators used from several threads, and metrics' Histogram (observed from
-    # many threads while a scrape reads it).
+    # workers, allocators used from several threads, metrics' Histogram (observed from
+    # many threads while a scrape reads it) and the /metrics server (stopped from another
+    # thread than the one serving).
     install_deps
     # kv_pool_concurrency_test was left out for a while: TSan found a full span published in
     # the prefix index before its K/V rows were written. Spans are now indexed only by
@@ -214,7 +215,7 @@ case "$cmd" in
                 fork_stages_test node_pages_test budget_test
                 kv_pool_concurrency_test
                 kv_read_mostly_map_test first_touch_test interleave_test topology_test
-                bandwidth_test allocator_test metrics_test)
+                bandwidth_test allocator_test metrics_test metrics_server_test)
     reset_if_other_generator "$ROOT/build-tsan"
     configure "$ROOT/build-tsan" -DNUMARENA_SANITIZE=thread \
       -DNUMARENA_BUILD_BENCH=OFF -DNUMARENA_BUILD_EXAMPLES=OFF
