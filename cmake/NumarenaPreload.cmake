@@ -11,7 +11,8 @@ if(NOT NUMARENA_SANITIZE STREQUAL "")
 endif()
 
 add_library(numarena_preload SHARED
-  $<TARGET_OBJECTS:numarena_nje_objects> ${CMAKE_CURRENT_SOURCE_DIR}/preload/preload.cpp)
+  $<TARGET_OBJECTS:numarena_nje_objects> ${CMAKE_CURRENT_SOURCE_DIR}/preload/preload.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/preload/preload_metrics.cpp)
 numarena_compile_against_nje(numarena_preload)
 target_link_libraries(numarena_preload PRIVATE ${NUMARENA_NJE_LINK_LIBRARIES} ${CMAKE_DL_LIBS})
 set(NUMARENA_PRELOAD_MAP ${PROJECT_SOURCE_DIR}/cmake/numarena_preload.map)

@@ -28,7 +28,7 @@ PACKAGES=(
   curl bzip2 xz-utils python3    # libnumarena.so's jemalloc (cmake/jemalloc/build.sh), its tests
   libnuma-dev libjemalloc-dev libabsl-dev catch2 libbenchmark-dev
   libcli11-dev                   # the `numarena` tool's argument parser (header-only)
-  libcpp-httplib-dev             # `numarena exporter`'s HTTP server
+  libcpp-httplib-dev             # examples/inference_server's HTTP server
   prometheus                     # promtool: the alert rules' tests, `check metrics` on the exporter
   libmimalloc-dev libmemkind-dev
   libgoogle-perftools-dev        # tcmalloc, a benchmark peer (bench/peers_tcmalloc_bench)
@@ -37,6 +37,7 @@ PACKAGES=(
   python3-matplotlib
   python3-numpy                  # the Python module's tests (tests/python/)
   python3-dev                    # the Python module's extension numarena._buffer (NodeBuffer)
+  python3-mypy                   # stubtest checks the Python module's type stubs
   python3-yaml                   # parses `numarena advise --for k8s` (tests/cli/cli_advise_for_test)
   python3-torch libtorch-dev     # numarena::torch and numarena.torch (lib/torch, docs/pytorch.md)
 )
@@ -205,8 +206,9 @@ case "$cmd" in
   test-tsan)
     # The concurrent parts: arenas and their provider, the budget, the KV pool, first-touch
     # and interleave (threads pinned per node), topology's shared instance, the bandwidth
-    # workers, allocators used from several threads, and metrics' Histogram (observed from
-    # many threads while a scrape reads it).
+    # workers, allocators used from several threads, metrics' Histogram (observed from
+    # many threads while a scrape reads it) and the /metrics server (stopped from another
+    # thread than the one serving).
     install_deps
     # kv_pool_concurrency_test was left out for a while: TSan found a full span published in
     # the prefix index before its K/V rows were written. Spans are now indexed only by
@@ -215,7 +217,7 @@ case "$cmd" in
                 fork_stages_test node_pages_test budget_test
                 kv_pool_concurrency_test
                 kv_read_mostly_map_test first_touch_test interleave_test topology_test
-                bandwidth_test allocator_test metrics_test)
+                bandwidth_test allocator_test metrics_test metrics_server_test)
     reset_if_other_generator "$ROOT/build-tsan"
     configure "$ROOT/build-tsan" -DNUMARENA_SANITIZE=thread \
       -DNUMARENA_BUILD_BENCH=OFF -DNUMARENA_BUILD_EXAMPLES=OFF

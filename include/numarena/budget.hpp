@@ -267,6 +267,7 @@ struct BudgetSnapshot {
   // BudgetOptions::inactive_file_is_free (it is part of cgroup_usage).
   std::optional<std::uint64_t> cgroup_inactive_file;
   std::chrono::milliseconds refresh_interval{0};
+  bool inactive_file_is_free = false;  // BudgetOptions::inactive_file_is_free in force
 
   // The node's entry, or nullptr.
   const NodeBudgetSnapshot* node(int id) const;

@@ -770,6 +770,7 @@ BudgetSnapshot Budget::Snapshot() const {
     s.cgroup_usage = cgroup_usage_;
     s.cgroup_inactive_file = cgroup_inactive_file_;
     s.refresh_interval = options_.refresh_interval;
+    s.inactive_file_is_free = options_.inactive_file_is_free;
   }
   return s;
 }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "numarena/ops/stat.hpp"
 #include "numarena/topology.hpp"
+#include "numarena/version.h"
 #include "ops/ops_common.hpp"
 
 namespace numarena {
@@ -313,48 +314,98 @@ void AppendTopologyMetrics(ExpositionWriter& out, const Topology& topology) {
   }
 }
 
+void AppendBuildInfo(ExpositionWriter& out) {
+  out.Family("numarena_build_info", MetricType::kGauge,
+             "Always 1; the version of numarena serving these metrics.");
+  out.Sample({{"version", std::string(version())}}, 1);
+}
+
+namespace {
+
+// The processes of one command, summed: what numarena_process_* reports under its label.
+struct CommandTotals {
+  std::map<int, NodeMemoryUsage> by_node;
+  double private_bytes = 0;
+  double local_private_bytes = 0;  // on the nodes each process runs on
+  std::vector<const ProcessNumaStat*> processes;
+};
+
+}  // namespace
+
 void AppendProcessMetrics(ExpositionWriter& out, const Topology& topology,
-                          const ProcessNumaStat& stat,
+                          const std::vector<ProcessNumaStat>& stats,
                           const std::vector<std::string>& served_devices) {
-  out.Family("numarena_process_memory_bytes", MetricType::kGauge,
-             "Resident memory of the process per node, from /proc/PID/numa_maps.");
-  for (const auto& [node, usage] : stat.by_node) {
-    std::string n = absl::StrCat(node);
-    out.Sample({{"node", n}, {"kind", "anonymous"}}, static_cast<double>(usage.anonymous_bytes));
-    out.Sample({{"node", n}, {"kind", "hugetlb"}}, static_cast<double>(usage.hugetlb_bytes));
-    out.Sample({{"node", n}, {"kind", "file"}}, static_cast<double>(usage.file_bytes));
+  std::map<std::string, CommandTotals> by_command;
+  for (const ProcessNumaStat& stat : stats) {
+    CommandTotals& totals = by_command[stat.command.empty() ? "unknown" : stat.command];
+    for (const auto& [node, usage] : stat.by_node) {
+      NodeMemoryUsage& sum = totals.by_node[node];
+      sum.anonymous_bytes += usage.anonymous_bytes;
+      sum.hugetlb_bytes += usage.hugetlb_bytes;
+      sum.file_bytes += usage.file_bytes;
+    }
+    totals.private_bytes += static_cast<double>(stat.private_bytes);
+    totals.local_private_bytes += stat.local_fraction * static_cast<double>(stat.private_bytes);
+    totals.processes.push_back(&stat);
   }
-  out.Family("numarena_process_local_memory_ratio", MetricType::kGauge,
-             "Share of the process's private memory on the nodes its threads run on.");
-  out.Sample(stat.local_fraction);
-  if (served_devices.empty()) return;
-  std::vector<std::pair<const PciDevice*, int>> served;
-  for (const std::string& bus_id : served_devices) {
-    auto device = ops::FindDevice(topology, bus_id);
-    if (!device.ok()) continue;  // a configured device that is gone: nothing to report
-    int distance = -1;
-    if ((*device)->node) {
-      for (int node : stat.running_nodes) {
-        distance = std::max(distance, topology.distance(*(*device)->node, node));
+  out.Family("numarena_process_memory_bytes", MetricType::kGauge,
+             "Resident memory per node of the processes of a command, from /proc/PID/numa_maps.");
+  for (const auto& [command, totals] : by_command) {
+    for (const auto& [node, usage] : totals.by_node) {
+      const std::string n = absl::StrCat(node);
+      const std::pair<const char*, std::uint64_t> kinds[] = {{"anonymous", usage.anonymous_bytes},
+                                                             {"hugetlb", usage.hugetlb_bytes},
+                                                             {"file", usage.file_bytes}};
+      for (auto [kind, bytes] : kinds) {
+        out.Sample({{"command", command}, {"node", n}, {"kind", kind}},
+                   static_cast<double>(bytes));
       }
     }
-    served.emplace_back(*device, distance);
+  }
+  out.Family("numarena_processes", MetricType::kGauge,
+             "Processes of a command whose figures numarena_process_* sum.");
+  for (const auto& [command, totals] : by_command) {
+    out.Sample({{"command", command}}, static_cast<double>(totals.processes.size()));
+  }
+  out.Family("numarena_process_local_memory_ratio", MetricType::kGauge,
+             "Share of the private memory of a command's processes on the nodes their threads "
+             "run on (1 when they have none).");
+  for (const auto& [command, totals] : by_command) {
+    out.Sample({{"command", command}},
+               totals.private_bytes > 0 ? totals.local_private_bytes / totals.private_bytes : 1);
+  }
+  if (served_devices.empty() || by_command.empty()) return;
+  std::vector<const PciDevice*> served;
+  for (const std::string& bus_id : served_devices) {
+    auto device = ops::FindDevice(topology, bus_id);
+    if (device.ok()) served.push_back(*device);  // a configured device that is gone: skipped
   }
   out.Family("numarena_device_distance", MetricType::kGauge,
-             "Largest SLIT distance between a served device's node and the nodes the process "
-             "runs on: 10 is local, -1 unknown.");
-  for (const auto& [d, distance] : served) {
-    out.Sample({{"bus_id", d->bus_id}, {"kind", DeviceKindName(d->kind)}}, distance);
+             "Largest SLIT distance between a served device's node and the nodes a command's "
+             "processes run on: 10 is local, -1 unknown.");
+  for (const auto& [command, totals] : by_command) {
+    for (const PciDevice* d : served) {
+      int distance = -1;
+      for (const ProcessNumaStat* stat : totals.processes) {
+        for (int node : stat->running_nodes) {
+          if (d->node) distance = std::max(distance, topology.distance(*d->node, node));
+        }
+      }
+      out.Sample({{"command", command}, {"bus_id", d->bus_id}, {"kind", DeviceKindName(d->kind)}},
+                 distance);
+    }
   }
   out.Family("numarena_device_local_memory_ratio", MetricType::kGauge,
-             "Share of the process's private memory on a served device's node.");
-  for (const auto& [d, distance] : served) {
-    double ratio = 0;
-    if (d->node && stat.private_bytes > 0) {
-      ratio = static_cast<double>(stat.private_bytes_on(*d->node)) /
-              static_cast<double>(stat.private_bytes);
+             "Share of the private memory of a command's processes on a served device's node.");
+  for (const auto& [command, totals] : by_command) {
+    for (const PciDevice* d : served) {
+      double on_node = 0;
+      for (const ProcessNumaStat* stat : totals.processes) {
+        if (d->node) on_node += static_cast<double>(stat->private_bytes_on(*d->node));
+      }
+      out.Sample({{"command", command}, {"bus_id", d->bus_id}, {"kind", DeviceKindName(d->kind)}},
+                 totals.private_bytes > 0 ? on_node / totals.private_bytes : 0);
     }
-    out.Sample({{"bus_id", d->bus_id}, {"kind", DeviceKindName(d->kind)}}, ratio);
   }
 }
 
@@ -374,12 +425,13 @@ StatusOr<std::string> RenderMetrics(const MetricsSources& sources) {
   ExpositionWriter out;
   auto counters = ReadNodeCounters(*reader, *topology);
   if (!counters.ok()) return counters.status();
+  AppendBuildInfo(out);
   AppendNodeCounterMetrics(out, *counters);
   AppendTopologyMetrics(out, *topology);
   if (!sources.pid.empty()) {
     auto stat = StatProcess(*reader, *topology, sources.pid);
     if (!stat.ok()) return stat.status();
-    AppendProcessMetrics(out, *topology, *stat, sources.served_devices);
+    AppendProcessMetrics(out, *topology, {*std::move(stat)}, sources.served_devices);
   }
   if (!sources.arenas.empty()) AppendArenaMetrics(out, sources.arenas);
   if (sources.budget != nullptr) AppendBudgetMetrics(out, *sources.budget);

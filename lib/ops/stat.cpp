@@ -6,6 +6,8 @@
 #include "numarena/ops/stat.hpp"
 
 #include <algorithm>
+#include <map>
+#include <sstream>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -142,6 +144,46 @@ StatusOr<ProcessNumaStat> StatProcess(const SystemReader& reader, const Topology
     stat.local_fraction = static_cast<double>(local) / static_cast<double>(stat.private_bytes);
   }
   return stat;
+}
+
+std::vector<std::string> ProcessDescendants(const SystemReader& reader, const std::string& pid) {
+  std::string root = pid;
+  if (pid == "self") {
+    // The process "self" names: its own stat file says its number.
+    auto own = reader.Read("/proc/self/stat");
+    if (!own.ok()) return {};
+    root = own->substr(0, own->find(' '));
+  }
+  auto entries = reader.List("/proc");
+  if (!entries.ok()) return {};
+  std::multimap<std::string, std::string> children;  // parent -> child
+  for (const std::string& entry : *entries) {
+    if (entry.empty() || !std::all_of(entry.begin(), entry.end(), ::isdigit)) continue;
+    auto text = reader.Read(absl::StrCat("/proc/", entry, "/stat"));
+    if (!text.ok()) continue;  // gone meanwhile
+    // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses, so the fields are
+    // counted from the last ')'.
+    const auto close = text->rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(text->substr(close + 1));
+    std::string state, parent;
+    if (fields >> state >> parent) children.emplace(parent, entry);
+  }
+  std::vector<std::string> found;
+  std::vector<std::string> frontier = {root};
+  while (!frontier.empty() && found.size() < entries->size()) {
+    const std::string parent = frontier.back();
+    frontier.pop_back();
+    auto [first, last] = children.equal_range(parent);
+    for (auto it = first; it != last; ++it) {
+      found.push_back(it->second);
+      frontier.push_back(it->second);
+    }
+  }
+  std::sort(found.begin(), found.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  });
+  return found;
 }
 
 }  // namespace numarena

@@ -34,8 +34,9 @@
 // the wrong place would hide the mistake. `numarena run` checks both before it starts the
 // program, so under it these messages come from the launcher instead.
 //
-// NUMARENA_METRICS_PORT=P starts a thread that serves numarena's metrics (Prometheus text) on
-// port P, GET /metrics.
+// NUMARENA_METRICS_PORT=P (or a range P-Q) starts a thread that serves numarena's metrics
+// (Prometheus text) at http://127.0.0.1:P/metrics (NUMARENA_METRICS_LISTEN changes the
+// address); preload_metrics.hpp says how.
 //
 // fork: numarena's and jemalloc's pthread_atfork handlers keep the child's heap usable. exec:
 // the environment (LD_PRELOAD, NUMARENA_POLICY, NUMARENA_BUDGET) carries the override on.
@@ -44,10 +45,7 @@
 // which a library loaded later with dlopen may not get); load libnumarena.so for the C API.
 #include <dlfcn.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <pthread.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -61,11 +59,10 @@
 #include "numarena/excerpt.hpp"
 #include "numarena/address_space.hpp"
 #include "numarena/arena.hpp"
-#include "numarena/budget.hpp"
 #include "numarena/numarena.h"
-#include "numarena/ops/metrics.hpp"
 #include "numarena/policy.hpp"
 #include "numarena/topology.hpp"
+#include "preload/preload_metrics.hpp"
 
 // numarena's headers include the private jemalloc's header, which (JEMALLOC_MANGLE) maps these
 // names to nje_*; here they are the C library's names this file defines.
@@ -211,108 +208,8 @@ std::size_t UsableSize(void* p) {
   _exit(127);
 }
 
-// ---- NUMARENA_METRICS_PORT: /metrics for Prometheus --------------------------------------
-// One thread that answers GET /metrics with numarena's exposition (ops/metrics.hpp: node and
-// process memory, the override's arena, the budget) and 404 otherwise, one connection at a
-// time. It runs "inside" numarena for its whole life, so its own allocations come from glibc
-// and do not show in the arena it reports.
-
-bool SendAll(int fd, const std::string& data) {
-  for (std::size_t sent = 0; sent < data.size();) {
-    ssize_t n = send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    sent += static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-std::string Response(const char* status, const char* type, const std::string& body) {
-  return std::string("HTTP/1.1 ") + status + "\r\nContent-Type: " + type +
-         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
-         body;
-}
-
-void AnswerOne(int client) {
-  timeval timeout{2, 0};  // a client that never sends its request does not block the next
-  setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  std::string request;
-  char buffer[2048];
-  while (request.find("\r\n\r\n") == std::string::npos && request.size() < 16384) {
-    ssize_t n = recv(client, buffer, sizeof buffer, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    request.append(buffer, static_cast<std::size_t>(n));
-  }
-  const bool metrics =
-      request.rfind("GET /metrics ", 0) == 0 || request.rfind("GET /metrics?", 0) == 0;
-  if (!metrics) {
-    SendAll(client, Response("404 Not Found", "text/plain", "numarena serves GET /metrics\n"));
-    return;
-  }
-  MetricsSources sources;
-  sources.arenas = {g_arena};
-  BudgetSnapshot snapshot;
-  if (auto* budget = dynamic_cast<Budget*>(GetCapacityGate())) {
-    snapshot = budget->Snapshot();
-    sources.budget = &snapshot;
-  }
-  auto text = RenderMetrics(sources);
-  if (!text.ok()) {
-    SendAll(client, Response("500 Internal Server Error", "text/plain",
-                             std::string(text.status().message()) + "\n"));
-    return;
-  }
-  SendAll(client, Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", *text));
-}
-
-void* ServeMetrics(void* raw) {
-  Inside inside;
-  const int listener = static_cast<int>(reinterpret_cast<std::intptr_t>(raw));
-  for (;;) {
-    int client = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-    if (client < 0) {
-      if (errno != EINTR && errno != ECONNABORTED) usleep(100000);  // e.g. EMFILE: back off
-      continue;
-    }
-    AnswerOne(client);
-    close(client);
-  }
-  return nullptr;
-}
-
-// Starts the metrics thread on `port_text` (any interface). A port already taken (a child
-// process of a served program inherits the environment) is said once on stderr, and this
-// process serves none; the program runs on either way.
-void StartMetrics(const char* port_text) {
-  char* end = nullptr;
-  const long port = std::strtol(port_text, &end, 10);
-  if (end == port_text || *end != '\0' || port < 1 || port > 65535) {
-    Die(std::string("NUMARENA_METRICS_PORT='") + port_text + "': not a port number (1-65535)");
-  }
-  // CLOEXEC: a program that execs another hands the port to it.
-  const int listener = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in6 address{};
-  address.sin6_family = AF_INET6;
-  address.sin6_port = htons(static_cast<std::uint16_t>(port));
-  address.sin6_addr = in6addr_any;  // dual-stack: IPv4 too
-  const int yes = 1;
-  pthread_t thread;
-  pthread_attr_t attributes;
-  if (listener < 0 || setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes) != 0 ||
-      bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      listen(listener, 16) != 0 || pthread_attr_init(&attributes) != 0 ||
-      pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED) != 0 ||
-      pthread_create(&thread, &attributes, ServeMetrics,
-                     reinterpret_cast<void*>(static_cast<std::intptr_t>(listener))) != 0) {
-    const std::string line = "numarena preload: pid " + std::to_string(getpid()) +
-                             " serves no metrics: port " + std::to_string(port) + ": " +
-                             std::strerror(errno) + "\n";
-    ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
-    (void)ignored;
-    if (listener >= 0) close(listener);
-  }
-}
+// The metrics thread's allocations go to glibc for its whole life (preload_metrics.hpp).
+void MarkThreadInside() { ++t_depth; }
 
 void Initialize() {
   int expected = kNotYet;
@@ -366,8 +263,8 @@ void Initialize() {
   }
   g_arena = *arena;
   g_state.store(kReady, std::memory_order_release);
-  if (const char* port = std::getenv("NUMARENA_METRICS_PORT"); port != nullptr && *port) {
-    StartMetrics(port);
+  if (std::string problem = StartMetrics(g_arena, MarkThreadInside); !problem.empty()) {
+    Die(problem);
   }
 }
 

@@ -35,6 +35,9 @@ from ._capi import (FailedPreconditionError, InvalidArgumentError, NotFoundError
                     NumarenaError, OutOfRangeError, PermissionDeniedError,
                     ResourceExhaustedError, SystemNumarenaError, UnimplementedError)
 
+__version__ = "0.1.0"
+"""This package's version: the project's (CMakeLists.txt), checked by tests/python/stubs_test.sh."""
+
 _lib = _capi.lib
 library_path = _capi.library_path
 """The path (or soname) libnumarena.so was loaded from."""
@@ -50,7 +53,7 @@ __all__ = [
     "NodeState",
     "NotFoundError", "NumarenaError", "OutOfRangeError", "PageNodes", "PermissionDeniedError",
     "PlacementReport", "Priority", "ResourceExhaustedError", "SystemNumarenaError",
-    "UnimplementedError", "correct", "current_node", "distance", "library_path",
+    "UnimplementedError", "__version__", "correct", "current_node", "distance", "library_path",
     "metrics_text", "node_of", "nodes", "owns", "page_nodes", "prefault", "topology_summary",
     "version",
 ]

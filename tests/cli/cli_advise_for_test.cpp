@@ -46,8 +46,8 @@ TEST_CASE("advise --for: the launchers' lines are valid shell with their own fla
   };
   for (Expect e : {Expect{"vllm", "vllm serve \"$MODEL\" --numa-bind --numa-bind-nodes 0\n"},
                    Expect{"sglang",
-                          "numactl --cpunodebind=0 --membind=0 python3 -m "
-                          "sglang.launch_server"},
+                          "python3 -m sglang.launch_server --model-path \"$MODEL\" "
+                          "--numa-node 0\n"},
                    Expect{"llama.cpp",
                           "numactl --cpunodebind=0 --membind=0 llama-server -m "
                           "\"$MODEL\" --numa numactl --threads 96\n"},

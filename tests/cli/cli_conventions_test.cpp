@@ -17,8 +17,9 @@ const std::string kFixtures = NUMARENA_FIXTURES;
 const std::string kEpyc = " --sysfs-root " + kFixtures + "/epyc9654-snc4/sys";
 const std::string kOps = " --sysfs-root " + kFixtures + "/ops-good/sys";
 
-const std::vector<std::string> kCommands = {"advise", "bandwidth", "budget", "decode", "doctor",
-                                            "report", "run",       "stat",   "topo"};
+const std::vector<std::string> kCommands = {"advise", "bandwidth", "budget", "decode",
+                                            "doctor", "exporter",  "report", "run",
+                                            "stat",   "topo"};
 // Those that read the machine: each takes --sysfs-root and --procfs-root.
 const std::vector<std::string> kMachineCommands = {"advise", "bandwidth", "budget", "decode",
                                                    "doctor", "report",    "stat",   "topo"};
@@ -57,6 +58,11 @@ TEST_CASE("cli: --help and help CMD print the same help on stdout, exit 0, no so
     // (llama.cpp, a server `advise --for` knows, is not a source file.)
     const std::string text = std::regex_replace(help.out, std::regex(R"(llama\.cpp)"), "llama");
     CHECK_FALSE(std::regex_search(text, std::regex(R"((tools|include|lib|tests)/|\w\.[ch]pp\b)")));
+    // The common conventions close every command's help, once.
+    const std::string conventions = "Options take their value as --opt VALUE or --opt=VALUE";
+    const auto first = help.out.find(conventions);
+    CHECK(first != std::string::npos);
+    CHECK(help.out.find(conventions, first + 1) == std::string::npos);
   }
   CliRun top = RunCli("--help");
   CHECK(top.exit_code == 0);

@@ -87,10 +87,11 @@ TEST_CASE("exporter: GET and HEAD /metrics on loopback, promtool accepts the scr
        {"\nnumarena_node_memory_total_bytes{node=\"0\"} ", "\nnumarena_budget_state{node=\"0\",",
         "\nnumarena_budget_usage_ratio{node=\"0\"} ",
         "\nnumarena_kernel_numa_hit_total{node=\"0\"} ",
-        "\nnumarena_exporter_process_memory_bytes{pid=\"self\",command=\"numarena\",node=\"0\","
-        "kind=\"anonymous\"} ",
-        "\nnumarena_exporter_process_up{pid=\"self\"} 1\n",
-        "\nnumarena_exporter_process_up{pid=\"999999999\"} 0\n"}) {
+        "\nnumarena_process_memory_bytes{command=\"numarena\",node=\"0\",kind=\"anonymous\"} ",
+        "\nnumarena_process_local_memory_ratio{command=\"numarena\"} ",
+        "\nnumarena_build_info{version=\"",
+        "\nnumarena_exporter_targets{state=\"up\"} 1\n",
+        "\nnumarena_exporter_targets{state=\"gone\"} 1\n"}) {
     INFO(series);
     CHECK(get.find(series) != std::string::npos);
   }

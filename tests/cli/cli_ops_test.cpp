@@ -2,6 +2,7 @@
 // trees, exact lines, exit codes and the --json shape.
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -72,16 +73,26 @@ TEST_CASE("stat PID on a fixture", "[cli][stat]") {
 TEST_CASE("stat --json and errors", "[cli][stat]") {
   auto json = RunCli("stat 4242 --json " + FixtureRoot("ops-bad"));
   CHECK(json.exit_code == 0);
-  CHECK(json.out.rfind("{\"schema\":\"numarena.stat/1\",\"pid\":\"4242\",\"command\":"
+  CHECK(json.out.rfind("{\"schema\":\"numarena.stat/2\",\"pid\":4242,\"command\":"
                        "\"llm-server\",\"nodes\":[{\"node\":0,\"anonymous_bytes\":629145600,",
                        0) == 0);
   CHECK(json.out.find("\"running_nodes\":[0,1],\"local_fraction\":1,") != std::string::npos);
+  // --pid, as doctor and exporter take it, gives the same; both forms at once is an error.
+  CHECK(RunCli("stat --pid 4242 --json " + FixtureRoot("ops-bad")).out == json.out);
+  auto both = RunCli("stat --pid 4242 4243 " + FixtureRoot("ops-bad"));
+  CHECK(both.exit_code == 2);
+  CHECK(both.err == "numarena stat: --pid 4242 and 4243: give one process (numarena stat --pid PID)\n");
+  // 'self' on the live system is this process's number.
+  auto self_json = RunCli("stat --pid self --json");
+  INFO(self_json.err);
+  CHECK(self_json.exit_code == 0);
+  CHECK(std::regex_search(self_json.out, std::regex("^\\{\"schema\":\"numarena.stat/2\",\"pid\":[1-9][0-9]*,")));
   auto gone = RunCli("stat 31337 " + FixtureRoot("ops-good"));
   CHECK(gone.exit_code == 2);
   CHECK(gone.err.rfind("numarena stat: no process 31337: ", 0) == 0);
   auto missing = RunCli("stat");
   CHECK(missing.exit_code == 2);
-  CHECK(missing.err == "numarena stat: give one process id (or 'self'): numarena stat PID\n");
+  CHECK(missing.err == "numarena stat: give one process id (or 'self'): numarena stat --pid PID\n");
   auto self = RunCli("stat self");
   CHECK(self.exit_code == 0);
   CHECK(self.out.rfind("Per-node memory of pid self (numarena)", 0) == 0);
@@ -119,4 +130,27 @@ TEST_CASE("report on this machine measures and finishes in time", "[cli][report]
   CHECK(seconds < 30);
   CHECK(run.out.find("read GB/s (idle latency ns)") != std::string::npos);
   CHECK(run.err.empty());
+}
+
+TEST_CASE("budget: the header says how usage is computed, page cache included",
+          "[cli][budget]") {
+  auto run = RunCli("budget " + FixtureRoot("ops-good"));
+  INFO(run.err);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.out.rfind("budget (system mode: capacity = node MemTotal, or cgroup memory.max when "
+                      "lower; used = MemTotal - MemFree - Inactive(file), the inactive page "
+                      "cache counted as free)\n",
+                      0) == 0);
+}
+
+TEST_CASE("run --help lists every policy kind --policy takes, target(...) included",
+          "[cli][run]") {
+  auto run = RunCli("help run");
+  REQUIRE(run.exit_code == 0);
+  for (const char* kind : {"bind(NODES)", "preferred(NODES)", "interleave(NODES)",
+                           "weighted(N:W,...)", "target(bandwidth|latency|capacity[@NODE|@any])",
+                           "local", "--metrics-listen", "P|P-Q"}) {
+    INFO(kind);
+    CHECK(run.out.find(kind) != std::string::npos);
+  }
 }

@@ -23,7 +23,6 @@ project's scripts (tools/dev.sh) install it.
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +31,8 @@ import time
 import urllib.error
 import urllib.request
 
+from server_support import free_ports, stop, write_prometheus_config
+
 numarena, rules, fixture = sys.argv[1:4]
 DEADLINE_SECONDS = 60
 
@@ -39,19 +40,6 @@ DEADLINE_SECONDS = 60
 def fail(message):
     print("FAIL:", message, file=sys.stderr)
     sys.exit(1)
-
-
-def free_ports(count):
-    """`count` distinct ports free on loopback now (all held open while picking, so the
-    kernel cannot hand out the same one twice)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def get(url, timeout=5):
@@ -107,16 +95,6 @@ def alerts(prometheus_url):
     return reply["data"]["alerts"]
 
 
-def stop(process):
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 def main():
     prometheus = shutil.which("prometheus") or "/usr/bin/prometheus"
     if not os.access(prometheus, os.X_OK):
@@ -141,18 +119,7 @@ def main():
         running.append(("numarena exporter", exporter, exporter_log))
 
         config = os.path.join(work, "prometheus.yml")
-        with open(config, "w") as f:
-            f.write(f"""global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-  evaluation_interval: 1s
-rule_files:
-  - {rules}
-scrape_configs:
-  - job_name: numarena
-    static_configs:
-      - targets: ['127.0.0.1:{exporter_port}']
-""")
+        write_prometheus_config(config, rules, {"numarena": exporter_port})
         prometheus_log = os.path.join(work, "prometheus.log")
         server = subprocess.Popen(
             [prometheus, "--config.file", config,

@@ -20,6 +20,11 @@ fi
 shared="${1:-}"
 pydir_rel="${2:-}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# The alert rules with their promtool tests, and the Grafana dashboard, side by side.
+monitoring="$prefix/share/numarena/prometheus"
+python3 -c "import json, sys; assert json.load(open(sys.argv[1]))['panels']" \
+  "$monitoring/numarena-dashboard.json"
+(cd "$monitoring" && promtool test rules numarena-rules.test.yml >/dev/null)
 consumer_shared=OFF
 if [[ "$shared" == shared ]]; then consumer_shared=ON; fi
 cmake -S "$here" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
@@ -61,5 +66,8 @@ if not loaded.startswith(sys.argv[1] + '/'):
 with numarena.NodeBuffer(1 << 20, node=0) as buf:
     buf.view()[:] = b'x' * len(buf)
     assert buf.page_nodes().pages_on_node == {0: buf.page_nodes().total_pages}
+import importlib.metadata
+assert importlib.metadata.version('numarena') == numarena.__version__ == numarena.version(), \
+    (importlib.metadata.version('numarena'), numarena.__version__, numarena.version())
 print('python3 numarena module:', numarena.version(), 'from', loaded)" "$(realpath "$prefix")"
 fi

@@ -54,7 +54,9 @@ try:
         if not content_type.startswith("text/plain; version=0.0.4"):
             failures.append(f"content type {content_type}")
         for needle in ['numarena_node_memory_total_bytes{node="0"}',
-                       'numarena_process_memory_bytes{node="0"',
+                       'numarena_process_memory_bytes{command="python3",node="0"',
+                       'numarena_process_local_memory_ratio{command="python3"}',
+                       'numarena_build_info{version="',
                        'numarena_arena_allocated_bytes{policy="bind(0)"}',
                        'numarena_budget_capacity_bytes{node="0"} 1073741824']:
             if needle not in body:

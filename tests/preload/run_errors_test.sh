@@ -39,6 +39,10 @@ expect 2 "--budget 'quota:0': the quota must be a positive size" -- --budget quo
 expect 2 "--budget 'lots': use 'system' or 'quota:SIZE'" -- --budget lots --local -- true
 expect 2 "--metrics-port '0': a TCP port number from 1 to 65535" -- --metrics-port 0 --local -- true
 expect 2 "--metrics-port '80x': a TCP port number" -- --metrics-port 80x --local -- true
+expect 2 "--metrics-port '9001-9000': a TCP port number from 1 to 65535, or a range P-Q (P <= Q)" \
+  -- --metrics-port 9001-9000 --local -- true
+expect 2 "--metrics-listen 10.0.0.300: '10.0.0.300': a numeric IPv4 or IPv6 address" \
+  -- --metrics-port 9000 --metrics-listen 10.0.0.300 --local -- true
 expect 127 "cannot run 'numarena-no-such-program': No such file or directory (not found in PATH)" \
   -- --local -- numarena-no-such-program
 expect 127 "cannot run '$work/missing': No such file or directory" -- --local -- "$work/missing"
@@ -60,6 +64,18 @@ want="$work/libfake.so|weighted(0:3)|unset"
 got="$(NUMARENA_PRELOAD_LIBRARY="$work/libfake.so" LD_PRELOAD=/other/libx.so \
        "$numarena" run --budget quota:1G --policy membind\(0\) -- sh -c "$show" 2>/dev/null)"
 want="$work/libfake.so:/other/libx.so|bind(0)|quota:1G"
+[[ "$got" == "$want" ]] || { printf 'FAILED: environment %s, want %s\n' "$got" "$want"; failures=$((failures + 1)); }
+# The metrics settings: 127.0.0.1 unless --metrics-listen, the devices comma-separated.
+# shellcheck disable=SC2016
+show='printf "%s|%s|%s" "$NUMARENA_METRICS_PORT" "$NUMARENA_METRICS_LISTEN" "${NUMARENA_METRICS_DEVICES-unset}"'
+got="$(NUMARENA_PRELOAD_LIBRARY="$work/libfake.so" "$numarena" run --local --metrics-port 9500-9531 \
+       -- sh -c "$show" 2>/dev/null)"
+want="9500-9531|127.0.0.1|unset"
+[[ "$got" == "$want" ]] || { printf 'FAILED: environment %s, want %s\n' "$got" "$want"; failures=$((failures + 1)); }
+got="$(NUMARENA_PRELOAD_LIBRARY="$work/libfake.so" "$numarena" run --local --metrics-port 9500 \
+       --metrics-listen :: --metrics-device 0000:41:00.0 --metrics-device 0000:c1:00.0 \
+       -- sh -c "$show" 2>/dev/null)"
+want="9500|::|0000:41:00.0,0000:c1:00.0"
 [[ "$got" == "$want" ]] || { printf 'FAILED: environment %s, want %s\n' "$got" "$want"; failures=$((failures + 1)); }
 # The program's own exit status comes back.
 NUMARENA_PRELOAD_LIBRARY="$work/libfake.so" "$numarena" run --local -- sh -c 'exit 7' 2>/dev/null

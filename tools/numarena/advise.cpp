@@ -13,9 +13,11 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
+#include "absl/strings/str_join.h"
 #include "cli_options.hpp"
 #include "command.hpp"
 #include "numarena/format.hpp"
@@ -65,19 +67,51 @@ namespace {
 
 constexpr const char* kTargets = "vllm, sglang, llama.cpp, torchrun, systemd, k8s";
 
-// The GPU's index among the machine's GPUs in PCI address order (CUDA's numbering under
-// CUDA_DEVICE_ORDER=PCI_BUS_ID), or -1 when the advice is not for a GPU.
-int GpuIndex(const Topology& topology, const Advice& advice) {
-  if (advice.target.rfind("GPU ", 0) != 0) return -1;
-  const std::string bus_id = advice.target.substr(4);
-  std::vector<std::string> gpus;
+// The GPUs a server started from this advice drives: for a GPU, that one; for a node or a
+// NIC, the GPUs attached to the CPU node (none on a machine without GPUs there). Indices
+// count the machine's GPUs in PCI address order (CUDA's numbering under
+// CUDA_DEVICE_ORDER=PCI_BUS_ID).
+struct GpuPlan {
+  std::vector<int> indices;  // ascending
+  std::vector<std::string> bus_ids;
+};
+
+GpuPlan PlanGpus(const Topology& topology, const Advice& advice) {
+  std::vector<const PciDevice*> gpus;
   for (const PciDevice& d : topology.devices()) {
-    if (d.kind == DeviceKind::kGpu) gpus.push_back(d.bus_id);
+    if (d.kind == DeviceKind::kGpu) gpus.push_back(&d);
   }
-  std::sort(gpus.begin(), gpus.end());
-  auto it = std::find(gpus.begin(), gpus.end(), bus_id);
-  return it == gpus.end() ? -1 : static_cast<int>(it - gpus.begin());
+  std::sort(gpus.begin(), gpus.end(),
+            [](const PciDevice* x, const PciDevice* y) { return x->bus_id < y->bus_id; });
+  const bool one_gpu = advice.target.rfind("GPU ", 0) == 0;
+  GpuPlan plan;
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    const bool chosen = one_gpu ? "GPU " + gpus[i]->bus_id == advice.target
+                                : gpus[i]->node && *gpus[i]->node == advice.cpu_node;
+    if (!chosen) continue;
+    plan.indices.push_back(static_cast<int>(i));
+    plan.bus_ids.push_back(gpus[i]->bus_id);
+  }
+  return plan;
 }
+
+// "0,2" or "1 1" from the plan's indices / one `node` per GPU.
+std::string Indices(const GpuPlan& plan) { return absl::StrJoin(plan.indices, ","); }
+std::string NodePerGpu(const GpuPlan& plan, int node) {
+  return absl::StrJoin(std::vector<int>(plan.indices.size(), node), " ");
+}
+
+// The `numarena` binary running now, so that a printed command runs as printed wherever it
+// is installed (the configure-time install path may not be where this binary is).
+std::string SelfPath() {
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  return error ? std::string("numarena") : self.string();
+}
+
+constexpr const char* kNumactlCheck =
+    "command -v numactl >/dev/null || echo \"numactl is not on PATH: apt-get install numactl "
+    "(or your distribution's package)\" >&2\n";
 
 // What `advise --for TARGET` prints: the server's own flags and files for the advice's nodes
 // and CPUs. Shell for the launchers (bash -n accepts it), a systemd drop-in (INI), a
@@ -87,28 +121,62 @@ std::optional<std::string> RenderFor(const std::string& target, const Topology& 
   const std::string cpus = FormatIdList(a.cpus);
   const int m = a.memory_node;
   const int c = a.cpu_node;
-  const int gpu = GpuIndex(topology, a);
+  const GpuPlan gpus = PlanGpus(topology, a);
+  const int count = static_cast<int>(gpus.indices.size());
   const std::string numactl = absl::StrCat("numactl --cpunodebind=", c, " --membind=", m);
   std::string head =
       absl::StrCat("# ", a.target, ": memory on node ", m, ", CPUs ", cpus, " (node ", c, ")\n");
   std::string gpu_env;
-  if (gpu >= 0) {
-    absl::StrAppend(&head, "# GPU index ", gpu,
-                    " counts the GPUs in PCI address order (CUDA_DEVICE_ORDER=PCI_BUS_ID)\n");
-    gpu_env = absl::StrCat("export CUDA_DEVICE_ORDER=PCI_BUS_ID\nexport CUDA_VISIBLE_DEVICES=", gpu,
-                           "\n");
+  if (count > 0) {
+    absl::StrAppend(&head, "# GPU ", count == 1 ? "index " : "indices ", Indices(gpus), " (",
+                    absl::StrJoin(gpus.bus_ids, ", "), ") ", count == 1 ? "counts" : "count",
+                    " the GPUs in PCI address order (CUDA_DEVICE_ORDER=PCI_BUS_ID)\n");
+    gpu_env = absl::StrCat("export CUDA_DEVICE_ORDER=PCI_BUS_ID\nexport CUDA_VISIBLE_DEVICES=",
+                           Indices(gpus), "\n");
+  } else if (target == "vllm" || target == "sglang" || target == "torchrun") {
+    absl::StrAppend(&head, "# no GPU is attached to node ", c,
+                    ": the whole server runs under numactl (its processes inherit the binding)\n");
   }
   if (target == "vllm") {
+    if (count == 0) {
+      return absl::StrCat(
+          head, numactl, " vllm serve \"$MODEL\"\n",
+          "# vLLM's CPU backend: its OpenMP threads on the node's CPUs as well\n",
+          "# VLLM_CPU_OMP_THREADS_BIND=", cpus, " ", numactl, " vllm serve \"$MODEL\"\n");
+    }
     return absl::StrCat(
         head, gpu_env,
-        "# vLLM binds its worker to the node itself (--numa-bind, one node per GPU worker)\n",
-        "vllm serve \"$MODEL\" --numa-bind --numa-bind-nodes ", m, "\n",
-        "# vLLM's CPU backend instead: its OpenMP threads on the node's CPUs, memory on the node\n",
-        "# VLLM_CPU_OMP_THREADS_BIND=", cpus, " ", numactl, " vllm serve \"$MODEL\"\n");
+        "# vLLM starts each GPU worker under numactl on the node listed for its GPU: one node\n"
+        "# per visible GPU in --numa-bind-nodes. The flags came with vLLM pull request #38635\n"
+        "# (2026); an older vLLM stops with \"unrecognized arguments: --numa-bind\". vLLM needs\n"
+        "# numactl on PATH and workers started by spawn (with fork it only warns).\n",
+        kNumactlCheck, "export VLLM_WORKER_MULTIPROC_METHOD=spawn\n",
+        count > 1 ? absl::StrCat("# ", count, " GPUs visible: use them all with --tensor-parallel-size ",
+                                 count, " (or --data-parallel-size)\n")
+                  : "",
+        "vllm serve \"$MODEL\" --numa-bind --numa-bind-nodes ", NodePerGpu(gpus, c), "\n",
+        "# an older vLLM: the whole server under numactl instead\n", "# ", numactl,
+        " vllm serve \"$MODEL\"\n");
   }
   if (target == "sglang") {
-    return absl::StrCat(head, gpu_env, "# the server process and its allocations on the node\n",
-                        numactl, " python3 -m sglang.launch_server --model-path \"$MODEL\"\n");
+    if (count == 0) {
+      return absl::StrCat(head, numactl,
+                          " python3 -m sglang.launch_server --model-path \"$MODEL\"\n");
+    }
+    return absl::StrCat(
+        head, gpu_env,
+        "# SGLang starts each GPU's scheduler process under numactl on the node listed for its\n"
+        "# GPU: one node per visible GPU in --numa-node (SGLang pull request #10006, September\n"
+        "# 2025; newer releases also bind on their own, SGLANG_AUTO_NUMA_BIND). An older SGLang\n"
+        "# rejects the flag. SGLang needs numactl on PATH for it.\n",
+        kNumactlCheck,
+        count > 1 ? absl::StrCat("# ", count, " GPUs visible: use them all with --tp-size ", count,
+                                 " (or --dp-size)\n")
+                  : "",
+        "python3 -m sglang.launch_server --model-path \"$MODEL\" --numa-node ", NodePerGpu(gpus, c),
+        "\n",
+        "# an older SGLang: the whole server under numactl instead\n", "# ", numactl,
+        " python3 -m sglang.launch_server --model-path \"$MODEL\"\n");
   }
   if (target == "llama.cpp") {
     return absl::StrCat(
@@ -119,32 +187,41 @@ std::optional<std::string> RenderFor(const std::string& target, const Topology& 
         numactl, " llama-server -m \"$MODEL\" --numa numactl --threads ", a.cpus.size(), "\n");
   }
   if (target == "torchrun") {
+    const int workers = std::max(count, 1);
+    if (count == 0) {
+      return absl::StrCat(head, numactl, " torchrun --nproc_per_node=1 \"$SCRIPT\"\n");
+    }
     return absl::StrCat(
         head, gpu_env,
-        "# torchrun (PyTorch 2.9 and later) binds each worker to the node of the GPU of its\n"
-        "# local rank; with CUDA_VISIBLE_DEVICES above, rank 0 drives this GPU\n",
-        "torchrun --numa-binding=node --nproc_per_node=1 \"$SCRIPT\"\n",
-        "# older torchrun: the launcher under numactl (its workers inherit the binding)\n", "# ",
-        numactl, " torchrun --nproc_per_node=1 \"$SCRIPT\"\n");
+        "# torchrun --numa-binding (PyTorch 2.9 and later) runs the worker of local rank i on\n"
+        "# the CPUs of the node of visible GPU i; some releases do it through numactl, so keep\n"
+        "# numactl on PATH\n",
+        kNumactlCheck, "torchrun --numa-binding=node --nproc_per_node=", workers,
+        " \"$SCRIPT\"\n",
+        "# an older torchrun: the launcher under numactl (its workers inherit the binding)\n",
+        "# ", numactl, " torchrun --nproc_per_node=", workers, " \"$SCRIPT\"\n");
   }
   if (target == "systemd") {
-    std::string check = "ExecStartPre=" NUMARENA_INSTALL_FULL_BINDIR "/numarena doctor --check";
-    if (gpu >= 0) absl::StrAppend(&check, " --gpu ", a.target.substr(4));
+    std::string check = absl::StrCat("ExecStartPre=", SelfPath(), " doctor --check");
+    if (count == 1 && a.target.rfind("GPU ", 0) == 0) {
+      absl::StrAppend(&check, " --gpu ", gpus.bus_ids[0]);
+    }
     return absl::StrCat(
         "# ", a.target, ": memory on node ", m, ", CPUs ", cpus, " (node ", c, ")\n",
         "# a drop-in: /etc/systemd/system/<service>.service.d/numa.conf, then\n",
         "# systemctl daemon-reload && systemctl restart <service>\n", "[Service]\n",
         "CPUAffinity=", cpus, "\n", "NUMAPolicy=bind\n", "NUMAMask=", m, "\n",
-        gpu >= 0 ? absl::StrCat(
-                       "Environment=CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=", gpu, "\n")
-                 : "",
+        count > 0 ? absl::StrCat("Environment=CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=",
+                                 Indices(gpus), "\n")
+                  : "",
         a.huge_page_reserve.empty()
             ? ""
             : absl::StrCat("# reserve the server's huge pages in the node's own pool ('+': as "
                            "root)\nExecStartPre=+/bin/sh -c '",
                            a.huge_page_reserve, "'\n"),
-        "# refuse to start on a machine whose NUMA settings or device nodes are wrong\n", check,
-        "\n");
+        "# refuse to start on a machine whose NUMA settings or device nodes are wrong (the\n"
+        "# numarena binary that printed this; change the path if the service sees another)\n",
+        check, "\n");
   }
   if (target == "k8s") return a.kubernetes;
   return std::nullopt;

@@ -47,8 +47,12 @@ void PrintBudgetView(std::ostream& out, const BudgetSnapshot& s) {
   const BudgetThresholds& t = s.thresholds;
   out << "budget (" << BudgetModeName(s.mode) << " mode: "
       << (s.mode == BudgetMode::kSystem
-              ? "capacity = node MemTotal, or cgroup memory.max when lower; used = MemTotal - "
-                "MemFree"
+              ? (s.inactive_file_is_free
+                     ? "capacity = node MemTotal, or cgroup memory.max when lower; used = "
+                       "MemTotal - MemFree - Inactive(file), the inactive page cache counted "
+                       "as free"
+                     : "capacity = node MemTotal, or cgroup memory.max when lower; used = "
+                       "MemTotal - MemFree")
               : "capacity = configured quota; used = what numarena committed")
       << ")\n";
   out << "thresholds: warn " << FormatPercent(t.warn) << ", admission closes "

@@ -1,23 +1,28 @@
 // `numarena exporter`: a standalone Prometheus exporter, so that a server that links nothing
-// of numarena can be watched. An HTTP server (cpp-httplib, Debian's libcpp-httplib-dev) that
-// answers GET and HEAD /metrics with one scrape, read afresh each time:
+// of numarena can be watched. It answers GET and HEAD /metrics (numarena::MetricsHttpServer,
+// <numarena/ops/metrics_server.hpp>: idle clients never delay a scrape) with one scrape, read
+// afresh each time, under the same metric names as a process's own endpoint:
+//   - numarena_build_info{version};
 //   - the kernel's per-node numastat counters, node memory and CPUs, devices and their node
 //     (the families of numarena::RenderMetrics, <numarena/ops/metrics.hpp>);
 //   - the budget state a System-mode budget with the default thresholds gives each node
 //     (numarena_budget_*{node}, the series the shipped alert rules watch);
-//   - for each --pid: numarena_exporter_process_memory_bytes{pid,command,node,kind},
-//     numarena_exporter_process_local_memory_ratio{pid,command} and
-//     numarena_exporter_process_up{pid} (0 once the process is gone: the scrape goes on).
+//   - with --pid (and --tree: every descendant of each --pid too, e.g. the workers of a
+//     multi-process server): numarena_processes{command},
+//     numarena_process_memory_bytes{command,node,kind} and
+//     numarena_process_local_memory_ratio{command} (the processes of one command summed),
+//     numarena_device_distance{command,bus_id,kind} for each --device, and
+//     numarena_exporter_targets{state="up"|"gone"} (a process that is gone does not stop the
+//     scrape).
 // numarena_exporter_scrape_duration_seconds says how long the scrape took. Any other path is
 // 404; a scrape whose kernel files cannot be read is 500 with the reason as text.
 //
-//   numarena exporter [--port P] [--listen ADDR] [--pid PID ...] [--sysfs-root DIR]
-//                     [--procfs-root DIR]
+//   numarena exporter [--port P] [--listen ADDR] [--pid PID ... [--tree]] [--device BUS_ID ...]
+//                     [--sysfs-root DIR] [--procfs-root DIR]
 //
 // Runs until SIGINT/SIGTERM, then exits 0. Exit 2 with one line on stderr when the port
 // cannot be bound or an option is bad.
 #include <CLI/CLI.hpp>
-#include <httplib.h>
 #include <signal.h>
 
 #include <chrono>
@@ -31,6 +36,7 @@
 #include "cli_options.hpp"
 #include "command.hpp"
 #include "numarena/ops/metrics.hpp"
+#include "numarena/ops/metrics_server.hpp"
 #include "numarena/ops/stat.hpp"
 
 namespace numarena::cli {
@@ -40,6 +46,8 @@ struct ExporterOptions {
   std::string port = "9464";
   std::string listen = "127.0.0.1";
   std::vector<std::string> pids;
+  std::vector<std::string> devices;
+  bool tree = false;
   MachineRoots roots;
 };
 
@@ -52,32 +60,31 @@ StatusOr<std::string> Scrape(const ExporterOptions& options) {
   ExpositionWriter out;
   auto counters = ReadNodeCounters(*reader, *topology);
   if (!counters.ok()) return counters.status();
+  AppendBuildInfo(out);
   AppendNodeCounterMetrics(out, *counters);
   AppendTopologyMetrics(out, *topology);
   auto budget = SystemBudgetSnapshot(*topology, *reader);
   if (!budget.ok()) return budget.status();
   AppendBudgetMetrics(out, *budget);
+  std::vector<ProcessNumaStat> targets;
+  std::size_t targets_up = 0;
   for (const std::string& pid : options.pids) {
     auto stat = StatProcess(*reader, *topology, pid);
-    out.Family("numarena_exporter_process_up", MetricType::kGauge,
-               "1 while the --pid process can be read, 0 once it is gone.");
-    out.Sample({{"pid", pid}}, stat.ok() ? 1 : 0);
     if (!stat.ok()) continue;
-    out.Family("numarena_exporter_process_memory_bytes", MetricType::kGauge,
-               "Resident memory of a --pid process per node, from /proc/PID/numa_maps.");
-    for (const auto& [node, usage] : stat->by_node) {
-      const std::string n = absl::StrCat(node);
-      const std::pair<const char*, std::uint64_t> kinds[] = {{"anonymous", usage.anonymous_bytes},
-                                                             {"hugetlb", usage.hugetlb_bytes},
-                                                             {"file", usage.file_bytes}};
-      for (auto [kind, bytes] : kinds) {
-        out.Sample({{"pid", pid}, {"command", stat->command}, {"node", n}, {"kind", kind}},
-                   static_cast<double>(bytes));
-      }
+    ++targets_up;
+    targets.push_back(*std::move(stat));
+    if (!options.tree) continue;
+    for (const std::string& child : ProcessDescendants(*reader, pid)) {
+      auto child_stat = StatProcess(*reader, *topology, child);
+      if (child_stat.ok()) targets.push_back(*std::move(child_stat));  // else: exited since
     }
-    out.Family("numarena_exporter_process_local_memory_ratio", MetricType::kGauge,
-               "Share of a --pid process's private memory on the nodes its threads run on.");
-    out.Sample({{"pid", pid}, {"command", stat->command}}, stat->local_fraction);
+  }
+  if (!options.pids.empty()) {
+    AppendProcessMetrics(out, *topology, targets, options.devices);
+    out.Family("numarena_exporter_targets", MetricType::kGauge,
+               "The --pid processes: readable now (up) or gone.");
+    out.Sample({{"state", "up"}}, static_cast<double>(targets_up));
+    out.Sample({{"state", "gone"}}, static_cast<double>(options.pids.size() - targets_up));
   }
   out.Family("numarena_exporter_scrape_duration_seconds", MetricType::kGauge,
              "How long this scrape took to read the kernel files.");
@@ -85,10 +92,10 @@ StatusOr<std::string> Scrape(const ExporterOptions& options) {
   return out.Finish();
 }
 
-httplib::Server* g_server = nullptr;
+MetricsHttpServer* g_server = nullptr;
 
 void Stop(int) {
-  if (g_server != nullptr) g_server->stop();
+  if (g_server != nullptr) g_server->Stop();
 }
 
 int RunExporter(const ExporterOptions& options) {
@@ -107,36 +114,23 @@ int RunExporter(const ExporterOptions& options) {
   if (auto first = Scrape(options); !first.ok()) {
     return Fail("exporter", std::string(first.status().message()));
   }
-  httplib::Server server;
-  // httplib's default sets SO_REUSEPORT too, with which a second exporter on the same port
-  // binds as well and the kernel splits the scrapes between the two: only SO_REUSEADDR.
-  server.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
-  // GET and HEAD (httplib answers HEAD from the GET handler, without the body).
-  server.Get("/metrics", [&options](const httplib::Request&, httplib::Response& response) {
-    auto text = Scrape(options);
-    if (!text.ok()) {
-      response.status = 500;
-      response.set_content(absl::StrCat(text.status().message(), "\n"), "text/plain");
-      return;
+  const std::string address = MetricsListenAddress(options.listen, static_cast<int>(*port));
+  auto server = MetricsHttpServer::Listen(address, [&options] { return Scrape(options); });
+  if (!server.ok()) {
+    if (absl::IsInvalidArgument(server.status())) {
+      return Fail("exporter", absl::StrCat("--listen ", server.status().message()));
     }
-    response.set_content(*text, "text/plain; version=0.0.4; charset=utf-8");
-  });
-  if (!server.bind_to_port(options.listen.c_str(), static_cast<int>(*port))) {
     return Fail("exporter", absl::StrCat("cannot listen on ", options.listen, ":", *port,
                                          " (in use, or not an address of this machine); choose "
                                          "another --port or --listen"));
   }
-  g_server = &server;
+  g_server = server->get();
   struct sigaction action {};
   action.sa_handler = Stop;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
-  std::cerr << "numarena exporter: serving http://" << options.listen << ":" << *port
-            << "/metrics\n";
-  server.listen_after_bind();
+  std::cerr << "numarena exporter: serving http://" << (*server)->address() << "/metrics\n";
+  (*server)->Serve();
   g_server = nullptr;
   return 0;
 }
@@ -153,6 +147,14 @@ CommandRunner SetupExporter(CLI::App& app) {
       ->type_name("ADDR");
   app.add_option("--pid", options->pids, "a process to report per node (repeatable; or 'self')")
       ->type_name("PID")
+      ->expected(1, 1 << 20);
+  app.add_flag("--tree", options->tree,
+               "each --pid with all its descendants (the workers of `numarena run -- vllm "
+               "serve ...`), summed per command");
+  app.add_option("--device", options->devices,
+                 "bus id of a GPU or NIC the --pid processes use (repeatable): reports "
+                 "numarena_device_distance, which the DeviceOnRemoteNumaNode alert watches")
+      ->type_name("BUS_ID")
       ->expected(1, 1 << 20);
   options->roots.AddTo(app);
   return [options] { return RunExporter(*options); };

@@ -70,7 +70,6 @@ std::string Explain(const CLI::ParseError& error, const std::string& command) {
 int main(int argc, char** argv) {
   using namespace numarena::cli;
   CLI::App app("numarena: NUMA placement, audit and measurement for inference servers", "numarena");
-  app.footer(kFooter);
   app.require_subcommand(0, 1);
   app.fallthrough(false);
   bool version = false;
@@ -88,6 +87,9 @@ int main(int argc, char** argv) {
     AppendWrapped(footer, sub->get_footer(), "", 92);
     sub->footer(footer.empty() ? std::string(kFooter) : absl::StrCat(footer, "\n", kFooter));
   }
+  // After the commands: CLI11 copies a parent's footer into the subcommands it adds, and a
+  // command without a description of its own would print the conventions twice.
+  app.footer(kFooter);
   std::string help_topic;
   CLI::App* help = app.add_subcommand("help", "print the help of a command: numarena help CMD");
   help->add_option("command", help_topic, "the command")->type_name("CMD");

@@ -3,14 +3,14 @@
 // one policy, optionally under a per-node budget.
 //
 //   numarena run [--membind NODES | --preferred NODES | --interleave NODES | --weighted N=W,... |
-//                 --local | --policy POLICY] [--budget system|quota:SIZE] [--metrics-port P]
+//                 --local | --policy POLICY] [--budget system|quota:SIZE]
+//                [--metrics-port P|P-Q [--metrics-listen ADDR] [--metrics-device BUS_ID ...]]
 //                 -- PROGRAM ARGS...
 //
 // It checks the policy against this machine and the budget spec, finds the preload library
 // (NUMARENA_PRELOAD_LIBRARY, else beside this binary, else in ../<libdir>), sets
 // LD_PRELOAD (in front of any value already there), NUMARENA_POLICY, NUMARENA_BUDGET and
-// NUMARENA_METRICS_PORT,
-// and execs the program (searched in PATH), which keeps this process's id. Exit status: the
+// NUMARENA_METRICS_{PORT,LISTEN,DEVICES} (lib/preload/preload_metrics.hpp), and execs the program (searched in PATH), which keeps this process's id. Exit status: the
 // program's; 2 for a usage error, a bad policy or budget, or no preload library; 127 when the
 // program cannot be executed.
 #include <unistd.h>
@@ -30,11 +30,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "cli_options.hpp"
 #include "command.hpp"
 #include "numarena/excerpt.hpp"
 #include "numarena/address_space.hpp"
 #include "numarena/format.hpp"
+#include "numarena/ops/metrics_server.hpp"
 #include "numarena/policy.hpp"
 #include "numarena/topology.hpp"
 
@@ -66,7 +69,8 @@ struct RunOptions {
   std::vector<std::pair<std::string, std::string>> policies;
   bool local = false;
   std::optional<std::string> budget;  // set when --budget was given, even as ''
-  std::string metrics_port;
+  std::string metrics_port, metrics_listen = "127.0.0.1";
+  std::vector<std::string> metrics_devices;
 };
 
 // The policy option and its value, as a policy string.
@@ -79,6 +83,14 @@ std::optional<std::string> PolicyFromOption(const std::string& option, const std
   }
   if (option == "--policy") return value;
   return std::nullopt;
+}
+
+// "P" or "P-Q" with 1 <= P <= Q <= 65535.
+bool ParsePortRange(const std::string& text) {
+  const auto dash = text.find('-');
+  auto first = ParseCount(text.substr(0, dash), 65535);
+  auto last = dash == std::string::npos ? first : ParseCount(text.substr(dash + 1), 65535);
+  return first && last && *first >= 1 && *first <= *last;
 }
 
 // Empty when `spec` is a budget libnumarena_preload.so accepts, else what is wrong.
@@ -125,14 +137,19 @@ int RunRun(const RunOptions& options, const std::vector<std::string>& args) {
   std::optional<std::string> metrics_port;
   const std::size_t program_at = 0;
   if (!options.metrics_port.empty()) {
-    const std::string& value = options.metrics_port;
-    char* end = nullptr;
-    const long port = std::strtol(value.c_str(), &end, 10);
-    if (value.empty() || *end != '\0' || port < 1 || port > 65535) {
-      return Fail("run",
-                  absl::StrCat("--metrics-port '", value, "': a TCP port number from 1 to 65535"));
+    if (!ParsePortRange(options.metrics_port)) {
+      return Fail("run", absl::StrCat("--metrics-port '", options.metrics_port,
+                                      "': a TCP port number from 1 to 65535, or a range P-Q (P <= Q)"));
     }
-    metrics_port = std::to_string(port);
+    metrics_port = options.metrics_port;
+    // The address is checked here as the server would read it, so a typo is a usage error
+    // now and not a message from every process of the tree.
+    auto probe = MetricsHttpServer::Listen(MetricsListenAddress(options.metrics_listen, 0),
+                                           [] { return StatusOr<std::string>(""); });
+    if (!probe.ok()) {
+      return Fail("run", absl::StrCat("--metrics-listen ", options.metrics_listen, ": ",
+                                      probe.status().message()));
+    }
   }
   if (options.budget) {
     if (std::string problem = CheckBudget(*options.budget); !problem.empty()) {
@@ -194,7 +211,13 @@ int RunRun(const RunOptions& options, const std::vector<std::string>& args) {
       setenv("NUMARENA_POLICY", policy->ToString().c_str(), 1) != 0 ||
       (budget ? setenv("NUMARENA_BUDGET", budget->c_str(), 1) : unsetenv("NUMARENA_BUDGET")) != 0 ||
       (metrics_port ? setenv("NUMARENA_METRICS_PORT", metrics_port->c_str(), 1)
-                    : unsetenv("NUMARENA_METRICS_PORT")) != 0) {
+                    : unsetenv("NUMARENA_METRICS_PORT")) != 0 ||
+      (metrics_port ? setenv("NUMARENA_METRICS_LISTEN", options.metrics_listen.c_str(), 1)
+                    : unsetenv("NUMARENA_METRICS_LISTEN")) != 0 ||
+      (options.metrics_devices.empty()
+           ? unsetenv("NUMARENA_METRICS_DEVICES")
+           : setenv("NUMARENA_METRICS_DEVICES",
+                    absl::StrJoin(options.metrics_devices, ",").c_str(), 1)) != 0) {
     return Fail("run", absl::StrCat("cannot set the environment: ", std::strerror(errno)));
   }
 
@@ -233,9 +256,11 @@ CommandRunner SetupRun(CLI::App& app) {
   app.add_flag("--local", options->local,
                "each allocation on the node of the CPU the thread runs on");
   policy("--policy", "POLICY",
-         "any policy string: bind(NODES), preferred(NODES), interleave(NODES), weighted(N:W,...) "
-         "or local, optionally followed by /advisory or /chunk=SIZE, e.g. 'bind(0-1)/advisory', "
-         "'weighted(0:3,1:1)/chunk=64K'");
+         "any policy string: bind(NODES), preferred(NODES), interleave(NODES), weighted(N:W,...), "
+         "target(bandwidth|latency|capacity[@NODE|@any]) (the memory tier the kernel's HMAT "
+         "ranks best from the node) or local, optionally followed by /strict, /advisory or "
+         "/chunk=SIZE, e.g. 'bind(0-1)/advisory', 'weighted(0:3,1:1)/chunk=64K', "
+         "'target(bandwidth)'");
   app.add_option_function<std::string>(
          "--budget", [options](const std::string& spec) { options->budget = spec; },
                  "'system': a full node makes malloc return NULL (errno ENOMEM) and new throw "
@@ -244,8 +269,19 @@ CommandRunner SetupRun(CLI::App& app) {
       ->type_name("system|quota:SIZE");
   app.add_option("--metrics-port", options->metrics_port,
                  "the program serves numarena's metrics (Prometheus text) at "
-                 "http://HOST:P/metrics (a child process that finds P taken serves none)")
-      ->type_name("P");
+                 "http://127.0.0.1:P/metrics; with a range P-Q every process of the tree that "
+                 "execs (vLLM's and SGLang's workers) takes the first free port of it, so each "
+                 "serves its own; a process that finds every port taken serves none")
+      ->type_name("P|P-Q");
+  app.add_option("--metrics-listen", options->metrics_listen,
+                 "the address the metrics are served on: 127.0.0.1 (the default), 0.0.0.0 or :: "
+                 "for every interface, or one address of this machine")
+      ->type_name("ADDR");
+  app.add_option("--metrics-device", options->metrics_devices,
+                 "bus id of a GPU or NIC the program uses (repeatable): its metrics add "
+                 "numarena_device_distance, which the DeviceOnRemoteNumaNode alert watches")
+      ->type_name("BUS_ID")
+      ->expected(1, 1 << 20);
   CLI::App* self = &app;
   return [options, self] {
     // The parser stopped at the first word it did not know. Without "--" that word starts

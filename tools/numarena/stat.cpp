@@ -1,11 +1,13 @@
-// `numarena stat PID`: where a process's memory is, per node (numarena/stat.hpp), like
+// `numarena stat --pid PID`: where a process's memory is, per node (numarena/stat.hpp), like
 // `numastat -p PID`, plus the share of it on the nodes the process runs on and the
 // kernel's per-node allocation counters.
 //
-//   numarena stat PID|self [--json] [--sysfs-root DIR] [--procfs-root DIR]
+//   numarena stat --pid PID|self [--json] [--sysfs-root DIR] [--procfs-root DIR]
+//   numarena stat PID|self ...            (the same)
 //
 // Exit 0, or 2 with one line on stderr (no such process, malformed file).
-// --json: {"schema": "numarena.stat/1", "pid": str, "command": str,
+// --json: {"schema": "numarena.stat/2", "pid": int (null for 'self' in a recorded tree
+//          without a self link), "command": str,
 //          "nodes": [{"node": int, "anonymous_bytes": int, "hugetlb_bytes": int,
 //                     "file_bytes": int, "private_bytes": int}],
 //          "private_bytes": int, "file_bytes": int, "mappings": int,
@@ -14,9 +16,14 @@
 //          "numastat": [{"node": int, "numa_hit": int, "numa_miss": int, "numa_foreign": int,
 //                        "interleave_hit": int, "local_node": int, "other_node": int}]}
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <filesystem>
 #include <iostream>
+#include <optional>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "command.hpp"
@@ -30,7 +37,7 @@ namespace numarena::cli {
 namespace {
 
 struct StatOptions {
-  std::string pid;
+  std::string pid, positional_pid;
   bool json = false;
   MachineRoots roots;
   WatchOptions watch;
@@ -99,6 +106,22 @@ std::string FormatProcessStat(const ProcessNumaStat& s) {
 
 namespace {
 
+// The process id `args` names: the number given, or for "self" this process (the live /proc)
+// or what <procfs-root>/self links to; nullopt for "self" in a recorded tree without that link.
+std::optional<std::int64_t> ProcessId(const StatOptions& args) {
+  std::string pid = args.pid;
+  if (pid == "self") {
+    const std::string root = args.roots.procfs_root();
+    if (root == "/proc") return static_cast<std::int64_t>(getpid());
+    std::error_code error;
+    pid = std::filesystem::read_symlink(root + "/self", error).string();
+    if (error) return std::nullopt;
+  }
+  auto number = ParseCount(pid, 999999999);
+  if (!number) return std::nullopt;
+  return static_cast<std::int64_t>(*number);
+}
+
 int StatOnce(const StatOptions& args) {
   auto reader = args.roots.reader();
   auto topology = Topology::discover(*reader);
@@ -111,8 +134,13 @@ int StatOnce(const StatOptions& args) {
   if (args.json) {
     JsonWriter json(std::cout);
     json.BeginObject();
-    json.Key("schema").String("numarena.stat/1");
-    json.Key("pid").String(stat->pid);
+    json.Key("schema").String("numarena.stat/2");
+    json.Key("pid");
+    if (auto pid = ProcessId(args); pid) {
+      json.Int(*pid);
+    } else {
+      json.Null();
+    }
     json.Key("command").String(stat->command);
     json.Key("nodes").BeginArray();
     for (const auto& [node, u] : stat->by_node) {
@@ -157,17 +185,24 @@ int StatOnce(const StatOptions& args) {
 
 CommandRunner SetupStat(CLI::App& app) {
   auto options = std::make_shared<StatOptions>();
-  app.add_option("pid", options->pid, "the process id, or 'self'")->type_name("PID");
+  app.add_option("--pid", options->pid, "the process id, or 'self' (as doctor and exporter take it)")
+      ->type_name("PID");
+  app.add_option("pid", options->positional_pid, "the same, without --pid")->type_name("PID");
   app.add_flag("--json", options->json,
-               "one JSON object (schema numarena.stat/1); with --watch one per line");
+               "one JSON object (schema numarena.stat/2); with --watch one per line");
   options->roots.AddTo(app);
   options->watch.AddTo(app);
   app.footer(
       "per-node memory of a process from /proc/PID/numa_maps (like numastat -p), the share on "
       "the nodes it runs on, and the kernel's per-node numastat counters");
   return [options] {
+    if (!options->pid.empty() && !options->positional_pid.empty()) {
+      return Fail("stat", absl::StrCat("--pid ", options->pid, " and ", options->positional_pid,
+                                       ": give one process (numarena stat --pid PID)"));
+    }
+    if (options->pid.empty()) options->pid = options->positional_pid;
     if (options->pid.empty()) {
-      return Fail("stat", "give one process id (or 'self'): numarena stat PID");
+      return Fail("stat", "give one process id (or 'self'): numarena stat --pid PID");
     }
     if (Status s = options->watch.Check(); !s.ok()) return Fail("stat", std::string(s.message()));
     return Watch(options->watch, options->json, [&] { return StatOnce(*options); });

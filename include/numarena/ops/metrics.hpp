@@ -166,12 +166,17 @@ void AppendNodeCounterMetrics(ExpositionWriter& out,
 // numarena_node_memory_{total,free}_bytes{node}, numarena_node_cpus{node},
 // numarena_device_node{bus_id,kind} (-1: unknown), numarena_device_node_unknown{bus_id,kind}.
 void AppendTopologyMetrics(ExpositionWriter& out, const Topology& topology);
-// numarena_process_memory_bytes{node,kind}, numarena_process_local_memory_ratio,
-// and for each served device (bus id): numarena_device_distance{bus_id,kind} — the largest
-// SLIT distance between the device's node and the nodes the process runs on (10 = local,
-// -1 = unknown) — and numarena_device_local_memory_ratio{bus_id,kind}.
+// numarena_build_info{version} 1: which numarena serves the scrape.
+void AppendBuildInfo(ExpositionWriter& out);
+// Per command (/proc/PID/comm; "unknown" when unreadable), the processes of one command
+// summed: numarena_processes{command} (how many), numarena_process_memory_bytes{command,node,kind},
+// numarena_process_local_memory_ratio{command}, and for each served device (bus id):
+// numarena_device_distance{command,bus_id,kind} — the largest SLIT distance between the
+// device's node and the nodes the processes run on (10 = local, -1 = unknown) — and
+// numarena_device_local_memory_ratio{command,bus_id,kind}. The labels name no pid, so a
+// restarted server keeps its series.
 void AppendProcessMetrics(ExpositionWriter& out, const Topology& topology,
-                          const ProcessNumaStat& stat,
+                          const std::vector<ProcessNumaStat>& stats,
                           const std::vector<std::string>& served_devices);
 // numarena_arena_{allocated,active,resident,mapped,committed,retained}_bytes{policy},
 // numarena_arena_{fallbacks,refusals}_total{policy}.

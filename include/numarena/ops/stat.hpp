@@ -76,4 +76,10 @@ struct ProcessNumaStat {
                                                     const Topology& topology,
                                                     const std::string& pid);
 
+// The process ids of every descendant of `pid` ("self" or a number): its children, theirs,
+// and so on, from the parent id in each /proc/N/stat; ascending. Empty when `pid` has none
+// or /proc cannot be listed. A process that exits while being read is left out.
+[[nodiscard]] std::vector<std::string> ProcessDescendants(const SystemReader& reader,
+                                                          const std::string& pid);
+
 }  // namespace numarena
