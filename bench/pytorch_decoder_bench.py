@@ -17,8 +17,10 @@ other CPU tensor comes from):
 Each run is a fresh process (start-up is not timed: TTFT starts at the first prefill).
 """
 import argparse
+import datetime
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -55,6 +57,13 @@ def run_once(build, prefix, extra_env, args, decoder_args):
     return {k: result[k] for k in ("ttft_s", "tpot_s", "peak_rss_kib")}
 
 
+def git_commit():
+    """The checkout's commit, or "unknown" outside git."""
+    done = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else "unknown"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -63,6 +72,7 @@ def main():
     parser.add_argument("decoder_args", nargs="*",
                         help="after --: passed to the decoder (default: its own sizes)")
     options = parser.parse_args()
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     configs = configurations(os.path.abspath(options.build))
     names = [n for n in configs if not options.only or n in options.only]
     runs = {name: [] for name in names}
@@ -75,7 +85,9 @@ def main():
                   file=sys.stderr, flush=True)
     medians = {name: {key: statistics.median(run[key] for run in runs[name])
                       for key in ("ttft_s", "tpot_s", "peak_rss_kib")} for name in names}
-    report = {"rounds": options.rounds, "decoder_args": options.decoder_args,
+    report = {"program": "pytorch_decoder_bench.py", "started": started,
+              "machine": platform.node(), "commit": git_commit(),
+              "rounds": options.rounds, "decoder_args": options.decoder_args,
               "medians": medians, "runs": runs}
     preloads = [n for n in ("glibc", *PRELOADS) if n in medians]
     if "numarena.torch" in medians and preloads:

@@ -102,6 +102,8 @@ def result_kind(doc):
         return f"{doc['schema']} on {len(nodes)} node(s)"
     if "benchmarks" in doc and "context" in doc:
         return os.path.basename(doc["context"].get("executable", "?"))
+    if "program" in doc and "started" in doc:
+        return doc["program"]
     if "medians" in doc and "started" in doc:
         return "llama_bench.py"
     return None
