@@ -150,6 +150,20 @@ std::optional<KernelVersion> ParseKernelRelease(std::string_view release);
 // ParseKernelRelease does not read.
 std::optional<KernelVersion> RunningKernel();
 
+// Whether the kernel lets this process make the placement calls numarena needs, each tried
+// once on a page of its own, from a thread of its own (the caller's memory policy is not
+// touched): mbind(MPOL_BIND, {node}), get_mempolicy, set_mempolicy (the probe thread's own
+// policy, set to what it was) and move_pages (a query of the page's node). 0, or the errno
+// the call failed with (EPERM under a seccomp filter that refuses it, ENOSYS on a kernel
+// without NUMA or under a filter that says so).
+struct PlacementCallProbe {
+  int mbind = 0;
+  int get_mempolicy = 0;
+  int set_mempolicy = 0;
+  int move_pages = 0;
+};
+PlacementCallProbe ProbePlacementCalls(int node);
+
 // ---- CPUs ----------------------------------------------------------------------------
 
 // CPUs the calling thread may run on (sched_getaffinity), ascending.

@@ -17,6 +17,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -494,6 +495,32 @@ std::optional<KernelVersion> RunningKernel() {
     return ParseKernelRelease(name.release);
   }();
   return running;
+}
+
+PlacementCallProbe ProbePlacementCalls(int node) {
+  PlacementCallProbe probe;
+  std::thread worker([&] {
+    const std::size_t page = PageSize();
+    void* memory = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) {
+      probe = {errno, errno, errno, errno};
+      return;
+    }
+    const int nodes[] = {node};
+    NodeMask mask(nodes);
+    probe.mbind = ::mbind(memory, page, MPOL_BIND, mask.words.data(), mask.max_node, 0) == 0 ? 0 : errno;
+    static_cast<char*>(memory)[0] = 1;
+    ThreadPolicy current;
+    probe.get_mempolicy = GetThreadPolicyNoAlloc(&current);
+    if (probe.get_mempolicy != 0) current = ThreadPolicy{};  // MPOL_DEFAULT: this thread only
+    probe.set_mempolicy = SetThreadPolicyNoAlloc(current);
+    void* pages[] = {memory};
+    int status[] = {0};
+    probe.move_pages = move_pages(0, 1, pages, nullptr, status, 0) == 0 ? 0 : errno;
+    ::munmap(memory, page);
+  });
+  worker.join();
+  return probe;
 }
 
 Status QueryPageNodes(std::span<void* const> pages, std::span<int> status) {

@@ -205,6 +205,9 @@ int InterleavedBuffer::ExpectedNode(std::size_t offset) const {
   if (policy_.kind() == PolicyKind::kWeightedInterleave && !stats_.kernel_weighted) {
     return WeightedChunkNode(policy_.weights(), offset / policy_.chunk_bytes());
   }
+  if (stats_.kernel_weighted && stats_.kernel_weights.size() == 1) {
+    return stats_.kernel_weights.front().node;  // one node: whatever the kernel's unit
+  }
   if (!predictable_pages_) return -1;
   const std::uint64_t page_number =
       (reinterpret_cast<std::uintptr_t>(data_) + offset) / os::PageSize();

@@ -33,7 +33,8 @@ Status ReadWeights(const KernelFiles& files, KernelMemorySettings& settings) {
   if (!entries.ok()) return entries.status();
   for (const std::string& entry : *entries) {
     const std::string path = absl::StrCat(kWeightsDir, "/", entry);
-    if (entry == "auto") {
+    // Linux 6.18 names the file "__auto_type" (its compiler.h defines `auto` as a macro).
+    if (entry == "auto" || entry == "__auto_type") {
       auto automatic = ReadBool(files, path);
       if (!automatic.ok()) return automatic.status();
       settings.interleave_weights_auto = *automatic;
