@@ -99,7 +99,7 @@ TEST_CASE("doctor: a policy naming nodes outside the cpuset") {
   const Finding* narrow = FindOrNull(strict, "cpuset_mems_narrow");
   REQUIRE(narrow != nullptr);
   CHECK(narrow->severity == Severity::kCritical);
-  CHECK(narrow->subject == "policy interleave(0-3)");
+  CHECK(narrow->subject == "policy interleave(0,1,2,3)");
   CHECK(narrow->observed == "names nodes 2-3, outside cpuset.mems 0-1 of pid 4242");
   CHECK(Has(narrow->fix, "docker run --cpuset-mems=0-3"));
   CHECK(Has(narrow->fix, "AllowedMemoryNodes=0-3"));

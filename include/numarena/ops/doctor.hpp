@@ -35,7 +35,7 @@
 //   placement_calls         (live system only) mbind, get_mempolicy, set_mempolicy and
 //                           move_pages work for this process: each is tried once on a page of
 //                           its own (os::ProbePlacementCalls); a refusal is critical and names
-//                           the cause from /proc/self/status: a seccomp filter (Seccomp: 2;
+//                           the cause from /proc/thread-self/status: a seccomp filter (Seccomp: 2;
 //                           Docker's and containerd's default profiles allow the memory
 //                           policy calls only with CAP_SYS_NICE), or, without one, a missing
 //                           CAP_SYS_NICE or a security module.
