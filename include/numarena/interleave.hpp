@@ -99,6 +99,8 @@ class InterleavedBuffer {
   void* data() const { return data_; }
   std::size_t size() const { return size_; }                  // the bytes asked for
   std::size_t mapped_bytes() const { return mapped_bytes_; }  // size() rounded to pages
+  // The policy placed: as given, except weighted(auto), which is the kernel's weights over
+  // the nodes the process may use (e.g. weighted(0:3,1:1)).
   const Policy& policy() const { return policy_; }
   const InterleaveStats& stats() const { return stats_; }
 
