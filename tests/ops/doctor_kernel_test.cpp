@@ -105,7 +105,8 @@ TEST_CASE("doctor: a policy naming nodes outside the cpuset") {
   CHECK(Has(narrow->fix, "AllowedMemoryNodes=0-3"));
 
   options.policy = "bind(2)/advisory";
-  const Finding* advisory = FindOrNull(Run("ops-good", options), "cpuset_mems_narrow");
+  const DoctorReport advisory_report = Run("ops-good", options);
+  const Finding* advisory = FindOrNull(advisory_report, "cpuset_mems_narrow");
   REQUIRE(advisory != nullptr);
   CHECK(advisory->severity == Severity::kWarning);
 
