@@ -4,6 +4,11 @@
 # The topologies come from a "// lab-topologies: a b c" line in the source, default all four;
 # a "// lab-files: target ..." line copies more build targets into the VM; a
 # "// lab-timeout: SECONDS [why]" line raises the VM's limit for that test (never lowers it).
+# Kernels: every test runs on Debian 12's 6.1 (lab.<target>.<topology>); a line
+# "// lab-kernel-6.12: 2s cxl" also runs it on Debian 12's 6.12 in those topologies
+# (lab.<target>.<topology>.linux6.12). CI time allows 6.12 only for a named subset, which
+# docs/lab.md lists; sanitizer builds run 6.1 only (the 6.12 runs prove the kernel, not the
+# code, which the 6.1 runs already check under the sanitizer).
 # run.sh boots QEMU (see cmake/lab/README.md) and returns the binary's exit status; logs of
 # failed runs go to <build>/lab-logs.
 #
@@ -51,6 +56,18 @@ function(numarena_add_lab_test target source)
       set(timeout ${CMAKE_MATCH_1})
     endif()
   endif()
+  file(STRINGS ${source} kernel_spec REGEX "^// lab-kernel-6.12:")
+  set(topologies_612)
+  if(kernel_spec AND NOT NUMARENA_SANITIZE)
+    string(REGEX REPLACE "^// lab-kernel-6.12:[ ]*" "" kernel_spec "${kernel_spec}")
+    separate_arguments(topologies_612 UNIX_COMMAND "${kernel_spec}")
+  endif()
+  foreach(topology ${topologies_612})
+    if(NOT topology IN_LIST topologies)
+      message(FATAL_ERROR "${source}: '// lab-kernel-6.12:' names topology '${topology}', "
+                          "which its '// lab-topologies:' line does not")
+    endif()
+  endforeach()
   foreach(topology ${topologies})
     if(NOT EXISTS ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/lab/topologies/${topology}.sh)
       message(FATAL_ERROR "${source}: no lab topology '${topology}' "
@@ -64,5 +81,14 @@ function(numarena_add_lab_test target source)
       LABELS lab
       TIMEOUT ${ctest_timeout}
       ENVIRONMENT "NUMARENA_LAB_LOG_DIR=${CMAKE_BINARY_DIR}/lab-logs")
+    if(topology IN_LIST topologies_612)
+      add_test(NAME lab.${target}.${topology}.linux6.12
+               COMMAND ${NUMARENA_LAB_RUN} --topology ${topology} --kernel 6.12
+                       --timeout ${timeout} ${file_args} -- $<TARGET_FILE:${target}>)
+      set_tests_properties(lab.${target}.${topology}.linux6.12 PROPERTIES
+        LABELS "lab;linux6.12"
+        TIMEOUT ${ctest_timeout}
+        ENVIRONMENT "NUMARENA_LAB_LOG_DIR=${CMAKE_BINARY_DIR}/lab-logs")
+    endif()
   endforeach()
 endfunction()

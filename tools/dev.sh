@@ -189,7 +189,7 @@ case "$cmd" in
     llama_deps
     build "$ROOT/build" -DNUMARENA_BUILD_TESTS=ON -DNUMARENA_BUILD_BENCH=ON -DNUMARENA_BUILD_EXAMPLES=ON \
       -DNUMARENA_NODE="$NODE_BIN"
-    "$ROOT/cmake/lab/fetch-kernel.sh" >/dev/null
+    "$ROOT/cmake/lab/fetch-kernel.sh" 6.1 >/dev/null && "$ROOT/cmake/lab/fetch-kernel.sh" 6.12 >/dev/null
     run_ctest "$ROOT/build" "$@"
     ;;
   test-asan)

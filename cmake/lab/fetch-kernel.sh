@@ -1,28 +1,44 @@
 #!/usr/bin/env bash
-# Fetches the NUMA lab's kernel: Debian's stock cloud kernel (linux-image-cloud-amd64), taken
-# apart with `dpkg -x` and never installed. It has CONFIG_NUMA, ACPI_NUMA, ACPI_HMAT and
-# MIGRATION built in, and everything the lab needs without modules (the lab boots from an
-# initramfs, so virtio_blk being a module does not matter).
+# Fetches a NUMA lab kernel: one of Debian 12's stock cloud kernels, taken apart with
+# `dpkg -x` and never installed. Both have CONFIG_NUMA, ACPI_NUMA, ACPI_HMAT and MIGRATION
+# built in, and everything the lab needs without modules (the lab boots from an initramfs,
+# so virtio_blk being a module does not matter).
 #
-# The kernel lands ONCE in the cache folder ${NUMARENA_LAB_CACHE:-$HOME/.cache/numarena-lab};
+#   series 6.1   linux-image-cloud-amd64       (bookworm's own kernel; the default)
+#   series 6.12  linux-image-6.12-cloud-amd64  (bookworm's newer kernel: MPOL_WEIGHTED_INTERLEAVE,
+#                                               memory tiers, the interleave index of 6.7+)
+#
+# Each kernel lands ONCE in the cache folder ${NUMARENA_LAB_CACHE:-$HOME/.cache/numarena-lab};
 # later calls only print its path. The metapackage's dependency names the real kernel package,
 # so no version is written down here: a Debian point release simply gives a newer kernel the
-# next time the cache is empty.
+# next time the cache is empty. apt checks each .deb against the archive's signed index (its
+# SHA256), which is the only pin: nothing more is written down for either series.
 #
-#   cmake/lab/fetch-kernel.sh          prints the path of vmlinuz (fetching it if needed)
-#   NUMARENA_LAB_KERNEL=/path/vmlinuz  skips all of this and uses that kernel
+#   cmake/lab/fetch-kernel.sh [SERIES]       prints the path of that series' vmlinuz (fetching
+#                                            it if needed); SERIES 6.1 (default) or 6.12
+#   NUMARENA_LAB_KERNEL=/path/vmlinuz        skips all of this for series 6.1: uses that kernel
+#   NUMARENA_LAB_KERNEL_6_12=/path/vmlinuz   the same for series 6.12
 set -euo pipefail
 
 die() { printf 'fetch-kernel: %s\n' "$*" >&2; exit 1; }
 
-if [[ -n "${NUMARENA_LAB_KERNEL:-}" ]]; then
-  [[ -r "$NUMARENA_LAB_KERNEL" ]] || die "NUMARENA_LAB_KERNEL=$NUMARENA_LAB_KERNEL is not a readable file"
-  printf '%s\n' "$NUMARENA_LAB_KERNEL"
+SERIES="${1:-6.1}"
+case "$SERIES" in
+  # KERNEL_LINK: the cache's symlink to vmlinuz-<version> once fetched (6.1 keeps the name
+  # it had when the lab had one kernel, so existing caches stay valid).
+  6.1) META=linux-image-cloud-amd64 OVERRIDE=NUMARENA_LAB_KERNEL LINK_NAME=vmlinuz ;;
+  6.12) META=linux-image-6.12-cloud-amd64 OVERRIDE=NUMARENA_LAB_KERNEL_6_12 LINK_NAME=vmlinuz-series-6.12 ;;
+  *) die "no lab kernel series '$SERIES': 6.1 or 6.12" ;;
+esac
+
+if [[ -n "${!OVERRIDE:-}" ]]; then
+  [[ -r "${!OVERRIDE}" ]] || die "$OVERRIDE=${!OVERRIDE} is not a readable file"
+  printf '%s\n' "${!OVERRIDE}"
   exit 0
 fi
 
 CACHE="${NUMARENA_LAB_CACHE:-$HOME/.cache/numarena-lab}"
-KERNEL_LINK="$CACHE/vmlinuz"   # symlink to vmlinuz-<version> once fetched
+KERNEL_LINK="$CACHE/$LINK_NAME"
 
 if [[ -r "$KERNEL_LINK" ]]; then
   printf '%s\n' "$(readlink -f "$KERNEL_LINK")"
@@ -39,16 +55,15 @@ if [[ -r "$KERNEL_LINK" ]]; then
 fi
 
 command -v apt-get >/dev/null && command -v dpkg >/dev/null ||
-  die "needs apt-get and dpkg (Debian/Ubuntu), or set NUMARENA_LAB_KERNEL to a vmlinuz with CONFIG_NUMA"
+  die "needs apt-get and dpkg (Debian/Ubuntu), or set $OVERRIDE to a vmlinuz with CONFIG_NUMA"
 
-META=linux-image-cloud-amd64
 if ! apt-cache show "$META" >/dev/null 2>&1; then
   if [[ $(id -u) -eq 0 ]]; then
     printf 'fetch-kernel: %s unknown to apt, running apt-get update\n' "$META" >&2
     apt-get update -qq >&2 || die "apt-get update failed"
   fi
   apt-cache show "$META" >/dev/null 2>&1 ||
-    die "apt does not know $META: run 'apt-get update' (Debian 12 main), or set NUMARENA_LAB_KERNEL"
+    die "apt does not know $META: run 'apt-get update' (Debian 12 main), or set $OVERRIDE"
 fi
 
 WORK="$(mktemp -d "$CACHE/.fetch.XXXXXX")"
@@ -69,6 +84,10 @@ dpkg -x "$IMAGE_DEB" unpacked
 VMLINUZ="$(ls unpacked/boot/vmlinuz-* 2>/dev/null | head -n1)"
 [[ -n "$VMLINUZ" ]] || die "$IMAGE_DEB holds no boot/vmlinuz-*"
 NAME="$(basename "$VMLINUZ")"
+# A metapackage from another suite (backports) would name another series: refuse it rather
+# than run the series' tests on the wrong kernel.
+[[ "$NAME" == "vmlinuz-$SERIES".* ]] ||
+  die "$META gave $NAME, not a $SERIES kernel (is another suite's $META pinned higher?)"
 cp "$VMLINUZ" "$CACHE/$NAME.tmp"
 # Keep the kernel's config next to it: it documents what the lab's kernel can do.
 cp unpacked/boot/config-* "$CACHE/" 2>/dev/null || true

@@ -6,6 +6,8 @@
 #   cmake/lab/run.sh --topology 2s|snc4|cxl|tiny [options] -- BINARY [ARGS...]
 #
 #   --topology T      a file cmake/lab/topologies/T.sh (see README.md)
+#   --kernel SERIES   the lab kernel to boot: 6.1 (default, env NUMARENA_LAB_KERNEL_SERIES) or 6.12
+#                     (cmake/lab/fetch-kernel.sh)
 #   --timeout S       kill the VM after S seconds and fail (default 300, env NUMARENA_LAB_TIMEOUT)
 #   --keep-log        keep the console log and work files even when the program passed
 #   --file PATH       also copy PATH (and the libraries it needs) into the VM at the same path;
@@ -21,12 +23,14 @@
 # The program learns what QEMU was given from:
 #   NUMARENA_LAB_TOPOLOGY=<name>              e.g. 2s
 #   NUMARENA_LAB_TOPOLOGY_FILE=/lab/topology.txt
+#   NUMARENA_LAB_KERNEL_SERIES=<series>       6.1 or 6.12 (--kernel)
 #   NUMARENA_LAB_DEADLINE=<seconds>           the VM's uptime (/proc/uptime) at which the
 #                                             watchdog reports what is still running
 # (format in README.md; tests/support/lab_support.hpp parses it). Sanitizer options
 # (ASAN_OPTIONS, UBSAN_OPTIONS, LSAN_OPTIONS, TSAN_OPTIONS) are passed through.
 #
-# Environment: NUMARENA_LAB_CACHE (kernel cache), NUMARENA_LAB_KERNEL (use this vmlinuz),
+# Environment: NUMARENA_LAB_CACHE (kernel cache), NUMARENA_LAB_KERNEL / NUMARENA_LAB_KERNEL_6_12
+# (use this vmlinuz for series 6.1 / 6.12),
 # NUMARENA_LAB_LOG_DIR (where failed runs' logs go; default $TMPDIR/numarena-lab-logs),
 # NUMARENA_LAB_ACCEL (tcg | kvm | auto; default tcg: KVM here failed with "emulation failure"
 # under nested virtualisation and left the VM hung, so it is opt-in; auto = KVM when /dev/kvm
@@ -37,14 +41,16 @@ LAB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 EXIT_MARKER="NUMARENA_LAB_EXIT="
 
 die() { printf 'lab: %s\n' "$*" >&2; exit 2; }
-usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
-topology="" timeout="${NUMARENA_LAB_TIMEOUT:-300}" keep_log=0 print_qemu=0
+topology="" kernel_series="${NUMARENA_LAB_KERNEL_SERIES:-6.1}" timeout="${NUMARENA_LAB_TIMEOUT:-300}" keep_log=0 print_qemu=0
 extra_files=() extra_env=()
 while (($#)); do
   case "$1" in
     --topology) topology="${2:?--topology needs a name}"; shift 2 ;;
     --topology=*) topology="${1#*=}"; shift ;;
+    --kernel) kernel_series="${2:?--kernel needs a series (6.1 or 6.12)}"; shift 2 ;;
+    --kernel=*) kernel_series="${1#*=}"; shift ;;
     --timeout) timeout="${2:?--timeout needs seconds}"; shift 2 ;;
     --timeout=*) timeout="${1#*=}"; shift ;;
     --keep-log) keep_log=1; shift ;;
@@ -163,14 +169,15 @@ if ((print_qemu)); then
   exit 0
 fi
 
-kernel="$("$LAB_DIR/fetch-kernel.sh")" || die "no kernel (cmake/lab/fetch-kernel.sh failed)"
+kernel="$("$LAB_DIR/fetch-kernel.sh" "$kernel_series")" ||
+  die "no $kernel_series kernel (cmake/lab/fetch-kernel.sh $kernel_series failed)"
 qemu_cmd=("${qemu_cmd[@]/#KERNEL/$kernel}")
 
 keep_work() {
   local dir="${NUMARENA_LAB_LOG_DIR:-${TMPDIR:-/tmp}/numarena-lab-logs}"
   local dest
   mkdir -p "$dir"
-  dest="$dir/$(basename "$program").$topology.$(date +%Y%m%d-%H%M%S).$$"
+  dest="$dir/$(basename "$program").$topology.linux-$kernel_series.$(date +%Y%m%d-%H%M%S).$$"
   rm -f "$work/initrd.cpio"  # large and rebuilt by the next run
   rm -rf "$work/root"
   mv "$work" "$dest"
@@ -227,6 +234,7 @@ deadline=$((timeout > 40 ? timeout - 20 : timeout / 2))
   printf 'export PATH=/bin:/sbin HOME=/root TMPDIR=/tmp\n'
   printf 'export NUMARENA_LAB_TOPOLOGY=%s\n' "$(shell_quote "$topology")"
   printf 'export NUMARENA_LAB_TOPOLOGY_FILE=/lab/topology.txt\n'
+  printf 'export NUMARENA_LAB_KERNEL_SERIES=%s\n' "$(shell_quote "$kernel_series")"
   printf 'export NUMARENA_LAB_DEADLINE=%s\n' "$deadline"
   if ((${#lib_dirs[@]})); then
     printf 'export LD_LIBRARY_PATH=%s\n' "$(shell_quote "$(IFS=:; echo "${lib_dirs[*]}")")"
@@ -333,8 +341,8 @@ if [[ -z "$status_line" ]]; then
 fi
 
 if ((qemu_status == 124 || qemu_status == 137)); then
-  printf 'lab: TIMEOUT: %s in topology %s did not finish within %s s (--timeout)\n' \
-    "$(basename "$program")" "$topology" "$timeout" >&2
+  printf 'lab: TIMEOUT: %s in topology %s did not finish within %s s (--timeout) on Linux %s\n' \
+    "$(basename "$program")" "$topology" "$timeout" "$kernel_series" >&2
   if grep -q '^lab: watchdog:' "$console_log"; then
     tr -d '\r' <"$console_log" | grep '^lab: watchdog:' | head -n 400 >&2
   elif ! grep -q '^lab: running' "$console_log"; then
@@ -355,8 +363,8 @@ if [[ -z "$status_line" ]]; then
 fi
 status="${status_line#"$EXIT_MARKER"}"
 if ((status != 0)); then
-  printf 'lab: %s exited with status %s in topology %s (%s s)\n' \
-    "$(basename "$program")" "$status" "$topology" "$elapsed" >&2
+  printf 'lab: %s exited with status %s in topology %s on Linux %s (%s s)\n' \
+    "$(basename "$program")" "$status" "$topology" "$kernel_series" "$elapsed" >&2
   # An OOM kill (status 137) is explained only in the kernel log, which CI does not keep:
   # print the kernel's report (who asked, for which nodes, each node's free pages).
   if grep -q 'invoked oom-killer' "$console_log"; then
@@ -369,6 +377,7 @@ if ((status != 0)); then
 elif ((keep_log)); then
   keep_work
 else
-  printf 'lab: %s passed in topology %s (%s s)\n' "$(basename "$program")" "$topology" "$elapsed" >&2
+  printf 'lab: %s passed in topology %s on Linux %s (%s s)\n' "$(basename "$program")" "$topology" \
+    "$kernel_series" "$elapsed" >&2
 fi
 exit "$status"

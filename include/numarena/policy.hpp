@@ -79,6 +79,13 @@ class Policy {
   static Policy WeightedInterleave(std::vector<NodeWeight> weights,
                                    BindMode mode = BindMode::kStrict,
                                    std::size_t chunk_bytes = kDefaultWeightedChunk);
+  // "weighted(auto)": weighted interleave over every node the process may allocate on, in
+  // the proportions of the kernel's own system-wide weights
+  // (/sys/kernel/mm/mempolicy/weighted_interleave/nodeN, Linux 6.9+), through the kernel's
+  // MPOL_WEIGHTED_INTERLEAVE. For AllocateInterleaved; arenas refuse it (their heaps bind
+  // chunks, which needs weights of their own). On a kernel without weighted interleave the
+  // allocation fails with FailedPrecondition saying so.
+  static Policy KernelWeightedInterleave(BindMode mode = BindMode::kStrict);
   static Policy Local(BindMode mode = BindMode::kAdvisory);
   // Memory chosen by what it is (numarena/memory_target.hpp). Advisory (the default): prefer
   // the candidates in rank order (Preferred(TargetChoice::ranked): the best node, then the
@@ -97,8 +104,10 @@ class Policy {
   // Nodes of the policy, ascending and unique (for weighted interleave: the weighted nodes,
   // and for Preferred the preferred nodes, in the order given). Empty for kLocal.
   const std::vector<int>& nodes() const { return nodes_; }
-  // Weights for kWeightedInterleave, empty otherwise.
+  // Weights for kWeightedInterleave, empty otherwise (and for weighted(auto)).
   const std::vector<NodeWeight>& weights() const { return weights_; }
+  // True for weighted(auto) (KernelWeightedInterleave): the kernel's weights, not the policy's.
+  bool uses_kernel_weights() const { return kernel_weights_; }
   std::size_t chunk_bytes() const { return chunk_bytes_; }
   // The memory target of a kTarget policy (meaningless for the other kinds).
   const MemoryTarget& target() const { return target_; }
@@ -136,7 +145,8 @@ class Policy {
   //
   //   policy  := kind ( "/" option )*
   //   kind    := "bind(" NODES ")" | "preferred(" NODES ")" | "interleave(" NODES ")"
-  //            | "weighted(" NODE ":" WEIGHT ( "," NODE ":" WEIGHT )* ")" | "local"
+  //            | "weighted(" NODE ":" WEIGHT ( "," NODE ":" WEIGHT )* ")" | "weighted(auto)"
+  //            | "local"
   //            | "target(" ATTRIBUTE [ "@" ( NODE | "any" ) ] ")"
   //   ATTRIBUTE := "bandwidth" | "latency" | "capacity"    (no "@": the calling thread's node)
   //   option  := "strict" | "advisory" | "chunk=" SIZE        (chunk: weighted only)
@@ -156,7 +166,8 @@ class Policy {
   friend bool operator==(const Policy&, const Policy&) = default;
   template <typename H>
   friend H AbslHashValue(H h, const Policy& p) {
-    h = H::combine(std::move(h), p.kind_, p.mode_, p.nodes_, p.chunk_bytes_, p.target_);
+    h = H::combine(std::move(h), p.kind_, p.mode_, p.nodes_, p.chunk_bytes_, p.target_,
+                   p.kernel_weights_);
     for (const NodeWeight& w : p.weights_) h = H::combine(std::move(h), w.node, w.weight);
     return h;
   }
@@ -170,6 +181,7 @@ class Policy {
   std::vector<NodeWeight> weights_;
   std::size_t chunk_bytes_ = 0;
   MemoryTarget target_;
+  bool kernel_weights_ = false;
 };
 
 // For weighted interleave: which node owns chunk `index` (0-based) of a span. Chunks are

@@ -201,4 +201,43 @@ class Topology {
   std::vector<std::string> warnings_;
 };
 
+// The kernel's own placement machinery that acts on the same memory numarena places, as
+// ReadKernelMemorySettings finds it. Everything is optional: older kernels lack the files.
+struct NodeInterleaveWeight {
+  int node = -1;
+  unsigned weight = 1;  // 1..255; the kernel uses 1 where it holds 0, and so does this
+  friend bool operator==(const NodeInterleaveWeight&, const NodeInterleaveWeight&) = default;
+};
+struct MemoryTier {
+  int id = -1;             // memory_tier<id>: a lower id is a faster tier
+  std::vector<int> nodes;  // its nodelist, ascending
+};
+struct KernelMemorySettings {
+  // /sys/kernel/mm/mempolicy/weighted_interleave/nodeN (Linux 6.9+): the weights
+  // MPOL_WEIGHTED_INTERLEAVE gives each node, system-wide, ascending by node. Empty when the
+  // kernel has no weighted interleave. Only root changes them (numarena never does).
+  std::vector<NodeInterleaveWeight> interleave_weights;
+  // .../weighted_interleave/auto (Linux 6.16+): true while the kernel derives the weights
+  // from the firmware's bandwidth figures (HMAT/CDAT); nullopt when absent.
+  std::optional<bool> interleave_weights_auto;
+  // /sys/devices/virtual/memory_tiering/memory_tier*/nodelist (Linux 5.19+), ascending id
+  // (the first is the fastest). Empty when the kernel has no memory tiers.
+  std::vector<MemoryTier> memory_tiers;
+  // /sys/kernel/mm/numa/demotion_enabled: reclaim moves cold pages to a lower tier instead
+  // of dropping them; nullopt when absent.
+  std::optional<bool> demotion_enabled;
+
+  bool has_weighted_interleave() const { return !interleave_weights.empty(); }
+  // The kernel's weight for `node`; 0 when it has none for it.
+  unsigned interleave_weight(int node) const;
+  // The id of the tier holding `node`; -1 when no tier lists it.
+  int tier_of(int node) const;
+};
+
+// Reads the settings above through `reader` (fixture trees, tests) or from the live system.
+// Absent files are simply absent; a file that is present but malformed is DataLoss naming
+// it (the message says what was expected), a read error is returned with the path.
+[[nodiscard]] StatusOr<KernelMemorySettings> ReadKernelMemorySettings(const SystemReader& reader);
+[[nodiscard]] StatusOr<KernelMemorySettings> ReadKernelMemorySettings();
+
 }  // namespace numarena

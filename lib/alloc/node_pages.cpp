@@ -564,6 +564,12 @@ StatusOr<NodePages*> NodePages::Create(const Policy& placement, const ArenaOptio
         absl::StrCat(what, ": a provider places pages by bind, interleave or weighted interleave; ",
                      "preferred and local are resolved to per-node binds by the arena"));
   }
+  if (placement.uses_kernel_weights()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": an arena binds chunks to nodes by weights of its own; weighted(auto) (the "
+              "kernel's weights) is for numarena::AllocateInterleaved, or give the weights, "
+              "e.g. weighted(0:3,1:1)"));
+  }
   std::size_t huge = options.hugetlb_page_bytes;
   if (huge != 0 && huge != ArenaOptions::kHugetlb2M && huge != ArenaOptions::kHugetlb1G) {
     return absl::InvalidArgumentError(

@@ -4,11 +4,16 @@
 #include "numarena/ops/doctor.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "numarena/ops/stat.hpp"
+#include "numarena/policy.hpp"
+#include "os/os.hpp"
 #include "ops/ops_common.hpp"
 #include "ops/ops_parse.hpp"
 #include "topology/topology_parse.hpp"
@@ -76,6 +81,20 @@ class Audit {
   }
 
   Status CheckNumaBalancing() {
+    auto value = ReadSysctl("numa_balancing", "kernel.numa_balancing");
+    if (!value.ok()) return value.status();
+    // Bit 1 (NUMA_BALANCING_MEMORY_TIERING): the tiering mode has its own explanation.
+    if (value->has_value() && (**value & 2) != 0) {
+      Add({"numa_balancing", Severity::kWarning, "kernel.numa_balancing", absl::StrCat(**value),
+           "0",
+           "NUMA balancing is in memory tiering mode: the kernel samples accesses and promotes "
+           "pages it finds hot on a slow tier (a CXL or other memory-only node) to a fast one, "
+           "and with demotion moves cold ones down. It moves memory numarena placed on purpose "
+           "(the KV pool's cold blocks come back to DRAM, bound weights leave their node), so "
+           "numarena's tiering, budgets and page_nodes() no longer describe the server.",
+           "sysctl -w kernel.numa_balancing=0   # persist in /etc/sysctl.d/90-numa.conf"});
+      return absl::OkStatus();
+    }
     return CheckSysctlZero(
         "numa_balancing", "kernel.numa_balancing",
         "Automatic NUMA balancing periodically unmaps pages to sample who touches them and "
@@ -243,6 +262,210 @@ class Audit {
     if (balanced) Pass("hugetlb_node_pools");
   }
 
+
+  // The placement calls themselves, tried once each (live system only: a recorded tree has no
+  // kernel to ask).
+  Status CheckPlacementCalls() {
+    if (!reader_.is_live_system()) return absl::OkStatus();  // a recorded tree: no kernel
+    int node = topology_.nodes().front().id;
+    if (!topology_.process().allowed_mem_nodes.empty()) {
+      node = topology_.process().allowed_mem_nodes.front();
+    }
+    const os::PlacementCallProbe probe = os::ProbePlacementCalls(node);
+    std::vector<std::string> refused;
+    bool eperm = false;
+    for (const auto& [name, error] : {std::pair{"mbind", probe.mbind},
+                                      std::pair{"get_mempolicy", probe.get_mempolicy},
+                                      std::pair{"set_mempolicy", probe.set_mempolicy},
+                                      std::pair{"move_pages", probe.move_pages}}) {
+      if (error == 0) continue;
+      refused.push_back(std::string(ErrnoToStatus(error, name).message()));
+      eperm = eperm || error == EPERM;
+    }
+    if (refused.empty()) {
+      Pass("placement_calls");
+      return absl::OkStatus();
+    }
+    // The calling thread's: a seccomp filter belongs to the thread that installed it and the
+    // threads it started (container runtimes install it before the program's first thread).
+    const std::string status_path = "/proc/thread-self/status";
+    auto status_text = ops::ReadOptional(reader_, status_path);
+    if (!status_text.ok()) return status_text.status();
+    parse::ProcSecurity security;
+    if (status_text->has_value()) {
+      auto parsed = parse::ParseProcSecurity(**status_text);
+      if (!parsed.ok()) return ops::FileError(reader_, status_path, parsed.status());
+      security = *parsed;
+    }
+    constexpr std::uint64_t kCapSysNice = std::uint64_t{1} << 23;
+    const bool filtered = security.seccomp.value_or(0) == 2;
+    const bool has_sys_nice =
+        (security.effective_capabilities.value_or(0) & kCapSysNice) != 0;
+    std::string cause, fix;
+    if (filtered) {
+      cause = absl::StrCat(
+          "This process runs under a seccomp filter (Seccomp: 2 in /proc/thread-self/status) that "
+          "refuses them. Docker's and containerd's default profiles allow get_mempolicy, mbind "
+          "and set_mempolicy only to containers that hold CAP_SYS_NICE (this one ",
+          has_sys_nice ? "does, so the profile is another one" : "does not", ").");
+      fix = "docker run --cap-add SYS_NICE ... (Kubernetes: securityContext.capabilities.add: "
+            "[\"SYS_NICE\"]); with a custom profile, allow mbind, get_mempolicy, "
+            "set_mempolicy and move_pages in it (--security-opt seccomp=PROFILE.json, or the "
+            "pod's seccompProfile)";
+    } else if (eperm) {
+      cause = absl::StrCat(
+          "No seccomp filter is installed (Seccomp: ", security.seccomp.value_or(0),
+          "), so a security module (AppArmor, SELinux) refuses them",
+          has_sys_nice ? "." : ", or the missing capability CAP_SYS_NICE does.");
+      fix = has_sys_nice ? "check the AppArmor profile (aa-status) or SELinux denials "
+                           "(ausearch -m avc) of the server"
+                         : "grant CAP_SYS_NICE: docker run --cap-add SYS_NICE; Kubernetes "
+                           "securityContext.capabilities.add: [\"SYS_NICE\"]; systemd "
+                           "AmbientCapabilities=CAP_SYS_NICE";
+    } else {
+      cause = "ENOSYS means the kernel was built without NUMA (CONFIG_NUMA) or a filter "
+              "answers ENOSYS for them.";
+      fix = "run on a kernel with CONFIG_NUMA, outside the filter";
+    }
+    Add({"placement_calls", Severity::kCritical, "memory policy system calls",
+         absl::StrCat("refused: ", absl::StrJoin(refused, ", ")),
+         "mbind, get_mempolicy, set_mempolicy and move_pages allowed",
+         absl::StrCat("numarena places memory with these calls: strict policies fail at "
+                      "allocation, advisory ones fall back to no placement at all (counted in "
+                      "the arena's fallbacks). ",
+                      cause),
+         fix});
+    return absl::OkStatus();
+  }
+
+  // Every node the server's policy names must be in its cpuset.mems.
+  Status CheckPolicyNodesAllowed(const std::string& policy_text, const std::string& pid) {
+    auto policy = Policy::Parse(policy_text);
+    if (!policy.ok()) return policy.status();
+    if (policy->nodes().empty()) {
+      report_.skipped.push_back(absl::StrCat("cpuset_mems_narrow: ", policy->ToString(),
+                                             " names no node (chosen at run time)"));
+      return absl::OkStatus();
+    }
+    const std::string path = absl::StrCat("/proc/", pid, "/status");
+    auto text = ops::ReadOptional(reader_, path);
+    if (!text.ok()) return text.status();
+    if (!text->has_value()) {
+      report_.skipped.push_back(absl::StrCat("cpuset_mems_narrow: ", reader_.DisplayPath(path),
+                                             " not found"));
+      return absl::OkStatus();
+    }
+    auto limits = parse::ParseProcStatus(**text);
+    if (!limits.ok()) return ops::FileError(reader_, path, limits.status());
+    if (!limits->mems_allowed) {
+      report_.skipped.push_back("cpuset_mems_narrow: no Mems_allowed_list in " +
+                                reader_.DisplayPath(path));
+      return absl::OkStatus();
+    }
+    const std::vector<int>& allowed = *limits->mems_allowed;
+    std::vector<int> outside, wanted = policy->nodes();
+    std::sort(wanted.begin(), wanted.end());
+    for (int node : wanted) {
+      if (!std::binary_search(allowed.begin(), allowed.end(), node)) outside.push_back(node);
+    }
+    if (outside.empty()) {
+      Pass("cpuset_mems_narrow");
+      return absl::OkStatus();
+    }
+    std::vector<int> both = allowed;
+    both.insert(both.end(), wanted.begin(), wanted.end());
+    std::sort(both.begin(), both.end());
+    both.erase(std::unique(both.begin(), both.end()), both.end());
+    const bool strict = policy->mode() == BindMode::kStrict;
+    Add({"cpuset_mems_narrow", strict ? Severity::kCritical : Severity::kWarning,
+         absl::StrCat("policy ", policy->ToString()),
+         absl::StrCat("names node", outside.size() == 1 ? " " : "s ", FormatIdList(outside),
+                      ", outside cpuset.mems ", FormatIdList(allowed), " of pid ", pid),
+         absl::StrCat("every node of the policy (", FormatIdList(wanted), ") in cpuset.mems"),
+         strict ? "The kernel refuses memory on nodes outside the process's cpuset, so every "
+                  "allocation under this strict policy fails (numarena reports the node as "
+                  "outside the allowed memory nodes)."
+                : "The kernel refuses memory on nodes outside the process's cpuset, so this "
+                  "advisory policy falls back and the memory lands elsewhere than it says.",
+         absl::StrCat("widen the cpuset: docker run --cpuset-mems=", FormatIdList(both),
+                      "; systemd AllowedMemoryNodes=", FormatIdList(both),
+                      "; or name only nodes ", FormatIdList(allowed), " in the policy")});
+    return absl::OkStatus();
+  }
+
+  // Demotion, the kernel's memory tiers, and the KV pool's cold tier against them.
+  Status CheckTiering(const DoctorOptions& options) {
+    auto kernel = ReadKernelMemorySettings(reader_);
+    if (!kernel.ok()) return kernel.status();
+    const std::size_t tiers = kernel->memory_tiers.size();
+    if (!kernel->demotion_enabled) {
+      report_.skipped.push_back("demotion_enabled: /sys/kernel/mm/numa/demotion_enabled not found");
+    } else if (!*kernel->demotion_enabled) {
+      Pass("demotion_enabled");
+    } else {
+      Add({"demotion_enabled", tiers >= 2 ? Severity::kWarning : Severity::kInfo,
+           "/sys/kernel/mm/numa/demotion_enabled", "true", "false",
+           tiers >= 2 ? "Under memory pressure reclaim moves pages from a fast tier to a slower "
+                        "one instead of dropping them, without a fault anyone sees: memory "
+                        "numarena placed on a fast node (weights, hot KV blocks) can end up on "
+                        "the slow tier while page_nodes() and the budgets still count it where "
+                        "it was."
+                      : "There is only one memory tier now, so nothing is demoted; a CXL or "
+                        "other slow node coming online would make reclaim move pages to it.",
+           "echo false > /sys/kernel/mm/numa/demotion_enabled"});
+    }
+    if (tiers >= 2) {
+      std::vector<std::string> listed;
+      for (const MemoryTier& tier : kernel->memory_tiers) {
+        listed.push_back(absl::StrCat("tier ", tier.id, ": node", tier.nodes.size() == 1 ? " " : "s ",
+                                      FormatIdList(tier.nodes)));
+      }
+      Add({"memory_tiers", Severity::kInfo, "/sys/devices/virtual/memory_tiering",
+           absl::StrJoin(listed, "; "), "", 
+           "The kernel ranks nodes in memory tiers (a lower tier id is faster; HMAT/CDAT "
+           "performance decides). Demotion and NUMA balancing's tiering mode move pages "
+           "between them; numarena's KV cold tier belongs on a lower tier than its home nodes.",
+           ""});
+    }
+    if (options.kv_home_nodes.empty() || options.kv_cold_nodes.empty()) return absl::OkStatus();
+    if (tiers == 0) {
+      report_.skipped.push_back("kv_cold_tier: the kernel has no memory tiers");
+      return absl::OkStatus();
+    }
+    int slowest_home = -1;
+    for (int node : options.kv_home_nodes) slowest_home = std::max(slowest_home, kernel->tier_of(node));
+    std::vector<std::string> wrong;
+    for (int node : options.kv_cold_nodes) {
+      const int tier = kernel->tier_of(node);
+      if (tier <= slowest_home) {
+        wrong.push_back(absl::StrCat("node ", node, " in tier ", tier));
+      }
+    }
+    if (wrong.empty()) {
+      Pass("kv_cold_tier");
+      return absl::OkStatus();
+    }
+    std::vector<int> lower;
+    for (const MemoryTier& tier : kernel->memory_tiers) {
+      if (tier.id > slowest_home) lower.insert(lower.end(), tier.nodes.begin(), tier.nodes.end());
+    }
+    std::sort(lower.begin(), lower.end());
+    Add({"kv_cold_tier", Severity::kWarning,
+         absl::StrCat("KV cold tier ", FormatIdList(options.kv_cold_nodes)),
+         absl::StrCat(absl::StrJoin(wrong, ", "), ", home nodes ",
+                      FormatIdList(options.kv_home_nodes), " in tier ", slowest_home,
+                      " or faster"),
+         "a cold node in a lower kernel tier than every home node",
+         "The kernel does not rank the KV pool's cold tier below its home nodes: its demotion "
+         "and NUMA balancing's tiering mode treat the two as equals (or the cold node as the "
+         "faster), so they move blocks against numarena's hot/cold decisions, and the cold "
+         "tier may be no slower or cheaper than the hot one.",
+         lower.empty() ? std::string("no node is in a lower tier: KV tiering gains nothing here; "
+                                     "run the pool without a cold tier")
+                       : absl::StrCat("use a cold node of a lower tier: ", FormatIdList(lower),
+                                      " (numarena::KvColdTier::Node)")});
+    return absl::OkStatus();
+  }
 
   // IRQ numbers of a device: msi_irqs/ entries, else the legacy irq file.
   StatusOr<std::vector<int>> DeviceIrqs(const PciDevice& device) {
@@ -458,6 +681,15 @@ StatusOr<DoctorReport> RunDoctor(const SystemReader& reader, const Topology& top
                      &Audit::CheckThpDefrag, &Audit::CheckMinFree, &Audit::CheckWatermarkScale}) {
     if (Status s = (audit.*check)(); !s.ok()) return s;
   }
+  if ((options.kv_home_nodes.empty()) != (options.kv_cold_nodes.empty())) {
+    return absl::InvalidArgumentError(
+        "the KV pool's tiers need both the home nodes and the cold nodes (or neither)");
+  }
+  if (Status s = audit.CheckPlacementCalls(); !s.ok()) return s;
+  if (options.policy) {
+    if (Status s = audit.CheckPolicyNodesAllowed(*options.policy, options.pid); !s.ok()) return s;
+  }
+  if (Status s = audit.CheckTiering(options); !s.ok()) return s;
   audit.CheckHugePagePools();
   audit.CheckDeviceNodes();
   if (Status s = audit.CheckNicIrqs(); !s.ok()) return s;

@@ -249,4 +249,28 @@ StatusOr<int> ParseDecimalEntry(std::string_view name) {
   return static_cast<int>(*value);
 }
 
+StatusOr<ProcSecurity> ParseProcSecurity(std::string_view text) {
+  ProcSecurity security;
+  std::vector<std::string_view> lines;
+  text::ForEachPiece(text, '\n', [&](std::string_view line) { lines.push_back(line); });
+  for (std::string_view line : lines) {
+    const std::size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    const std::string_view key = line.substr(0, colon);
+    const std::string_view value = Trim(line.substr(colon + 1));
+    if (key == "Seccomp") {
+      if (security.seccomp) return Invalid("process status", "Seccomp appears twice");
+      auto mode = Decimal(value, 2, "Seccomp");
+      if (!mode.ok()) return Invalid("process status", std::string(mode.status().message()));
+      security.seccomp = static_cast<int>(*mode);
+    } else if (key == "CapEff") {
+      if (security.effective_capabilities) return Invalid("process status", "CapEff appears twice");
+      auto caps = HexDigits(value, UINT64_MAX, "CapEff");
+      if (!caps.ok()) return Invalid("process status", std::string(caps.status().message()));
+      security.effective_capabilities = *caps;
+    }
+  }
+  return security;
+}
+
 }  // namespace numarena::parse

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -83,5 +84,14 @@ struct Selector {
 // A decimal directory entry such as an IRQ number under msi_irqs/ or a task id: "123" -> 123.
 // Anything else gives an error (callers skip such entries).
 [[nodiscard]] StatusOr<int> ParseDecimalEntry(std::string_view name);
+
+// The security lines of /proc/<pid>/status: "Seccomp:\t2" (0 none, 1 strict, 2 a filter)
+// and "CapEff:\t000001ffffffffff" (effective capabilities, hex). Absent lines stay nullopt
+// (kernels without seccomp); a present but malformed value is an error naming the field.
+struct ProcSecurity {
+  std::optional<int> seccomp;
+  std::optional<std::uint64_t> effective_capabilities;
+};
+[[nodiscard]] StatusOr<ProcSecurity> ParseProcSecurity(std::string_view text);
 
 }  // namespace numarena::parse

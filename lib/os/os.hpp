@@ -12,7 +12,9 @@
 #pragma once
 
 #include <cstddef>
+#include <compare>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -98,7 +100,18 @@ int PossibleNodeCount();
 // the faulting CPU while the set has memory, then anywhere. On a kernel without it (the call
 // fails with EINVAL) BindRange, BindRangeNoAlloc and SetThreadPolicy apply MPOL_PREFERRED
 // instead, which the kernel gives the set's lowest node, and KernelHasPreferredMany() says so.
-enum class PolicyMode { kDefault, kBind, kPreferred, kInterleave, kLocal, kPreferredMany };
+// kWeightedInterleave is MPOL_WEIGHTED_INTERLEAVE (Linux 6.9+): pages interleaved over the
+// nodes in proportion to the kernel's system-wide weights
+// (/sys/kernel/mm/mempolicy/weighted_interleave/nodeN); kernels without it refuse it (EINVAL).
+enum class PolicyMode {
+  kDefault,
+  kBind,
+  kPreferred,
+  kInterleave,
+  kLocal,
+  kPreferredMany,
+  kWeightedInterleave
+};
 const char* PolicyModeName(PolicyMode mode);
 // 1 when the kernel accepted MPOL_PREFERRED_MANY, 0 when it refused it and MPOL_PREFERRED
 // was used instead, -1 before the first kPreferredMany call.
@@ -112,12 +125,44 @@ int KernelHasPreferredMany();
 // The node the page at `addr` is on (get_mempolicy MPOL_F_NODE|MPOL_F_ADDR). Faults the
 // page in if it is not resident, so prefer QueryPageNodes to inspect without touching.
 [[nodiscard]] StatusOr<int> NodeOfAddress(void* addr);
+// The mode of the policy the kernel applies at `addr` (get_mempolicy MPOL_F_ADDR), as the
+// kernel's MPOL_* number without its mode flags: MPOL_DEFAULT (0) where the range has no
+// policy of its own, MPOL_WEIGHTED_INTERLEAVE (6) for weighted interleave. Touches nothing.
+[[nodiscard]] StatusOr<int> KernelPolicyModeOfAddress(void* addr);
 // move_pages(2) with a null node list: fills `status` with the node of each page or a
 // negative errno (-ENOENT: not resident, -EFAULT: not mapped). Batched internally.
 [[nodiscard]] Status QueryPageNodes(std::span<void* const> pages, std::span<int> status);
 // move_pages(2) to `target`: migrates the pages; `status` receives the node or -errno.
 [[nodiscard]] Status MovePages(std::span<void* const> pages, std::span<const int> target,
                                std::span<int> status);
+
+// ---- the kernel -----------------------------------------------------------------------
+
+// A kernel's major and minor version, from its release string ("6.12.118+deb12-cloud-amd64").
+struct KernelVersion {
+  int major = 0;
+  int minor = 0;
+  friend auto operator<=>(const KernelVersion&, const KernelVersion&) = default;
+};
+// "6.1.0-57-cloud-amd64" -> {6, 1}; nullopt unless it starts with "<major>.<minor>".
+std::optional<KernelVersion> ParseKernelRelease(std::string_view release);
+// The running kernel's version (uname), read once; nullopt when uname fails or says something
+// ParseKernelRelease does not read.
+std::optional<KernelVersion> RunningKernel();
+
+// Whether the kernel lets this process make the placement calls numarena needs, each tried
+// once on a page of its own, from a thread of its own (the caller's memory policy is not
+// touched): mbind(MPOL_BIND, {node}), get_mempolicy, set_mempolicy (the probe thread's own
+// policy, set to what it was) and move_pages (a query of the page's node). 0, or the errno
+// the call failed with (EPERM under a seccomp filter that refuses it, ENOSYS on a kernel
+// without NUMA or under a filter that says so).
+struct PlacementCallProbe {
+  int mbind = 0;
+  int get_mempolicy = 0;
+  int set_mempolicy = 0;
+  int move_pages = 0;
+};
+PlacementCallProbe ProbePlacementCalls(int node);
 
 // ---- CPUs ----------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -28,6 +30,9 @@
 
 #ifndef MPOL_PREFERRED_MANY
 #define MPOL_PREFERRED_MANY 5  // <linux/mempolicy.h> since 5.15; older headers lack it
+#endif
+#ifndef MPOL_WEIGHTED_INTERLEAVE
+#define MPOL_WEIGHTED_INTERLEAVE 6  // <linux/mempolicy.h> since 6.9
 #endif
 
 namespace numarena::os {
@@ -55,6 +60,8 @@ int ToKernelMode(PolicyMode mode) {
       return MPOL_LOCAL;
     case PolicyMode::kPreferredMany:
       return MPOL_PREFERRED_MANY;
+    case PolicyMode::kWeightedInterleave:
+      return MPOL_WEIGHTED_INTERLEAVE;
   }
   return MPOL_DEFAULT;
 }
@@ -395,6 +402,8 @@ const char* PolicyModeName(PolicyMode mode) {
       return "MPOL_LOCAL";
     case PolicyMode::kPreferredMany:
       return "MPOL_PREFERRED_MANY";
+    case PolicyMode::kWeightedInterleave:
+      return "MPOL_WEIGHTED_INTERLEAVE";
   }
   return "MPOL_?";
 }
@@ -456,6 +465,62 @@ StatusOr<int> NodeOfAddress(void* addr) {
                          absl::StrCat("get_mempolicy(MPOL_F_NODE|MPOL_F_ADDR, ", Hex(addr), ")"));
   }
   return node;
+}
+
+StatusOr<int> KernelPolicyModeOfAddress(void* addr) {
+  int mode = -1;
+  if (get_mempolicy(&mode, nullptr, 0, addr, MPOL_F_ADDR) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("get_mempolicy(MPOL_F_ADDR, ", Hex(addr), ")"));
+  }
+  // <linux/mempolicy.h>'s MPOL_MODE_FLAGS: MPOL_F_STATIC_NODES, _RELATIVE_NODES, _NUMA_BALANCING.
+  constexpr int kModeFlags = (1 << 15) | (1 << 14) | (1 << 13);
+  return mode & ~kModeFlags;
+}
+
+std::optional<KernelVersion> ParseKernelRelease(std::string_view release) {
+  KernelVersion version;
+  const char* end = release.data() + release.size();
+  auto major = std::from_chars(release.data(), end, version.major);
+  if (major.ec != std::errc() || major.ptr == end || *major.ptr != '.') return std::nullopt;
+  auto minor = std::from_chars(major.ptr + 1, end, version.minor);
+  if (minor.ec != std::errc() || minor.ptr == major.ptr + 1) return std::nullopt;
+  if (version.major < 0 || version.minor < 0) return std::nullopt;
+  return version;
+}
+
+std::optional<KernelVersion> RunningKernel() {
+  static const std::optional<KernelVersion> running = [] {
+    struct utsname name;
+    if (uname(&name) != 0) return std::optional<KernelVersion>();
+    return ParseKernelRelease(name.release);
+  }();
+  return running;
+}
+
+PlacementCallProbe ProbePlacementCalls(int node) {
+  PlacementCallProbe probe;
+  std::thread worker([&] {
+    const std::size_t page = PageSize();
+    void* memory = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) {
+      probe = {errno, errno, errno, errno};
+      return;
+    }
+    const int nodes[] = {node};
+    NodeMask mask(nodes);
+    probe.mbind = ::mbind(memory, page, MPOL_BIND, mask.words.data(), mask.max_node, 0) == 0 ? 0 : errno;
+    static_cast<char*>(memory)[0] = 1;
+    ThreadPolicy current;
+    probe.get_mempolicy = GetThreadPolicyNoAlloc(&current);
+    if (probe.get_mempolicy != 0) current = ThreadPolicy{};  // MPOL_DEFAULT: this thread only
+    probe.set_mempolicy = SetThreadPolicyNoAlloc(current);
+    void* pages[] = {memory};
+    int status[] = {0};
+    probe.move_pages = move_pages(0, 1, pages, nullptr, status, 0) == 0 ? 0 : errno;
+    ::munmap(memory, page);
+  });
+  worker.join();
+  return probe;
 }
 
 Status QueryPageNodes(std::span<void* const> pages, std::span<int> status) {

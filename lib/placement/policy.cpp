@@ -103,6 +103,13 @@ Policy Policy::WeightedInterleave(std::vector<NodeWeight> weights, BindMode mode
   return p;
 }
 
+Policy Policy::KernelWeightedInterleave(BindMode mode) {
+  Policy p(PolicyKind::kWeightedInterleave, mode);
+  p.kernel_weights_ = true;
+  p.chunk_bytes_ = kDefaultWeightedChunk;
+  return p;
+}
+
 Policy Policy::Local(BindMode mode) { return Policy(PolicyKind::kLocal, mode); }
 
 Policy Policy::Target(MemoryTarget target, BindMode mode) {
@@ -126,7 +133,8 @@ int Policy::single_node() const {
 }
 
 Status Policy::Validate(const Topology& topology) const {
-  if (kind_ == PolicyKind::kLocal) return absl::OkStatus();
+  // weighted(auto) names no node: it spreads over the nodes the process may use.
+  if (kind_ == PolicyKind::kLocal || kernel_weights_) return absl::OkStatus();
   if (kind_ == PolicyKind::kTarget) {
     if (target_.from == MemoryTarget::kCallingThread ||
         target_.from == MemoryTarget::kAnyInitiator || topology.has_node(target_.from)) {
@@ -186,7 +194,9 @@ Status Policy::Validate(const Topology& topology) const {
 
 std::string Policy::ToString() const {
   std::string body;
-  if (kind_ == PolicyKind::kWeightedInterleave) {
+  if (kernel_weights_) {
+    body = "auto";
+  } else if (kind_ == PolicyKind::kWeightedInterleave) {
     body = absl::StrJoin(weights_, ",", [](std::string* out, const NodeWeight& w) {
       absl::StrAppend(out, w.node, ":", w.weight);
     });
@@ -208,7 +218,8 @@ std::string Policy::ToString() const {
                           ? mode_ == BindMode::kAdvisory
                           : mode_ == BindMode::kStrict;
   if (!default_mode) out += mode_ == BindMode::kStrict ? "/strict" : "/advisory";
-  if (kind_ == PolicyKind::kWeightedInterleave && chunk_bytes_ != kDefaultWeightedChunk) {
+  if (kind_ == PolicyKind::kWeightedInterleave && !kernel_weights_ &&
+      chunk_bytes_ != kDefaultWeightedChunk) {
     absl::StrAppend(&out, "/chunk=", chunk_bytes_);
   }
   return out;

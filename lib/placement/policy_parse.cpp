@@ -145,7 +145,15 @@ StatusOr<Policy> Policy::Parse(std::string_view text) {
     return Policy::Preferred(std::move(ordered), mode.value_or(BindMode::kAdvisory));
   }
   if (kind == "weighted") {
-    if (!has_body || body.empty()) return Invalid(text, "weighted needs NODE:WEIGHT pairs");
+    if (!has_body || body.empty()) {
+      return Invalid(text, "weighted needs NODE:WEIGHT pairs, or auto for the kernel's weights");
+    }
+    if (body == "auto") {
+      if (chunk) {
+        return Invalid(text, "weighted(auto) has no chunk: the kernel interleaves page by page");
+      }
+      return Policy::KernelWeightedInterleave(mode.value_or(BindMode::kStrict));
+    }
     auto weights = ParseWeights(text, body);
     if (!weights.ok()) return weights.status();
     return Policy::WeightedInterleave(*std::move(weights), mode.value_or(BindMode::kStrict),

@@ -269,4 +269,27 @@ std::optional<std::uint64_t> ParseHugePageDirName(std::string_view name) {
   return *kb;
 }
 
+StatusOr<unsigned> ParseInterleaveWeight(std::string_view text) {
+  auto weight = Decimal(Trim(text), 255, "interleave weight");
+  if (!weight.ok()) return weight.status();
+  return static_cast<unsigned>(*weight);
+}
+
+StatusOr<bool> ParseSysfsBool(std::string_view text) {
+  std::string_view s = Trim(text);
+  if (s == "true" || s == "1" || s == "Y") return true;
+  if (s == "false" || s == "0" || s == "N") return false;
+  return Invalid("boolean", absl::StrCat("expected true or false, found ", Quote(s)));
+}
+
+std::optional<int> ParseMemoryTierName(std::string_view name) {
+  constexpr std::string_view kPrefix = "memory_tier";
+  if (name.size() <= kPrefix.size() || name.substr(0, kPrefix.size()) != kPrefix) {
+    return std::nullopt;
+  }
+  auto id = Decimal(name.substr(kPrefix.size()), kMaxListId, "memory tier");
+  if (!id.ok()) return std::nullopt;
+  return static_cast<int>(*id);
+}
+
 }  // namespace numarena::parse

@@ -102,4 +102,15 @@ std::optional<int> ParseNodeEntryName(std::string_view name);
 // anything else, and for sizes that are not a power of two or overflow bytes.
 std::optional<std::uint64_t> ParseHugePageDirName(std::string_view name);
 
+// /sys/kernel/mm/mempolicy/weighted_interleave/nodeN (Linux 6.9+): the node's weight for
+// MPOL_WEIGHTED_INTERLEAVE, "3\n" -> 3. A decimal 0..255 (the kernel keeps a u8, and uses 1
+// where it holds 0).
+[[nodiscard]] StatusOr<unsigned> ParseInterleaveWeight(std::string_view text);
+// A sysfs boolean as the kernel prints it: "true" / "false" (demotion_enabled, the weighted
+// interleave "auto" file), also "1" / "0" and "Y" / "N".
+[[nodiscard]] StatusOr<bool> ParseSysfsBool(std::string_view text);
+// A memory tier directory of /sys/devices/virtual/memory_tiering ("memory_tier4" -> 4);
+// nullopt for anything else (power, uevent).
+std::optional<int> ParseMemoryTierName(std::string_view name);
+
 }  // namespace numarena::parse

@@ -13,7 +13,7 @@ using numarena::testing::RunCli;
 TEST_CASE("doctor --check: healthy machine exits 0", "[cli][doctor]") {
   auto run = RunCli("doctor --check --gpu 0000:41:00.0 --pid 4242 " + FixtureRoot("ops-good"));
   CHECK(run.exit_code == 0);
-  CHECK(run.out == "numarena doctor: ok (12 checks passed)\n");
+  CHECK(run.out == "numarena doctor: ok (13 checks passed)\n");
   CHECK(run.err.empty());
 }
 
@@ -69,7 +69,7 @@ TEST_CASE("doctor --check: a server far from its GPU", "[cli][doctor]") {
 TEST_CASE("doctor: the report exits 0 and explains, --json is one object", "[cli][doctor]") {
   auto run = RunCli("doctor " + FixtureRoot("ops-bad"));
   CHECK(run.exit_code == 0);
-  CHECK(run.out.rfind("numarena doctor: 4 problems, 2 notes, 3 checks passed\n", 0) == 0);
+  CHECK(run.out.rfind("numarena doctor: 4 problems, 2 notes, 4 checks passed\n", 0) == 0);
   CHECK(run.out.find("\n[warning] numa_balancing: kernel.numa_balancing: 1 (expected 0)\n") !=
         std::string::npos);
   CHECK(run.out.find("    fix: sysctl -w vm.watermark_scale_factor=300\n") != std::string::npos);

@@ -7,6 +7,7 @@
 // so a page on the right node proves the binding, not first-touch locality. Expectations come
 // from the topology QEMU was given (lab_support.hpp), not from numarena's discovery.
 // lab-topologies: 2s snc4 cxl
+// lab-kernel-6.12: cxl
 #include <catch2/catch.hpp>
 
 #include <atomic>

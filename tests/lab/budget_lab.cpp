@@ -14,6 +14,7 @@
 // The low-priority cache stands in for the KV pool: it maps memory bound to the node,
 // charges the budget itself and unmaps it when a reclaim hook asks.
 // lab-topologies: tiny 2s
+// lab-kernel-6.12: tiny
 #include <catch2/catch.hpp>
 
 #include <algorithm>

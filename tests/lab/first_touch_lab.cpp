@@ -1,4 +1,5 @@
 // lab-topologies: 2s snc4 cxl
+// lab-kernel-6.12: cxl
 //
 // First-touch correction in the NUMA lab: pages deliberately first-touched on the wrong
 // node are found and migrated by correct() and reported as moved, prefault puts every page

@@ -1,4 +1,5 @@
 // lab-topologies: 2s snc4 cxl
+// lab-kernel-6.12: 2s cxl
 //
 // Interleaved buffers in the NUMA lab: page interleave over every node deals pages evenly
 // (and exactly where ExpectedNode says), huge-page interleave stays within one huge page of

@@ -8,6 +8,7 @@
 //         crosses the warn and admission lines, the pool demotes to the cold node and no
 //         allocation (the pool's or the budget's) is refused.
 // lab-topologies: snc4 cxl tiny
+// lab-kernel-6.12: cxl
 #include <catch2/catch.hpp>
 
 #include <algorithm>

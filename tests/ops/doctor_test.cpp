@@ -63,7 +63,8 @@ TEST_CASE("doctor: seed 000's settings and a bound server give no finding", "[do
   CHECK(report.healthy());
   CHECK(report.passed ==
         std::vector<std::string>{"numa_balancing", "zone_reclaim_mode", "thp_enabled", "thp_defrag",
-                                 "min_free_kbytes", "watermark_scale_factor", "hugetlb_node_pools",
+                                 "min_free_kbytes", "watermark_scale_factor", "demotion_enabled",
+                                 "hugetlb_node_pools",
                                  "device_node_unknown", "nic_irq_remote", "process_cpus",
                                  "process_mems", "process_memory"});
   CHECK(report.skipped.empty());

@@ -23,6 +23,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "numarena/page_nodes.hpp"
 #include "numarena/topology.hpp"
@@ -261,6 +262,70 @@ TEST_CASE("advisory policies fall back to preferred when only that is allowed") 
     CHECK(counts->on(HostNode()) == 64);
   }
   CHECK(std::string(AppliedPlacementName(AppliedPlacement::kPreferred)) == "preferred");
+}
+
+TEST_CASE("the kernel's interleave index: 32 bits before Linux 6.7, all 64 bits from 6.7") {
+  CHECK(InterleaveIndexBits(5, 15) == 32);
+  CHECK(InterleaveIndexBits(6, 1) == 32);
+  CHECK(InterleaveIndexBits(6, 6) == 32);
+  CHECK(InterleaveIndexBits(6, 7) == 64);
+  CHECK(InterleaveIndexBits(6, 12) == 64);
+  CHECK(InterleaveIndexBits(7, 0) == 64);
+  const std::vector<int> three = {0, 2, 5};  // sparse ids: the n-th node of the set
+  // 2^32 + 1: cut to 32 bits it is 1 (node 2); whole it is 2 mod 3 (node 5).
+  const std::uint64_t page = (std::uint64_t{1} << 32) + 1;
+  CHECK(InterleavePageNode(page, three, 32) == 2);
+  CHECK(InterleavePageNode(page, three, 64) == 5);
+  CHECK(InterleavePageNode(page, three, 0) == -1);  // unknown kernel, rules differ
+  CHECK(InterleavePageNode(6, three, 0) == 0);      // unknown kernel, rules agree
+  // A power-of-two node count: both rules agree for every page.
+  const std::vector<int> two = {1, 3};
+  CHECK(InterleavePageNode(page, two, 32) == 3);
+  CHECK(InterleavePageNode(page, two, 64) == 3);
+  CHECK(InterleavePageNode(page, two, 0) == 3);
+  CHECK(InterleavePageNode(page, {}, 64) == -1);
+}
+
+TEST_CASE("kernel weights express a policy when the proportions over its nodes are equal") {
+  const std::vector<NodeWeight> three_to_one = {{0, 3}, {1, 1}};
+  CHECK(KernelWeightsExpress(three_to_one, {{0, 3}, {1, 1}}));
+  CHECK(KernelWeightsExpress(three_to_one, {{0, 6}, {1, 2}}));
+  CHECK(KernelWeightsExpress(three_to_one, {{0, 3}, {1, 1}, {2, 7}}));  // node 2 not used
+  CHECK(KernelWeightsExpress({{1, 1}, {0, 3}}, {{0, 3}, {1, 1}}));     // order of the policy
+  CHECK(KernelWeightsExpress({{0, 2}, {1, 2}}, {{0, 1}, {1, 1}}));
+  CHECK_FALSE(KernelWeightsExpress(three_to_one, {{0, 1}, {1, 1}}));
+  CHECK_FALSE(KernelWeightsExpress(three_to_one, {{0, 1}, {1, 3}}));
+  CHECK_FALSE(KernelWeightsExpress(three_to_one, {{0, 3}}));  // no weight for node 1
+  CHECK_FALSE(KernelWeightsExpress(three_to_one, {}));        // kernel without weights
+  CHECK_FALSE(KernelWeightsExpress({}, {{0, 1}}));
+}
+
+TEST_CASE("the command that sets the kernel's weights for a policy") {
+  auto command = KernelWeightsCommand({{1, 2}, {0, 6}});
+  REQUIRE(command.ok());
+  CHECK(*command ==
+        "echo 3 > /sys/kernel/mm/mempolicy/weighted_interleave/node0; "
+        "echo 1 > /sys/kernel/mm/mempolicy/weighted_interleave/node1");
+  auto too_fine = KernelWeightsCommand({{0, 256}, {1, 1}});
+  REQUIRE_FALSE(too_fine.ok());
+  CHECK(too_fine.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(too_fine.status(), "node 0's weight is 256"));
+}
+
+TEST_CASE("weighted interleave reads the kernel's weights and never writes them") {
+  auto before = ReadKernelMemorySettings();
+  REQUIRE(before.ok());
+  auto buffer = AllocateInterleaved(3 * kHugePage, Policy::WeightedInterleave({{HostNode(), 5}}));
+  REQUIRE(buffer.ok());
+  auto after = ReadKernelMemorySettings();
+  REQUIRE(after.ok());
+  CHECK(after->interleave_weights == before->interleave_weights);
+  // Through the kernel exactly when it has weighted interleave (one node expresses 5:0).
+  CHECK(buffer->stats().kernel_weighted == before->has_weighted_interleave());
+  CHECK(buffer->ExpectedNode(0) == HostNode());
+  if (buffer->stats().kernel_weighted) {
+    CHECK(os::KernelPolicyModeOfAddress(buffer->data()).value_or(-1) == 6);
+  }
 }
 
 }  // namespace

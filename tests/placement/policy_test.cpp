@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_set.h"
+#include "numarena/arena.hpp"
 #include "numarena/topology.hpp"
 
 namespace {
@@ -281,4 +282,29 @@ TEST_CASE("a Preferred list keeps its order: parsed, printed, validated and walk
   auto offline = Policy::Preferred(std::vector<int>{1, 9}).Validate(epyc);
   CHECK(offline.code() == absl::StatusCode::kInvalidArgument);
   CHECK(Message(offline).find("node 9") != std::string::npos);
+}
+
+TEST_CASE("weighted(auto): the kernel's weights, parsed, printed and refused by arenas") {
+  auto automatic = Policy::Parse("weighted(auto)");
+  REQUIRE(automatic.ok());
+  CHECK(*automatic == Policy::KernelWeightedInterleave());
+  CHECK(automatic->kind() == PolicyKind::kWeightedInterleave);
+  CHECK(automatic->uses_kernel_weights());
+  CHECK(automatic->weights().empty());
+  CHECK(automatic->ToString() == "weighted(auto)");
+  CHECK_FALSE(Policy::WeightedInterleave({{0, 1}}).uses_kernel_weights());
+  CHECK(*automatic != Policy::WeightedInterleave({{0, 1}}));
+  auto advisory = Policy::Parse("weighted(auto)/advisory");
+  REQUIRE(advisory.ok());
+  CHECK(advisory->mode() == BindMode::kAdvisory);
+  CHECK(advisory->ToString() == "weighted(auto)/advisory");
+  // It names no node, so any machine validates it.
+  CHECK(automatic->Validate(Fixture("xeon-2s")).ok());
+  auto chunked = Policy::Parse("weighted(auto)/chunk=4K");
+  REQUIRE_FALSE(chunked.ok());
+  CHECK(Message(chunked.status()).find("weighted(auto) has no chunk") != std::string::npos);
+  auto arena = numarena::Arena::ForPolicy(*automatic);
+  REQUIRE_FALSE(arena.ok());
+  CHECK(arena.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Message(arena.status()).find("numarena::AllocateInterleaved") != std::string::npos);
 }

@@ -4,6 +4,15 @@
 //   numarena advise (--gpu BUS_ID | --nic BUS_ID | --node N) [--json]
 //                   [--hugepages SIZE [--hugepage-size 2M|1G]]
 //                   [--sysfs-root DIR] [--procfs-root DIR]
+//   numarena advise --policy 'weighted(0:3,1:1)' [--json] [--sysfs-root DIR]
+//
+// --policy, for a weighted interleave policy: the kernel's weights now, whether the kernel
+// (MPOL_WEIGHTED_INTERLEAVE, Linux 6.9+) or numarena's chunked emulation places the policy,
+// and the command (as root) that sets the kernel's system-wide weights so the kernel does.
+// numarena never runs it: the weights are shared by every process on the machine.
+// --json: {"schema": "numarena.advise-policy/1", "policy": str,
+//          "kernel_memory": {...} (as in numarena.topo/1: the kernel's weights, tiers, demotion),
+//          "placed_by": "kernel" | "emulation", "command": str | null, "note": str}
 //
 // Exit 0, or 2 with one line on stderr (unknown device, device of unknown node, ...).
 // --json: {"schema": "numarena.advise/1", "target": str, "memory_node": int,
@@ -16,12 +25,15 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/str_join.h"
 #include "cli_options.hpp"
 #include "command.hpp"
 #include "numarena/format.hpp"
+#include "numarena/interleave.hpp"
 #include "numarena/ops/advise.hpp"
+#include "numarena/policy.hpp"
 #include "numarena/ops/json.hpp"
 #include "ops_format.hpp"
 
@@ -29,7 +41,7 @@ namespace numarena::cli {
 namespace {
 
 struct AdviseOptions {
-  std::string gpu, nic, node, target, huge_pages, huge_page_size;
+  std::string gpu, nic, node, target, huge_pages, huge_page_size, policy;
   bool json = false;
   MachineRoots roots;
 };
@@ -227,7 +239,72 @@ std::optional<std::string> RenderFor(const std::string& target, const Topology& 
   return std::nullopt;
 }
 
+// `advise --policy`: the kernel's weights for a weighted interleave policy.
+int RunAdvisePolicy(const AdviseOptions& args) {
+  auto policy = Policy::Parse(args.policy);
+  if (!policy.ok()) return Fail("advise", std::string(policy.status().message()));
+  if (policy->kind() != PolicyKind::kWeightedInterleave) {
+    return Fail("advise", absl::StrCat("--policy ", policy->ToString(),
+                                       ": only weighted interleave has kernel weights to set; "
+                                       "give weighted(NODE:WEIGHT,...)"));
+  }
+  auto reader = args.roots.reader();
+  auto kernel = ReadKernelMemorySettings(*reader);
+  if (!kernel.ok()) return Fail("advise", std::string(kernel.status().message()));
+  const bool has = kernel->has_weighted_interleave();
+  std::optional<std::string> command;
+  std::string note;
+  bool by_kernel = false;
+  if (policy->uses_kernel_weights()) {
+    by_kernel = has;
+    note = has ? "weighted(auto) takes the kernel's weights as they are; set them with "
+                 "echo W > /sys/kernel/mm/mempolicy/weighted_interleave/nodeN"
+               : "this kernel has no weighted interleave (Linux before 6.9): weighted(auto) "
+                 "fails here; give the weights, e.g. weighted(0:3,1:1)";
+  } else {
+    auto text = KernelWeightsCommand(policy->weights());
+    if (text.ok()) command = *text;
+    by_kernel = has && KernelWeightsExpress(policy->weights(), kernel->interleave_weights);
+    note = !text.ok() ? std::string(text.status().message())
+           : by_kernel ? "the kernel's weights already express this policy: the kernel places it"
+           : has ? "the kernel's weights differ, so numarena places it in chunks; the command "
+                   "changes the weights for every process on this machine that uses "
+                   "MPOL_WEIGHTED_INTERLEAVE"
+                 : "this kernel has no weighted interleave (Linux before 6.9): numarena places "
+                   "the policy in chunks; the command is for a 6.9+ kernel";
+  }
+  if (args.json) {
+    JsonWriter json(std::cout);
+    json.BeginObject();
+    json.Key("schema").String("numarena.advise-policy/1");
+    json.Key("policy").String(policy->ToString());
+    WriteKernelMemoryJson(json, *kernel);
+    json.Key("placed_by").String(by_kernel ? "kernel" : "emulation");
+    json.Key("command");
+    if (command) {
+      json.String(*command);
+    } else {
+      json.Null();
+    }
+    json.Key("note").String(note);
+    json.EndObject();
+    std::cout << "\n";
+    return 0;
+  }
+  std::cout << "# " << policy->ToString() << ": placed by "
+            << (by_kernel ? "the kernel (MPOL_WEIGHTED_INTERLEAVE)" : "numarena's chunks (MPOL_BIND)")
+            << "\n" << FormatKernelMemory(*kernel) << "# " << note << "\n";
+  if (command) std::cout << "# the kernel's weights for this policy (as root):\n" << *command << "\n";
+  return 0;
+}
+
 int RunAdviseCommand(const AdviseOptions& args) {
+  if (!args.policy.empty()) {
+    if (!args.gpu.empty() || !args.nic.empty() || !args.node.empty() || !args.target.empty()) {
+      return Fail("advise", "--policy stands alone (not with --gpu, --nic, --node or --for)");
+    }
+    return RunAdvisePolicy(args);
+  }
   AdviseRequest request;
   if (!args.gpu.empty()) request.gpu_bus_id = args.gpu;
   if (!args.nic.empty()) request.nic_bus_id = args.nic;
@@ -318,6 +395,10 @@ CommandRunner SetupAdvise(CLI::App& app) {
   app.add_option("--hugepage-size", options->huge_page_size,
                  "the page size for --hugepages: 2M (default) or 1G")
       ->type_name("SIZE");
+  app.add_option("--policy", options->policy,
+                 "a weighted interleave policy (weighted(0:3,1:1)): the kernel's weights now, "
+                 "who places it, and the command that sets the kernel's weights for it")
+      ->type_name("POLICY");
   app.add_flag("--json", options->json, "one JSON object (schema numarena.advise/1)");
   options->roots.AddTo(app);
   return [options] { return RunAdviseCommand(*options); };

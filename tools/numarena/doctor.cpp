@@ -1,7 +1,7 @@
 // `numarena doctor`: the NUMA health audit (numarena/doctor.hpp) as a command.
 //
-//   numarena doctor [--check] [--json] [--gpu BUS_ID] [--pid PID]
-//                   [--sysfs-root DIR] [--procfs-root DIR]
+//   numarena doctor [--check] [--json] [--gpu BUS_ID] [--pid PID] [--policy POLICY]
+//                   [--kv-tiers HOME:COLD] [--sysfs-root DIR] [--procfs-root DIR]
 //
 // Read-only. Without --check it prints every finding with its explanation and fix and exits
 // 0. With --check it is a start-up health check: exit 0 when there is no problem (notes do
@@ -19,10 +19,12 @@
 #include <memory>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "command.hpp"
 #include "numarena/ops/doctor.hpp"
 #include "numarena/ops/json.hpp"
+#include "numarena/policy.hpp"
 #include "cli_options.hpp"
 #include "ops_format.hpp"
 
@@ -32,7 +34,10 @@ namespace {
 constexpr const char* kDescription =
     "Audits the NUMA settings of this machine, read-only: kernel.numa_balancing, "
     "vm.zone_reclaim_mode, transparent hugepages, vm.min_free_kbytes, "
-    "vm.watermark_scale_factor, devices of unknown node, NIC IRQ affinity, and with --gpu "
+    "vm.watermark_scale_factor, devices of unknown node, NIC IRQ affinity, whether mbind, "
+    "get_mempolicy, set_mempolicy and move_pages are allowed (seccomp, CAP_SYS_NICE), "
+    "demotion and the kernel's memory tiers; with --policy whether the cpuset allows its "
+    "nodes, with --kv-tiers whether the KV cold tier is a lower kernel tier, and with --gpu "
     "whether the process runs and allocates on the GPU's node.";
 
 struct DoctorCommandOptions {
@@ -40,6 +45,8 @@ struct DoctorCommandOptions {
   bool json = false;
   std::string gpu;
   std::string pid;
+  std::string policy;
+  std::string kv_tiers;
   MachineRoots roots;
 };
 
@@ -111,8 +118,22 @@ int RunDoctorCommand(const DoctorCommandOptions& args) {
   DoctorOptions options;
   if (!args.gpu.empty()) options.gpu_bus_id = args.gpu;
   options.pid = args.pid.empty() ? "self" : args.pid;
-  if (!args.pid.empty() && !options.gpu_bus_id) {
-    return Fail("doctor", "--pid needs --gpu (the process is judged against a GPU's node)");
+  if (!args.pid.empty() && !options.gpu_bus_id && args.policy.empty()) {
+    return Fail("doctor", "--pid needs --gpu or --policy (what the process is judged against)");
+  }
+  if (!args.policy.empty()) options.policy = args.policy;
+  if (!args.kv_tiers.empty()) {
+    // Each side in the policy syntax's node list form ("0-1", "0,2").
+    const std::size_t colon = args.kv_tiers.find(':');
+    auto home = Policy::Parse(absl::StrCat("bind(", args.kv_tiers.substr(0, colon), ")"));
+    auto cold = Policy::Parse(absl::StrCat(
+        "bind(", colon == std::string::npos ? "" : args.kv_tiers.substr(colon + 1), ")"));
+    if (!home.ok() || !cold.ok()) {
+      return Fail("doctor", absl::StrCat("--kv-tiers wants HOME:COLD node lists such as 0-1:2, "
+                                         "not '", args.kv_tiers, "'"));
+    }
+    options.kv_home_nodes = home->nodes();
+    options.kv_cold_nodes = cold->nodes();
   }
   auto report = RunDoctor(*reader, *topology, options);
   if (!report.ok()) return Fail("doctor", std::string(report.status().message()));
@@ -149,8 +170,17 @@ CommandRunner SetupDoctor(CLI::App& app) {
                  "index N or cuda:N counting the GPUs in PCI address order "
                  "(CUDA_DEVICE_ORDER=PCI_BUS_ID); a device that is not a GPU is refused")
       ->type_name("GPU");
-  app.add_option("--pid", options->pid, "the process to judge against --gpu (default: this one)")
+  app.add_option("--pid", options->pid,
+                 "the process to judge against --gpu and --policy (default: this one)")
       ->type_name("PID");
+  app.add_option("--policy", options->policy,
+                 "the server's placement policy (interleave(0-3), bind(1)/advisory, ...): are "
+                 "its nodes inside the process's cpuset.mems?")
+      ->type_name("POLICY");
+  app.add_option("--kv-tiers", options->kv_tiers,
+                 "the KV pool's home and cold nodes, HOME:COLD (0-1:2): is the cold tier a "
+                 "lower kernel memory tier?")
+      ->type_name("HOME:COLD");
   options->roots.AddTo(app);
   return [options] { return RunDoctorCommand(*options); };
 }

@@ -23,5 +23,12 @@ std::string FormatAdvice(const Advice& advice);
 std::string FormatProcessStat(const ProcessNumaStat& stat);
 // The per-node numastat counters table (empty when there are none).
 std::string FormatNodeCounters(const std::map<int, NodeNumaCounters>& counters);
+// The kernel's weighted interleave weights, memory tiers and demotion switch, as lines
+// (defined in topo.cpp); `settings` not ok gives one line saying why they are unknown.
+std::string FormatKernelMemory(const StatusOr<KernelMemorySettings>& settings);
+// "kernel_memory": null | {"interleave_weights": [{"node": int, "weight": int}] | null
+// (null: no MPOL_WEIGHTED_INTERLEAVE), "interleave_weights_auto": bool | null,
+// "memory_tiers": [{"id": int, "nodes": [int]}], "demotion_enabled": bool | null}.
+void WriteKernelMemoryJson(JsonWriter& json, const StatusOr<KernelMemorySettings>& settings);
 
 }  // namespace numarena::cli

@@ -15,6 +15,7 @@
 //          "devices": [{"bus_id", "kind", "node": int | null}],
 //          "process": {"allowed_cpus": [int], "allowed_mem_nodes": [int]},
 //          "warnings": [str],
+//          "kernel_memory": null | {...}  as in numarena.topo/1 (ops_format.hpp),
 //          "doctor": {"healthy", "problems", "findings": [{"id", "severity", "subject",
 //                     "observed", "expected", "fix"}]},
 //          "budget": <numarena.budget/1 object> | null,
@@ -49,6 +50,7 @@ struct ReportOptions {
 };
 
 struct ReportData {
+  StatusOr<KernelMemorySettings> kernel_memory = absl::UnknownError("not read");
   DoctorReport doctor;
   std::optional<BudgetSnapshot> budget;
   std::string budget_error;
@@ -89,6 +91,8 @@ void PrintText(std::ostream& out, const Topology& topo, const ReportData& d) {
       << FormatIdList(topo.nodes_of_cpus(p.allowed_cpus)) << "), memory nodes "
       << FormatIdList(p.allowed_mem_nodes) << "\n";
   for (const std::string& w : topo.warnings()) out << "warning: " << w << "\n";
+  Section(out, "kernel memory policy");
+  out << FormatKernelMemory(d.kernel_memory);
   Section(out, "doctor");
   out << FormatDoctorReport(d.doctor);
   Section(out, "budget");
@@ -172,6 +176,7 @@ void PrintJson(std::ostream& out, const Topology& topo, const ReportData& d) {
   json.Key("warnings").BeginArray();
   for (const std::string& w : topo.warnings()) json.String(w);
   json.EndArray();
+  WriteKernelMemoryJson(json, d.kernel_memory);
   json.Key("doctor").BeginObject();
   WriteDoctorFindingsJson(json, d.doctor, /*with_explanation=*/false);
   json.EndObject();
@@ -228,6 +233,7 @@ int RunReportCommand(const ReportOptions& args) {
   if (!topology.ok()) return Fail("report", std::string(topology.status().message()));
 
   ReportData data;
+  data.kernel_memory = ReadKernelMemorySettings(*reader);
   auto doctor = RunDoctor(*reader, *topology);
   if (!doctor.ok()) return Fail("report", std::string(doctor.status().message()));
   data.doctor = *std::move(doctor);

@@ -40,6 +40,8 @@
 //                 "cgroup": str | null,     the process's cgroup path
 //                 "cgroup_cpus": [int] | null, "cgroup_mems": [int] | null},
 //     "warnings": [str],
+//     "kernel_memory": null | {...}         the kernel's weighted interleave weights, memory
+//                                           tiers and demotion switch (ops_format.hpp)
 //     "budget": null | {...}                what a System-mode budget with the default
 //                                           thresholds makes of each node now (schema
 //                                           numarena.budget/1, budget_view.hpp)
@@ -58,6 +60,7 @@
 #include <CLI/CLI.hpp>
 
 #include "budget_view.hpp"
+#include "ops_format.hpp"
 #include "cli_options.hpp"
 #include "command.hpp"
 #include "numarena/format.hpp"
@@ -232,6 +235,94 @@ void PrintWarnings(std::ostream& out, const Topology& topo) {
   for (const std::string& w : topo.warnings()) out << "  - " << w << '\n';
 }
 
+}  // namespace
+
+std::string FormatKernelMemory(const StatusOr<KernelMemorySettings>& settings) {
+  if (!settings.ok()) {
+    return absl::StrCat("kernel memory policy settings: unknown: ", settings.status().message(),
+                        "\n");
+  }
+  std::string out = "kernel weighted interleave (MPOL_WEIGHTED_INTERLEAVE, system-wide weights):";
+  if (!settings->has_weighted_interleave()) {
+    out += " none (Linux before 6.9); numarena's weighted policies bind chunks itself\n";
+  } else {
+    const char* separator = " ";
+    for (const NodeInterleaveWeight& w : settings->interleave_weights) {
+      absl::StrAppend(&out, separator, "node ", w.node, ": ", w.weight);
+      separator = ", ";
+    }
+    if (settings->interleave_weights_auto) {
+      absl::StrAppend(&out, *settings->interleave_weights_auto
+                                ? " (auto: from the firmware's bandwidth)"
+                                : " (set by an operator)");
+    }
+    out += "\n  a weighted policy with these proportions (or weighted(auto)) is placed by the "
+           "kernel, others by numarena's chunks; `numarena advise --policy` prints the command "
+           "that sets them\n";
+  }
+  if (!settings->memory_tiers.empty()) {
+    out += "memory tiers (a lower id is faster):";
+    const char* separator = " ";
+    for (const MemoryTier& tier : settings->memory_tiers) {
+      absl::StrAppend(&out, separator, "tier ", tier.id, ": node", tier.nodes.size() == 1 ? " " : "s ",
+                      FormatIdList(tier.nodes));
+      separator = "; ";
+    }
+    out += "\n";
+  }
+  if (settings->demotion_enabled) {
+    absl::StrAppend(&out, "demotion to lower tiers on reclaim: ",
+                    *settings->demotion_enabled ? "on" : "off", "\n");
+  }
+  return out;
+}
+
+namespace {
+void OptionalBoolJson(JsonWriter& json, const char* key, const std::optional<bool>& value) {
+  json.Key(key);
+  if (value) {
+    json.Bool(*value);
+  } else {
+    json.Null();
+  }
+}
+}  // namespace
+
+void WriteKernelMemoryJson(JsonWriter& json, const StatusOr<KernelMemorySettings>& settings) {
+  json.Key("kernel_memory");
+  if (!settings.ok()) {
+    json.Null();
+    return;
+  }
+  json.BeginObject();
+  json.Key("interleave_weights");
+  if (settings->has_weighted_interleave()) {
+    json.BeginArray();
+    for (const NodeInterleaveWeight& w : settings->interleave_weights) {
+      json.BeginObject();
+      json.Key("node").Int(w.node);
+      json.Key("weight").Uint(w.weight);
+      json.EndObject();
+    }
+    json.EndArray();
+  } else {
+    json.Null();
+  }
+  OptionalBoolJson(json, "interleave_weights_auto", settings->interleave_weights_auto);
+  json.Key("memory_tiers").BeginArray();
+  for (const MemoryTier& tier : settings->memory_tiers) {
+    json.BeginObject();
+    json.Key("id").Int(tier.id);
+    json.Key("nodes").IntArray(tier.nodes);
+    json.EndObject();
+  }
+  json.EndArray();
+  OptionalBoolJson(json, "demotion_enabled", settings->demotion_enabled);
+  json.EndObject();
+}
+
+namespace {
+
 void PrintTopologyText(std::ostream& out, const Topology& topo) {
   PrintHardware(out, topo);
   PrintAccess(out, topo);
@@ -394,6 +485,7 @@ int RunTopo(const TopoOptions& options) {
     JsonWriter json(std::cout);
     json.BeginObject();
     WriteTopologyJsonMembers(json, *topo, options);
+    WriteKernelMemoryJson(json, ReadKernelMemorySettings(*reader));
     json.Key("budget");
     if (budget.ok()) {
       WriteBudgetJson(json, *budget);
@@ -404,7 +496,7 @@ int RunTopo(const TopoOptions& options) {
     std::cout << '\n';
   } else {
     PrintTopologyText(std::cout, *topo);
-    std::cout << "\n";
+    std::cout << FormatKernelMemory(ReadKernelMemorySettings(*reader)) << "\n";
     if (budget.ok()) {
       PrintBudgetView(std::cout, *budget);
     } else {

@@ -32,6 +32,26 @@
 //                           90% of its private resident memory (anonymous, heap, stack,
 //                           hugetlb; shared file pages are not counted) is on the GPU's
 //                           node (process_memory_remote).
+//   placement_calls         (live system only) mbind, get_mempolicy, set_mempolicy and
+//                           move_pages work for this process: each is tried once on a page of
+//                           its own (os::ProbePlacementCalls); a refusal is critical and names
+//                           the cause from /proc/thread-self/status: a seccomp filter (Seccomp: 2;
+//                           Docker's and containerd's default profiles allow the memory
+//                           policy calls only with CAP_SYS_NICE), or, without one, a missing
+//                           CAP_SYS_NICE or a security module.
+//   cpuset_mems_narrow      with a policy given: every node it names is in the process's
+//                           cpuset.mems (Mems_allowed_list); strict policies then fail,
+//                           advisory ones fall back (critical / warning).
+//   numa_balancing          (above) in tiering mode (kernel.numa_balancing = 2 or 3) the kernel
+//                           also promotes pages from slow tiers to fast ones, a separate
+//                           explanation.
+//   demotion_enabled        /sys/kernel/mm/numa/demotion_enabled = false: reclaim moves pages
+//                           to a lower tier behind numarena's back (a warning with two tiers
+//                           or more, a note with one).
+//   memory_tiers            a note listing the kernel's memory tiers and their nodes when there
+//                           are two or more; with the KV pool's tiers given, kv_cold_tier warns
+//                           when a cold node is not in a lower kernel tier than every home
+//                           node (the kernel would then promote or demote against numarena).
 // A check whose files are absent (kernel built without NUMA balancing, no THP) is
 // recorded in `skipped` and is not a problem.
 //
@@ -75,6 +95,13 @@ struct DoctorOptions {
   std::optional<std::string> gpu_bus_id;
   // The process the process_* checks look at: "self" or a pid.
   std::string pid = "self";
+  // The placement policy the server uses, in numarena's syntax ("interleave(0-3)",
+  // "bind(1)/advisory"); enables cpuset_mems_narrow. A policy that does not parse is
+  // InvalidArgument.
+  std::optional<std::string> policy;
+  // The KV pool's home (hot) nodes and cold-tier nodes; enables kv_cold_tier. Both or neither.
+  std::vector<int> kv_home_nodes;
+  std::vector<int> kv_cold_nodes;
 };
 
 struct DoctorReport {
