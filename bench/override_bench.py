@@ -150,7 +150,7 @@ def workloads(shapes_program, inputs, quick):
         ("python3 objects", "program",
          ["python3", script, "objects", "1" if quick else "15"], None),
         ("python3 bytearrays", "program",
-         ["python3", script, "bytearrays", "64" if quick else "4096"], None),
+         ["python3", script, "bytearrays", "64" if quick else "1024"], None),
         ("sort", "program", ["sort", "-o", "/dev/null", inputs["sort"]], None),
         ("sqlite3", "program", ["sqlite3", ":memory:"], inputs["sql"]),
         ("gcc -O2", "program", ["gcc", "-O2", "-c", inputs["source"], "-o", "/dev/null"], None),

@@ -20,6 +20,9 @@
 //   tiny-objects        one thread, many tiny objects (bignum-like digit vectors)
 //   many-threads        waves of short-lived threads with short-lived mixed-size objects
 //   false-sharing       2 threads, each writing hard into small scratch blocks of its own
+//   pairs               one thread: malloc(64) then free, 1,000,000 x SCALE times: the
+//                       shortest path of an allocator, for instruction counts under callgrind
+//                       (bench/RESULTS.md); not one of the harness's shapes
 //   idle-rss            a 256 MiB burst of mixed sizes, all freed, then 2 s idle (SCALE < 1:
 //                       a smaller burst, a shorter idle); prints "idle-rss rss_kib=N" (VmRSS
 //                       after the idle)
@@ -221,7 +224,7 @@ void Larson(double scale, bool sized) {
 }
 
 void BigBlocks(double scale) {
-  const int iterations = static_cast<int>(300 * scale) + 1;
+  const int iterations = static_cast<int>(100 * scale) + 1;
   const long page = sysconf(_SC_PAGESIZE);
   Random random(3);
   std::uint64_t sum = 0;
@@ -316,6 +319,18 @@ void FalseSharing(double scale) {
   b.join();
 }
 
+void Pairs(double scale) {
+  const long pairs = static_cast<long>(1'000'000 * scale) + 1;
+  std::uint64_t sum = 0;
+  for (long i = 0; i < pairs; ++i) {
+    auto* p = static_cast<volatile unsigned char*>(MustMalloc(64));
+    p[0] = static_cast<unsigned char>(i);
+    sum += p[0];
+    std::free(const_cast<unsigned char*>(p));
+  }
+  checksum += sum;
+}
+
 long VmRssKib() {
   FILE* status = std::fopen("/proc/self/status", "r");
   if (status == nullptr) return -1;
@@ -376,6 +391,7 @@ int main(int argc, char** argv) {
   else if (shape == "tiny-objects") TinyObjects(scale);
   else if (shape == "many-threads") ManyThreads(scale);
   else if (shape == "false-sharing") FalseSharing(scale);
+  else if (shape == "pairs") Pairs(scale);
   else if (shape == "idle-rss") { IdleRss(scale); return 0; }
   else {
     std::fprintf(stderr, "override_shapes: unknown shape '%s' (see bench/override/shapes.cpp)\n",
