@@ -16,14 +16,7 @@
 namespace numarena {
 namespace arena_internal {
 inline constexpr int kMaxHeaps = 256;          // jemalloc arenas numarena can create per process
-// 64 GiB of address space per table entry. A build for valgrind's tools may make it smaller
-// (-DNUMARENA_GRANULE_SHIFT=33): valgrind cannot map a range of 64 GiB (bench/RESULTS.md,
-// "Instruction counts of the override").
-#ifndef NUMARENA_GRANULE_SHIFT
-#define NUMARENA_GRANULE_SHIFT 36
-#endif
-inline constexpr unsigned kGranuleShift = NUMARENA_GRANULE_SHIFT;
-static_assert(kGranuleShift >= 30 && kGranuleShift <= 40, "NUMARENA_GRANULE_SHIFT: 30 to 40");
+inline constexpr unsigned kGranuleShift = 36;  // 64 GiB of address space per table entry
 inline constexpr std::size_t kGranuleCount = std::size_t{1} << (47 - kGranuleShift);
 inline constexpr std::size_t kLargeAlignThreshold = std::size_t{2} << 20;
 // Granule of the address space -> 1 + heap id owning it, 0 when not numarena's. Written
