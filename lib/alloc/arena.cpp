@@ -21,6 +21,7 @@
 #include "alloc/node_pages.hpp"
 #include "numarena/topology.hpp"
 #include "os/fork.hpp"
+#include "os/current_node.hpp"
 #include "os/os.hpp"
 
 namespace numarena {

@@ -1,0 +1,95 @@
+// os::CurrentNodeFast (lib/os/current_node.hpp): the node of the caller's CPU without a
+// system call where glibc registered rseq. On the host (one node) it shows that the answer is
+// getcpu's, that a CPU's node is recorded in the table the first time it is asked, and that
+// with rseq the table is what answers (a planted entry is returned as is), while a CPU id the
+// table does not know goes to getcpu. That a thread's allocations follow it across nodes is
+// proven in the NUMA lab (tests/lab/preload_lab.cpp, "follow it when it moves").
+#include "os/current_node.hpp"
+
+#include <sched.h>
+
+#include <catch2/catch.hpp>
+#include <thread>
+#include <vector>
+
+namespace numarena {
+namespace {
+
+using os::current_node_internal::cpu_node_plus_one;
+using os::current_node_internal::kTableCpus;
+using os::current_node_internal::RseqCpuId;
+
+// Runs `body` on a thread pinned to `cpu` (a new thread: the test's own affinity stays).
+template <typename Body>
+void OnCpu(int cpu, Body body) {
+  std::thread thread([&] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    REQUIRE(sched_setaffinity(0, sizeof set, &set) == 0);
+    body();
+  });
+  thread.join();
+}
+
+std::vector<int> AllowedCpus() {
+  cpu_set_t set;
+  REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+bool HaveRseq() {
+  unsigned cpu = ~0u;
+  std::thread([&] { cpu = RseqCpuId(); }).join();
+  return cpu != ~0u;
+}
+
+TEST_CASE("CurrentNodeFast is getcpu's node, and records each CPU's node once asked") {
+  for (int cpu : AllowedCpus()) {
+    if (cpu >= static_cast<int>(kTableCpus)) continue;
+    OnCpu(cpu, [cpu] {
+      unsigned getcpu_cpu = 0, getcpu_node = 0;
+      REQUIRE(getcpu(&getcpu_cpu, &getcpu_node) == 0);
+      REQUIRE(static_cast<int>(getcpu_cpu) == cpu);
+      CHECK(os::CurrentNodeFast() == static_cast<int>(getcpu_node));
+      CHECK(cpu_node_plus_one[cpu].load() == getcpu_node + 1);
+      CHECK(os::CurrentNodeFast() == static_cast<int>(getcpu_node));  // from the table now
+    });
+  }
+}
+
+TEST_CASE("with rseq the CPU id is the kernel's and the table answers without getcpu") {
+  if (!HaveRseq()) {
+    SUCCEED("glibc did not register rseq here (old glibc, valgrind, or the tunable): "
+            "every call is getcpu's");
+    return;
+  }
+  const int cpu = AllowedCpus().front();
+  REQUIRE(cpu < static_cast<int>(kTableCpus));
+  OnCpu(cpu, [cpu] {
+    CHECK(RseqCpuId() == static_cast<unsigned>(cpu));
+    const std::uint16_t kept = cpu_node_plus_one[cpu].load();
+    cpu_node_plus_one[cpu].store(43);  // a node no machine here has: 42
+    const int planted = os::CurrentNodeFast();
+    cpu_node_plus_one[cpu].store(kept);
+    CHECK(planted == 42);
+  });
+}
+
+TEST_CASE("a CPU the table does not know is asked of getcpu and then recorded") {
+  const int cpu = AllowedCpus().front();
+  OnCpu(cpu, [cpu] {
+    unsigned getcpu_cpu = 0, getcpu_node = 0;
+    REQUIRE(getcpu(&getcpu_cpu, &getcpu_node) == 0);
+    cpu_node_plus_one[cpu].store(0);  // as after a hotplug: never seen
+    CHECK(os::CurrentNodeFast() == static_cast<int>(getcpu_node));
+    CHECK(cpu_node_plus_one[cpu].load() == getcpu_node + 1);
+  });
+}
+
+}  // namespace
+}  // namespace numarena
