@@ -19,17 +19,20 @@ using os::current_node_internal::cpu_node_plus_one;
 using os::current_node_internal::kTableCpus;
 using os::current_node_internal::RseqCpuId;
 
-// Runs `body` on a thread pinned to `cpu` (a new thread: the test's own affinity stays).
+// Runs `body` on a thread pinned to `cpu` (a new thread: the test's own affinity stays);
+// false if the thread could not be pinned. The body only records: the checks run on the
+// test's thread (Catch2 is not thread-safe).
 template <typename Body>
-void OnCpu(int cpu, Body body) {
-  std::thread thread([&] {
+bool OnCpu(int cpu, Body body) {
+  bool pinned = false;
+  std::thread([&] {
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);
-    REQUIRE(sched_setaffinity(0, sizeof set, &set) == 0);
-    body();
-  });
-  thread.join();
+    pinned = sched_setaffinity(0, sizeof set, &set) == 0;
+    if (pinned) body();
+  }).join();
+  return pinned;
 }
 
 std::vector<int> AllowedCpus() {
@@ -42,6 +45,17 @@ std::vector<int> AllowedCpus() {
   return cpus;
 }
 
+// What getcpu says on the calling thread.
+struct GetcpuAnswer {
+  unsigned cpu = ~0u, node = ~0u;
+  int rc = -1;
+};
+GetcpuAnswer AskGetcpu() {
+  GetcpuAnswer answer;
+  answer.rc = getcpu(&answer.cpu, &answer.node);
+  return answer;
+}
+
 bool HaveRseq() {
   unsigned cpu = ~0u;
   std::thread([&] { cpu = RseqCpuId(); }).join();
@@ -51,14 +65,21 @@ bool HaveRseq() {
 TEST_CASE("CurrentNodeFast is getcpu's node, and records each CPU's node once asked") {
   for (int cpu : AllowedCpus()) {
     if (cpu >= static_cast<int>(kTableCpus)) continue;
-    OnCpu(cpu, [cpu] {
-      unsigned getcpu_cpu = 0, getcpu_node = 0;
-      REQUIRE(getcpu(&getcpu_cpu, &getcpu_node) == 0);
-      REQUIRE(static_cast<int>(getcpu_cpu) == cpu);
-      CHECK(os::CurrentNodeFast() == static_cast<int>(getcpu_node));
-      CHECK(cpu_node_plus_one[cpu].load() == getcpu_node + 1);
-      CHECK(os::CurrentNodeFast() == static_cast<int>(getcpu_node));  // from the table now
-    });
+    GetcpuAnswer truth;
+    int first = -2, second = -2;
+    std::uint16_t recorded = 0;
+    REQUIRE(OnCpu(cpu, [&] {
+      truth = AskGetcpu();
+      first = os::CurrentNodeFast();
+      recorded = cpu_node_plus_one[cpu].load();
+      second = os::CurrentNodeFast();  // from the table now, where rseq is registered
+    }));
+    INFO("CPU " << cpu);
+    REQUIRE(truth.rc == 0);
+    REQUIRE(truth.cpu == static_cast<unsigned>(cpu));
+    CHECK(first == static_cast<int>(truth.node));
+    CHECK(recorded == truth.node + 1);
+    CHECK(second == static_cast<int>(truth.node));
   }
 }
 
@@ -70,25 +91,33 @@ TEST_CASE("with rseq the CPU id is the kernel's and the table answers without ge
   }
   const int cpu = AllowedCpus().front();
   REQUIRE(cpu < static_cast<int>(kTableCpus));
-  OnCpu(cpu, [cpu] {
-    CHECK(RseqCpuId() == static_cast<unsigned>(cpu));
+  unsigned rseq_cpu = ~0u;
+  int planted = -2;
+  REQUIRE(OnCpu(cpu, [&] {
+    rseq_cpu = RseqCpuId();
     const std::uint16_t kept = cpu_node_plus_one[cpu].load();
     cpu_node_plus_one[cpu].store(43);  // a node no machine here has: 42
-    const int planted = os::CurrentNodeFast();
+    planted = os::CurrentNodeFast();
     cpu_node_plus_one[cpu].store(kept);
-    CHECK(planted == 42);
-  });
+  }));
+  CHECK(rseq_cpu == static_cast<unsigned>(cpu));
+  CHECK(planted == 42);
 }
 
 TEST_CASE("a CPU the table does not know is asked of getcpu and then recorded") {
   const int cpu = AllowedCpus().front();
-  OnCpu(cpu, [cpu] {
-    unsigned getcpu_cpu = 0, getcpu_node = 0;
-    REQUIRE(getcpu(&getcpu_cpu, &getcpu_node) == 0);
+  GetcpuAnswer truth;
+  int answer = -2;
+  std::uint16_t recorded = 0;
+  REQUIRE(OnCpu(cpu, [&] {
+    truth = AskGetcpu();
     cpu_node_plus_one[cpu].store(0);  // as after a hotplug: never seen
-    CHECK(os::CurrentNodeFast() == static_cast<int>(getcpu_node));
-    CHECK(cpu_node_plus_one[cpu].load() == getcpu_node + 1);
-  });
+    answer = os::CurrentNodeFast();
+    recorded = cpu_node_plus_one[cpu].load();
+  }));
+  REQUIRE(truth.rc == 0);
+  CHECK(answer == static_cast<int>(truth.node));
+  CHECK(recorded == truth.node + 1);
 }
 
 }  // namespace
