@@ -216,6 +216,8 @@ def main():
     if rounds < 1:
         sys.exit("override_bench: --rounds must be at least 1")
     cli = os.path.abspath(args.numarena)
+    commit = git_commit()  # of the tree the run started from
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     configs = configurations(cli)
     check_loaded(configs)
     with tempfile.TemporaryDirectory(prefix="override_bench.") as work:
@@ -256,11 +258,11 @@ def main():
                           file=sys.stderr)
     document = {
         "benchmark": "override",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": started,
         "host": platform.node(),
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg(),
-        "commit": git_commit(),
+        "commit": commit,
         "quick": args.quick,
         "rounds": rounds,
         "peers": list(PEERS),
