@@ -36,7 +36,8 @@ Inputs are the files the benchmarks write (see bench/RESULTS.md for the commands
                                           1.2x of the lowest peer, /bin/true at most 2 MiB of
                                           RSS over glibc, RSS after a freed burst and 2 s idle
                                           within 1.2x of the best peer. Exit status 1 only
-                                          with --check and a failing line
+                                          with --check and a failing line; --chart PNG
+                                          draws the ratios
   tools/plot_results.py same-shape DIR_A DIR_B   exit 1 unless the JSON files of two result
                                                  directories have the same structure (keys,
                                                  matrix size, configurations, benchmark names)
@@ -697,6 +698,7 @@ def override_report(doc):
                  " | lowest peer (RSS) | " + " | ".join(f"{c} RSS" for c in ours) + " |")
     lines.append("|---" * (3 + 2 * len(ours)) + "|")
     time_ratios = {c: [] for c in ours}
+    chart_rows = []  # (program, {config: time ratio}, {config: RSS ratio})
     for name, workload in doc["workloads"].items():
         kind, runs = workload["kind"], workload["runs"]
         failed = [c for c in peers + ours if override_medians(runs.get(c, []), "wall_s") is None]
@@ -716,6 +718,8 @@ def override_report(doc):
             " | ".join(f"{time[c] / time[best]:.2f}x" for c in ours) +
             f" | {lean} {rss[lean] / 1024:.1f} MiB | " +
             " | ".join(f"{rss[c] / rss[lean]:.2f}x ({rss[c] / 1024:.1f})" for c in ours) + " |")
+        chart_rows.append((name, {c: time[c] / time[best] for c in ours},
+                           {c: rss[c] / rss[lean] for c in ours}))
         for c in ours:
             if kind in ("shape", "program"):
                 ratio = time[c] / time[best]
@@ -740,7 +744,40 @@ def override_report(doc):
             mean = math.exp(sum(math.log(r) for r in time_ratios[c]) / len(time_ratios[c]))
             goals.append((f"geometric mean of the time ratios under {c}: {mean:.2f}x "
                           f"<= {OVERRIDE_GEOMEAN_RATIO}x", mean <= OVERRIDE_GEOMEAN_RATIO))
-    return "\n".join(lines), goals
+    return "\n".join(lines), goals, chart_rows
+
+
+def plot_override(chart_rows, ours, path, note=""):
+    """Two panels, time and peak RSS: per program, each numarena configuration's ratio to the
+    best peer (1 = at par; the goal lines dashed), clipped like the peer charts."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 1.2 + 0.42 * len(chart_rows)), sharey=True)
+    names = [row[0] for row in chart_rows]
+    height = 0.8 / len(ours)
+    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"]
+    for ax, index, title, goal in ((axes[0], 1, "time / best peer", OVERRIDE_TIME_RATIO),
+                                   (axes[1], 2, "peak RSS / lowest peer", OVERRIDE_RSS_RATIO)):
+        for k, config in enumerate(ours):
+            bars = [clipped(row[index][config]) for row in chart_rows]
+            ys = [i + (k - (len(ours) - 1) / 2) * height for i in range(len(chart_rows))]
+            ax.barh(ys, [b for b, _ in bars], height=height, color=colors[k % len(colors)],
+                    label=config)
+            for y, (length, label) in zip(ys, bars):
+                ax.text(length, y, label, va="center", fontsize=6)
+        ax.set_yticks(range(len(names)))
+        ax.set_yticklabels(names, fontsize=8)
+        ax.set_xlim(0, PEER_AXIS_LIMIT * 1.35)
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.axvline(goal, color="black", linewidth=0.8, linestyle="--")
+        ax.set_title(f"{title} (dashed: the goal, {goal}x)", fontsize=9)
+        ax.tick_params(axis="x", labelsize=8)
+    axes[0].invert_yaxis()  # the panels share it: the benchmark's order, top to bottom
+    axes[0].legend(fontsize=8, loc="lower right")
+    fig.suptitle("numarena run against the best LD_PRELOAD peer" + (f" - {note}" if note else ""),
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 # ---- main --------------------------------------------------------------------------------
@@ -769,6 +806,8 @@ def main(argv):
     p = sub.add_parser("override")
     p.add_argument("file")
     p.add_argument("--check", action="store_true", help="exit 1 when a goal line fails")
+    p.add_argument("--chart", help="also draw the ratios into this PNG")
+    p.add_argument("--note", default="", help="added to the chart's title")
     p = sub.add_parser("same-shape")
     p.add_argument("dir_a")
     p.add_argument("dir_b")
@@ -790,10 +829,13 @@ def main(argv):
 
     if args.command == "override":
         try:
-            table, goals = override_report(load(args.file))
+            doc = load(args.file)
+            table, goals, chart_rows = override_report(doc)
         except (ValueError, KeyError, TypeError) as error:
             sys.exit(f"plot_results.py override: {args.file}: {error}")
         print(table)
+        if args.chart:
+            print(plot_override(chart_rows, doc["numarena"], args.chart, args.note))
         print()
         for line, passed in goals:
             print(f"{'PASS' if passed else 'FAIL'}  {line}")

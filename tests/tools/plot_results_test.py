@@ -220,7 +220,7 @@ class OverrideReportTest(unittest.TestCase):
     """issue 35's goal lines over bench/override_bench.py's JSON."""
 
     def lines(self, doc):
-        _, goals = plot_results.override_report(doc)
+        _, goals, _ = plot_results.override_report(doc)
         return goals
 
     def failing(self, doc):
@@ -276,6 +276,12 @@ class OverrideReportTest(unittest.TestCase):
                 self.assertEqual(plain.returncode, 0, plain.stderr)
                 self.assertEqual(checked.returncode, with_check, checked.stdout)
                 self.assertIn("goal lines pass", plain.stdout)
+            chart = os.path.join(d, "override.png")
+            drawn = subprocess.run([sys.executable, script, "override", path, "--chart", chart],
+                                   capture_output=True, text=True)
+            self.assertEqual(drawn.returncode, 0, drawn.stderr)
+            with open(chart, "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
             with open(path, "w") as f:
                 json.dump({"benchmarks": []}, f)
             wrong = subprocess.run([sys.executable, script, "override", path],
