@@ -26,6 +26,7 @@
 //   idle-rss            a 256 MiB burst of mixed sizes, all freed, then 2 s idle (SCALE < 1:
 //                       a smaller burst, a shorter idle); prints "idle-rss rss_kib=N" (VmRSS
 //                       after the idle)
+#include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -38,7 +39,6 @@
 #include <new>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -284,8 +284,8 @@ void ManyThreads(double scale) {
         std::vector<std::string> words;
         std::uint64_t sum = 0;
         for (int i = 0; i < 4000; ++i) {
-          const std::size_t size = random.Below(16) == 0 ? 4096 + random.Below(60000)
-                                                         : 16 + random.Below(240);
+          const std::size_t size =
+              random.Below(16) == 0 ? 4096 + random.Below(60000) : 16 + random.Below(240);
           auto* p = static_cast<unsigned char*>(MustMalloc(size));
           p[0] = static_cast<unsigned char>(i);
           sum += p[0];
@@ -383,17 +383,28 @@ int main(int argc, char** argv) {
                  argv[2]);
     return 2;
   }
-  if (shape == "random-small") RandomSmall(scale);
-  else if (shape == "producer-consumer") ProducerConsumer(scale);
-  else if (shape == "larson") Larson(scale, false);
-  else if (shape == "larson-sized") Larson(scale, true);
-  else if (shape == "big-blocks") BigBlocks(scale);
-  else if (shape == "tiny-objects") TinyObjects(scale);
-  else if (shape == "many-threads") ManyThreads(scale);
-  else if (shape == "false-sharing") FalseSharing(scale);
-  else if (shape == "pairs") Pairs(scale);
-  else if (shape == "idle-rss") { IdleRss(scale); return 0; }
-  else {
+  if (shape == "random-small")
+    RandomSmall(scale);
+  else if (shape == "producer-consumer")
+    ProducerConsumer(scale);
+  else if (shape == "larson")
+    Larson(scale, false);
+  else if (shape == "larson-sized")
+    Larson(scale, true);
+  else if (shape == "big-blocks")
+    BigBlocks(scale);
+  else if (shape == "tiny-objects")
+    TinyObjects(scale);
+  else if (shape == "many-threads")
+    ManyThreads(scale);
+  else if (shape == "false-sharing")
+    FalseSharing(scale);
+  else if (shape == "pairs")
+    Pairs(scale);
+  else if (shape == "idle-rss") {
+    IdleRss(scale);
+    return 0;
+  } else {
     std::fprintf(stderr, "override_shapes: unknown shape '%s' (see bench/override/shapes.cpp)\n",
                  shape.c_str());
     return 2;

@@ -48,17 +48,16 @@ int main(int argc, char** argv) {
     }
   }
   clock_gettime(CLOCK_MONOTONIC, &end);
-  const long long wall_ns = (long long)(end.tv_sec - start.tv_sec) * 1000000000LL +
-                            (end.tv_nsec - start.tv_nsec);
+  const long long wall_ns =
+      (long long)(end.tv_sec - start.tv_sec) * 1000000000LL + (end.tv_nsec - start.tv_nsec);
   const int exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   FILE* result = fopen(argv[1], "w");
   if (result == NULL) {
     fprintf(stderr, "override_spawn: cannot write '%s': %s\n", argv[1], strerror(errno));
     return 3;
   }
-  fprintf(result, "wall_ns=%lld maxrss_kib=%ld utime_us=%lld stime_us=%lld status=%d\n",
-          wall_ns, usage.ru_maxrss,
-          (long long)usage.ru_utime.tv_sec * 1000000 + usage.ru_utime.tv_usec,
+  fprintf(result, "wall_ns=%lld maxrss_kib=%ld utime_us=%lld stime_us=%lld status=%d\n", wall_ns,
+          usage.ru_maxrss, (long long)usage.ru_utime.tv_sec * 1000000 + usage.ru_utime.tv_usec,
           (long long)usage.ru_stime.tv_sec * 1000000 + usage.ru_stime.tv_usec, exit_status);
   return fclose(result) == 0 ? 0 : 3;
 }

@@ -85,8 +85,9 @@ TEST_CASE("CurrentNodeFast is getcpu's node, and records each CPU's node once as
 
 TEST_CASE("with rseq the CPU id is the kernel's and the table answers without getcpu") {
   if (!HaveRseq()) {
-    SUCCEED("glibc did not register rseq here (old glibc, valgrind, or the tunable): "
-            "every call is getcpu's");
+    SUCCEED(
+        "glibc did not register rseq here (old glibc, valgrind, or the tunable): "
+        "every call is getcpu's");
     return;
   }
   const int cpu = AllowedCpus().front();
