@@ -14,6 +14,10 @@
 #   tools/dev.sh bench        build and run the benchmarks, JSON into build/bench-results, and
 #                             print the server workloads' ratio table (tools/plot_results.py
 #                             targets) and llama.cpp's per allocator (bench/llama_bench.py)
+#   tools/dev.sh bench-override [ARGS]  the override benchmark: real programs under
+#                             glibc/jemalloc/mimalloc/tcmalloc (LD_PRELOAD) and numarena run,
+#                             JSON into build/bench-results/override.json, then its ratios and
+#                             goal lines (ARGS go to bench/override_bench.py, e.g. --quick)
 #   tools/dev.sh deps         only install what is missing (Debian packages; node-llama-cpp
 #                             into tools/llama/node_modules with npm ci, which needs Node >= 20)
 set -euo pipefail
@@ -32,6 +36,7 @@ PACKAGES=(
   prometheus                     # promtool: the alert rules' tests, `check metrics` on the exporter
   libmimalloc-dev libmemkind-dev
   libgoogle-perftools-dev        # tcmalloc, a benchmark peer (bench/peers_tcmalloc_bench)
+  sqlite3                        # a real program for bench/override_bench.py
   qemu-system-x86 busybox-static cpio
   clang libclang-rt-14-dev
   python3-matplotlib
@@ -256,8 +261,20 @@ case "$cmd" in
     /usr/bin/python3 "$ROOT/bench/llama_bench.py" --numarena "$ROOT/build/tools/numarena" \
       --size medium --rounds 6 --out "$R/llama.json" --chart "$R/llama.png"
     ;;
+  bench-override)
+    install_deps
+    reset_if_other_generator "$ROOT/build"
+    configure "$ROOT/build" -DNUMARENA_BUILD_BENCH=ON
+    cmake --build "$ROOT/build" -j "$JOBS" --target numarena_cli numarena_preload override_shapes \
+      override_spawn
+    R="$ROOT/build/bench-results"
+    mkdir -p "$R"
+    /usr/bin/python3 "$ROOT/bench/override_bench.py" --numarena "$ROOT/build/tools/numarena" \
+      --shapes "$ROOT/build/bench/override_shapes" --out "$R/override.json" "$@"
+    /usr/bin/python3 "$ROOT/tools/plot_results.py" override "$R/override.json"
+    ;;
   *)
-    sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -27,6 +27,18 @@ Inputs are the files the benchmarks write (see bench/RESULTS.md for the commands
   tools/plot_results.py arena FILE        the arena table (docs/benchmarks.md): CPU ns per
                                           alloc+free pair on one thread, two-thread scaling,
                                           and the arena targets checked against the same run
+  tools/plot_results.py override FILE [--check]
+                                          bench/override_bench.py's JSON: per program, each
+                                          numarena configuration's time and peak RSS as a
+                                          ratio to the best LD_PRELOAD peer (median of the
+                                          rounds), then the goal lines, PASS or FAIL
+                                          each: time within 1.1x of the best peer, geometric
+                                          mean of the time ratios at most 1.0, peak RSS within
+                                          1.2x of the lowest peer, /bin/true at most 2 MiB of
+                                          RSS over glibc, RSS after a freed burst and 2 s idle
+                                          within 1.2x of the best peer. Exit status 1 only
+                                          with --check and a failing line; --chart PNG
+                                          draws the ratios
   tools/plot_results.py same-shape DIR_A DIR_B   exit 1 unless the JSON files of two result
                                                  directories have the same structure (keys,
                                                  matrix size, configurations, benchmark names)
@@ -764,6 +776,121 @@ def same_shape(dir_a, dir_b):
     return 0 if not problems else 1
 
 
+# ---- override -----------------------------------------------------------------
+
+OVERRIDE_TIME_RATIO = 1.1        # each program's time, numarena / best peer
+OVERRIDE_GEOMEAN_RATIO = 1.0     # geometric mean of those ratios
+OVERRIDE_RSS_RATIO = 1.2         # each program's peak RSS, numarena / lowest peer
+OVERRIDE_FIXED_COST_KIB = 2048   # /bin/true's peak RSS over glibc's
+OVERRIDE_IDLE_RATIO = 1.2        # RSS after a freed burst and 2 s idle, numarena / best peer
+
+
+def override_medians(runs, field):
+    """Median of `field` over the runs that exited 0; None when none did."""
+    values = [run[field] for run in runs if run.get("exit") == 0 and field in run]
+    return statistics.median(values) if values else None
+
+
+def override_report(doc):
+    """(table text, [(goal line, passed)]) for bench/override_bench.py's JSON."""
+    if doc.get("benchmark") != "override" or "workloads" not in doc:
+        raise ValueError("not bench/override_bench.py's JSON (no \"benchmark\": \"override\")")
+    peers, ours = doc["peers"], doc["numarena"]
+    lines = []
+    goals = []
+    head = (f"override benchmark, {doc.get('date', '?')}, commit {doc.get('commit', '?')}, "
+            f"{doc.get('rounds', '?')} round(s), load average "
+            f"{', '.join(f'{x:.1f}' for x in doc.get('load_average', []))}")
+    lines.append(head)
+    if doc.get("quick"):
+        lines.append("quick run: small inputs, one round; its timings prove nothing")
+    lines.append("")
+    lines.append("| program | best peer (time) | " + " | ".join(f"{c} time" for c in ours) +
+                 " | lowest peer (RSS) | " + " | ".join(f"{c} RSS" for c in ours) + " |")
+    lines.append("|---" * (3 + 2 * len(ours)) + "|")
+    time_ratios = {c: [] for c in ours}
+    chart_rows = []  # (program, {config: time ratio}, {config: RSS ratio})
+    for name, workload in doc["workloads"].items():
+        kind, runs = workload["kind"], workload["runs"]
+        failed = [c for c in peers + ours if override_medians(runs.get(c, []), "wall_s") is None]
+        if failed:
+            lines.append(f"| {name} | no successful run under {', '.join(failed)} |" +
+                         " |" * (1 + 2 * len(ours)))
+            for c in ours:
+                goals.append((f"{name} under {c}: every configuration ran", False))
+            continue
+        field = "idle_rss_kib" if kind == "idle" else "maxrss_kib"
+        time = {c: override_medians(runs[c], "wall_s") for c in peers + ours}
+        rss = {c: override_medians(runs[c], field) for c in peers + ours}
+        best = min(peers, key=lambda c: time[c])
+        lean = min(peers, key=lambda c: rss[c])
+        lines.append(
+            f"| {name} | {best} {time[best]:.3f} s | " +
+            " | ".join(f"{time[c] / time[best]:.2f}x" for c in ours) +
+            f" | {lean} {rss[lean] / 1024:.1f} MiB | " +
+            " | ".join(f"{rss[c] / rss[lean]:.2f}x ({rss[c] / 1024:.1f})" for c in ours) + " |")
+        chart_rows.append((name, {c: time[c] / time[best] for c in ours},
+                           {c: rss[c] / rss[lean] for c in ours}))
+        for c in ours:
+            if kind in ("shape", "program"):
+                ratio = time[c] / time[best]
+                time_ratios[c].append(ratio)
+                goals.append((f"{name} under {c}: time {ratio:.2f}x best peer ({best}) "
+                              f"<= {OVERRIDE_TIME_RATIO}x", ratio <= OVERRIDE_TIME_RATIO))
+                ratio = rss[c] / rss[lean]
+                goals.append((f"{name} under {c}: peak RSS {ratio:.2f}x lowest peer ({lean}) "
+                              f"<= {OVERRIDE_RSS_RATIO}x", ratio <= OVERRIDE_RSS_RATIO))
+            elif kind == "fixed":
+                extra = rss[c] - rss["glibc"]
+                goals.append((f"fixed cost ({name}) under {c}: {extra / 1024:+.1f} MiB of peak RSS "
+                              f"over glibc <= {OVERRIDE_FIXED_COST_KIB // 1024} MiB",
+                              extra <= OVERRIDE_FIXED_COST_KIB))
+            elif kind == "idle":
+                ratio = rss[c] / rss[lean]
+                goals.append((f"RSS after a freed burst and idle under {c}: {ratio:.2f}x best "
+                              f"peer ({lean}) <= {OVERRIDE_IDLE_RATIO}x",
+                              ratio <= OVERRIDE_IDLE_RATIO))
+    for c in ours:
+        if time_ratios[c]:
+            mean = math.exp(sum(math.log(r) for r in time_ratios[c]) / len(time_ratios[c]))
+            goals.append((f"geometric mean of the time ratios under {c}: {mean:.2f}x "
+                          f"<= {OVERRIDE_GEOMEAN_RATIO}x", mean <= OVERRIDE_GEOMEAN_RATIO))
+    return "\n".join(lines), goals, chart_rows
+
+
+def plot_override(chart_rows, ours, path, note=""):
+    """Two panels, time and peak RSS: per program, each numarena configuration's ratio to the
+    best peer (1 = at par; the goal lines dashed), clipped like the peer charts."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 1.2 + 0.42 * len(chart_rows)), sharey=True)
+    names = [row[0] for row in chart_rows]
+    height = 0.8 / len(ours)
+    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"]
+    for ax, index, title, goal in ((axes[0], 1, "time / best peer", OVERRIDE_TIME_RATIO),
+                                   (axes[1], 2, "peak RSS / lowest peer", OVERRIDE_RSS_RATIO)):
+        for k, config in enumerate(ours):
+            bars = [clipped(row[index][config]) for row in chart_rows]
+            ys = [i + (k - (len(ours) - 1) / 2) * height for i in range(len(chart_rows))]
+            ax.barh(ys, [b for b, _ in bars], height=height, color=colors[k % len(colors)],
+                    label=config)
+            for y, (length, label) in zip(ys, bars):
+                ax.text(length, y, label, va="center", fontsize=6)
+        ax.set_yticks(range(len(names)))
+        ax.set_yticklabels(names, fontsize=8)
+        ax.set_xlim(0, PEER_AXIS_LIMIT * 1.35)
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.axvline(goal, color="black", linewidth=0.8, linestyle="--")
+        ax.set_title(f"{title} (dashed: the goal, {goal}x)", fontsize=9)
+        ax.tick_params(axis="x", labelsize=8)
+    axes[0].invert_yaxis()  # the panels share it: the benchmark's order, top to bottom
+    axes[0].legend(fontsize=8, loc="lower right")
+    fig.suptitle("numarena run against the best LD_PRELOAD peer" + (f" - {note}" if note else ""),
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 # ---- main --------------------------------------------------------------------------------
 
 def main(argv):
@@ -794,6 +921,11 @@ def main(argv):
     p.add_argument("--strict", action="store_true", help="exit 1 when a row fails")
     p.add_argument("--chart", help="also draw the rows' chart (ratio to the best general peer) "
                    "into this PNG")
+    p = sub.add_parser("override")
+    p.add_argument("file")
+    p.add_argument("--check", action="store_true", help="exit 1 when a goal line fails")
+    p.add_argument("--chart", help="also draw the ratios into this PNG")
+    p.add_argument("--note", default="", help="added to the chart's title")
     p = sub.add_parser("same-shape")
     p.add_argument("dir_a")
     p.add_argument("dir_b")
@@ -814,6 +946,22 @@ def main(argv):
         if args.chart:  # its path on stderr: stdout is the table (targets.md)
             print(plot_targets(args.files, args.chart, args.machine, args.commit), file=sys.stderr)
         return 1 if failures and args.strict else 0
+
+    if args.command == "override":
+        try:
+            doc = load(args.file)
+            table, goals, chart_rows = override_report(doc)
+        except (ValueError, KeyError, TypeError) as error:
+            sys.exit(f"plot_results.py override: {args.file}: {error}")
+        print(table)
+        if args.chart:
+            print(plot_override(chart_rows, doc["numarena"], args.chart, args.note))
+        print()
+        for line, passed in goals:
+            print(f"{'PASS' if passed else 'FAIL'}  {line}")
+        failing = sum(1 for _, passed in goals if not passed)
+        print(f"{len(goals) - failing} of {len(goals)} goal lines pass")
+        return 1 if failing and args.check else 0
 
     if args.command == "arena":
         print(arena_table(load(args.file)))

@@ -20,6 +20,7 @@
 #include "alloc/depot.hpp"
 #include "alloc/node_pages.hpp"
 #include "numarena/topology.hpp"
+#include "os/current_node.hpp"
 #include "os/fork.hpp"
 #include "os/os.hpp"
 
@@ -493,6 +494,14 @@ void* Arena::AllocateWithFallback(std::size_t size, std::size_t alignment, bool 
   return nullptr;
 }
 
+// Inlined into its two callers here (the only ones): as a call, with its register saves, it
+// cost --local's malloc 6 more instructions of 135 (bench/RESULTS.md).
+[[gnu::always_inline]] inline int Arena::CurrentNodeHeap() const noexcept {
+  const int node = os::CurrentNodeFast();
+  return node >= 0 && node < node_heap_count_ ? node_heaps_[node].load(std::memory_order_acquire)
+                                              : -1;
+}
+
 void* Arena::AllocateLocal(std::size_t size, std::size_t alignment) noexcept {
   // A node's heap exists only once the slow path has chosen that node, and it chooses only
   // online nodes this process may place memory on, so for a thread running on that node the
@@ -514,12 +523,6 @@ void* Arena::AllocateLocal(std::size_t size, std::size_t alignment) noexcept {
   // not allocate: the slow path makes what is missing, or retries (after purging a full
   // node's dirty pages) and records the reason of a failure.
   return AllocateSlow(size, alignment);
-}
-
-int Arena::CurrentNodeHeap() const noexcept {
-  const int node = os::CurrentNodeFast();
-  return node >= 0 && node < node_heap_count_ ? node_heaps_[node].load(std::memory_order_acquire)
-                                              : -1;
 }
 
 void* Arena::AllocateAlignedFromCaches(std::size_t size, std::size_t alignment) noexcept {

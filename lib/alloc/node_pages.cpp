@@ -19,6 +19,7 @@
 #include "numarena/format.hpp"
 #include "numarena/topology.hpp"
 #include "os/address_space.hpp"
+#include "os/current_node.hpp"
 #include "placement/unwritten.hpp"
 #include "topology/zoneinfo_parse.hpp"
 

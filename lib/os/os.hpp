@@ -243,8 +243,7 @@ int SetThreadPolicyNoAlloc(const ThreadPolicy& policy);
 // set_mempolicy(MPOL_PREFERRED, {node}) for the calling thread: its new pages go to `node`
 // while the node has free memory, else to the nearest node that has.
 int PreferNodeNoAlloc(int node);
-// The node of the CPU the calling thread runs on, through the vDSO getcpu (cheap); -1 if
-// the kernel does not say.
-int CurrentNodeFast();
+// The node of the CPU the calling thread runs on without a system call: CurrentNodeFast in
+// os/current_node.hpp (inline, for allocation fast paths).
 
 }  // namespace numarena::os

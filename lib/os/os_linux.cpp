@@ -22,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "os/current_node.hpp"
 #include "os/os.hpp"
 
 #ifndef MADV_POPULATE_WRITE
@@ -807,11 +808,21 @@ int PreferNodeNoAlloc(int node) {
   return set_mempolicy(MPOL_PREFERRED, mask.words, mask.max_node) == 0 ? 0 : errno;
 }
 
-int CurrentNodeFast() {
+namespace current_node_internal {
+
+std::atomic<std::uint16_t> cpu_node_plus_one[kTableCpus];
+
+int CurrentNodeSlow() noexcept {
   unsigned cpu = 0, node = 0;
-  // glibc's getcpu uses the vDSO: no kernel entry on x86-64.
+  // glibc's getcpu uses the vDSO: no kernel entry on x86-64. It reads the CPU and its node
+  // from one value, so the pair is right even if the thread has moved since.
   if (::getcpu(&cpu, &node) != 0) return -1;
+  if (cpu < kTableCpus && node < 0xffff) {
+    cpu_node_plus_one[cpu].store(static_cast<std::uint16_t>(node + 1), std::memory_order_relaxed);
+  }
   return static_cast<int>(node);
 }
+
+}  // namespace current_node_internal
 
 }  // namespace numarena::os

@@ -170,6 +170,38 @@ TEST_CASE("numarena run --local: each pinned thread's allocation is on its own n
   }
 }
 
+TEST_CASE("numarena run --local: a thread's allocations follow it when it moves to another node",
+          "[lab][preload]") {
+  // One thread, its blocks kept: on a CPU of the first node, then moved (sched_setaffinity,
+  // mid-run) to a CPU of the other, then back. Each phase's pages must all be on the node the
+  // thread ran on then: the node is learnt per allocation (rseq's CPU id and a CPU -> node
+  // table where glibc registered rseq), never cached for the thread.
+  const auto& lab = Expected();
+  const std::vector<int> cpu_nodes = lab.cpu_node_ids();
+  if (cpu_nodes.size() < 2) {
+    SUCCEED("one node with CPUs: nowhere to move to");
+    return;
+  }
+  const int first = cpu_nodes.front();
+  for (std::size_t k = 1; k < cpu_nodes.size(); ++k) {
+    const int other = cpu_nodes[k];
+    Run run = RunProbe({"--local"},
+                       {"migrate", absl::StrCat(first, ":", lab.node(first).cpus.front()),
+                        absl::StrCat(other, ":", lab.node(other).cpus.front())});
+    REQUIRE(run.exited);
+    REQUIRE(run.status == 0);
+    for (int phase = 0; phase < 3; ++phase) {
+      const int node = phase % 2 == 0 ? first : other;
+      auto fields = Fields(run.output, absl::StrCat("phase=", phase, " "));
+      INFO("phase " << phase << ": thread on a CPU of node " << node);
+      REQUIRE(fields["node"] == node);
+      REQUIRE(fields["pages"] >= 4096);  // 16 MiB + 1 MiB + 750 KiB written
+      CHECK(fields["on_node"] == fields["pages"]);
+      CHECK(fields["errors"] == 0);
+    }
+  }
+}
+
 TEST_CASE("numarena run --budget system: a full node makes malloc fail with ENOMEM, no OOM kill",
           "[lab][preload]") {
   const auto& lab = Expected();

@@ -5,6 +5,7 @@
 // reads refuse at once what is not a regular file (a link to /dev/zero, a FIFO, a socket, a
 // directory, a bad link) and stop at a size limit.
 // Placement across nodes is proven in the NUMA lab (tests/lab/placement_lab.cpp).
+#include "os/current_node.hpp"
 #include "os/os.hpp"
 
 #include <fcntl.h>

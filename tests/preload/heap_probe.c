@@ -12,6 +12,13 @@
  *                               objects on the next pair's CPU (so a Local heap that followed
  *                               the thread's earlier CPU would show), and reports
  *                               "thread node=N pages=T on_node=C errors=E"
+ *   heap_probe migrate N:CPU M:CPU
+ *                               one thread, pinned to the first CPU, allocates and writes
+ *                               blocks of 3000 bytes, 64 KiB and 16 MiB and keeps them; then it
+ *                               moves itself to the second CPU (sched_setaffinity) and does it
+ *                               again, then back to the first: per phase a line
+ *                               "phase=P node=N pages=T on_node=C errors=E" (the pages of that
+ *                               phase's blocks, asked after all three phases)
  *   heap_probe exhaust MIB      mallocs and writes MIB-sized blocks until malloc returns NULL,
  *                               then "refused after=A MiB errno=ENOMEM" (or errno=<number>) and
  *                               exit 0; exit 1 if nothing was refused after 64 GiB
@@ -180,6 +187,67 @@ static int local(int argc, char** argv) {
   return 0;
 }
 
+#define MIGRATE_PHASES 3
+#define MIGRATE_SMALL 256
+
+typedef struct phase_blocks {
+  void* small[MIGRATE_SMALL];
+  void* medium[16];
+  void* large;
+} phase_blocks;
+
+static int allocate_phase(phase_blocks* b) {
+  for (int i = 0; i < MIGRATE_SMALL; ++i) {
+    if ((b->small[i] = malloc(SMALL_BYTES)) == NULL) return -1;
+    memset(b->small[i], 9, SMALL_BYTES);
+  }
+  for (int i = 0; i < 16; ++i) {
+    if ((b->medium[i] = malloc(64 << 10)) == NULL) return -1;
+    memset(b->medium[i], 10, 64 << 10);
+  }
+  if ((b->large = malloc((size_t)16 << 20)) == NULL) return -1;
+  memset(b->large, 11, (size_t)16 << 20);
+  return 0;
+}
+
+static int count_phase(const phase_blocks* b, counts* c) {
+  for (int i = 0; i < MIGRATE_SMALL; ++i) {
+    if (count_pages(b->small[i], SMALL_BYTES, c) != 0) return -1;
+  }
+  for (int i = 0; i < 16; ++i) {
+    if (count_pages(b->medium[i], 64 << 10, c) != 0) return -1;
+  }
+  return count_pages(b->large, (size_t)16 << 20, c);
+}
+
+/* One thread that changes CPU between phases, keeping every block: a Local heap must follow
+ * the thread at once, and the earlier phases' pages must stay where they were. */
+static int migrate(int argc, char** argv) {
+  int node[2], cpu[2];
+  if (argc != 2 || sscanf(argv[0], "%d:%d", &node[0], &cpu[0]) != 2 ||
+      sscanf(argv[1], "%d:%d", &node[1], &cpu[1]) != 2) {
+    fprintf(stderr, "heap_probe: migrate needs two NODE:CPU pairs\n");
+    return 2;
+  }
+  static phase_blocks blocks[MIGRATE_PHASES];
+  for (int phase = 0; phase < MIGRATE_PHASES; ++phase) {
+    if (pin(cpu[phase % 2]) != 0) return 1;
+    if (allocate_phase(&blocks[phase]) != 0) {
+      perror("heap_probe: malloc");
+      return 1;
+    }
+  }
+  for (int phase = 0; phase < MIGRATE_PHASES; ++phase) {
+    counts c;
+    memset(&c, 0, sizeof c);
+    if (count_phase(&blocks[phase], &c) != 0) return 1;
+    const int n = node[phase % 2];
+    printf("phase=%d node=%d pages=%ld on_node=%ld errors=%ld\n", phase, n, c.pages,
+           n >= 0 && n < MAX_NODES ? c.on[n] : 0, c.errors);
+  }
+  return 0;
+}
+
 static int exhaust(size_t mib) {
   size_t total = 0;
   while (total < ((size_t)64 << 10)) {
@@ -241,8 +309,10 @@ int main(int argc, char** argv) {
   owns = (int (*)(const void*))dlsym(RTLD_DEFAULT, "numarena_owns");
   if (argc >= 2 && strcmp(argv[1], "place") == 0) return place();
   if (argc >= 2 && strcmp(argv[1], "local") == 0) return local(argc - 2, argv + 2);
+  if (argc >= 2 && strcmp(argv[1], "migrate") == 0) return migrate(argc - 2, argv + 2);
   if (argc == 3 && strcmp(argv[1], "exhaust") == 0) return exhaust((size_t)atol(argv[2]));
   if (argc == 3 && strcmp(argv[1], "refill") == 0) return refill((size_t)atol(argv[2]));
-  fprintf(stderr, "usage: heap_probe place | local NODE:CPU... | exhaust MIB | refill KIB\n");
+  fprintf(stderr, "usage: heap_probe place | local NODE:CPU... | migrate N:CPU M:CPU | "
+                  "exhaust MIB | refill KIB\n");
   return 2;
 }

@@ -256,5 +256,107 @@ class PeakRowsTest(unittest.TestCase):
                              {("larson_like", 2): {"glibc_malloc": 20}})
 
 
+def override_doc(numarena_time=1.0, numarena_rss=1000, true_rss=1500, idle_rss=3000,
+                 failed_exit=0):
+    """A bench/override_bench.py document: two peers (glibc, tcmalloc), both numarena
+    configurations, one shape, /bin/true and idle-rss; each numarena figure as given."""
+    peers = ["glibc", "tcmalloc"]
+    ours = ["numarena --membind 0", "numarena --local"]
+
+    def runs(peer_value, our_value, field, our_exit=0):
+        table = {p: [{"wall_s": 1.0, "maxrss_kib": 1000, "exit": 0, field: peer_value}]
+                 for p in peers}
+        table["tcmalloc"][0][field] = peer_value * 2  # glibc is the best peer
+        for c in ours:
+            table[c] = [{"wall_s": 1.0, "maxrss_kib": 1000, "exit": our_exit, field: our_value}]
+        return table
+
+    return {
+        "benchmark": "override", "date": "2026-12-06T00:00:00+00:00", "commit": "abc",
+        "rounds": 1, "load_average": [0.1, 0.1, 0.1], "quick": False,
+        "peers": peers, "numarena": ours,
+        "workloads": {
+            "larson": {"kind": "shape", "runs": runs(1.0, numarena_time, "wall_s", failed_exit)},
+            "larson-rss": {"kind": "program", "runs": runs(1000, numarena_rss, "maxrss_kib")},
+            "/bin/true": {"kind": "fixed", "runs": runs(1000, true_rss, "maxrss_kib")},
+            "idle-rss": {"kind": "idle", "runs": runs(3000, idle_rss, "idle_rss_kib")},
+        },
+    }
+
+
+class OverrideReportTest(unittest.TestCase):
+    """issue 35's goal lines over bench/override_bench.py's JSON."""
+
+    def lines(self, doc):
+        _, goals, _ = plot_results.override_report(doc)
+        return goals
+
+    def failing(self, doc):
+        return [line for line, passed in self.lines(doc) if not passed]
+
+    def test_at_par_passes_every_line(self):
+        goals = self.lines(override_doc())
+        self.assertEqual(self.failing(override_doc()), [])
+        # 2 configurations x (time + RSS of 2 programs, fixed cost, idle RSS, geomean)
+        self.assertEqual(len(goals), 2 * (2 * 2 + 1 + 1 + 1))
+
+    def test_each_threshold_is_the_issues(self):
+        # 1.1x passes its own line; the geometric mean (sqrt(1.1 * 1.0)) is over 1.0
+        self.assertEqual([f for f in self.failing(override_doc(numarena_time=1.1))
+                          if "geometric mean" not in f], [])
+        failing = self.failing(override_doc(numarena_time=1.12))
+        self.assertTrue(any("larson under numarena --local: time 1.12x" in f for f in failing))
+        self.assertTrue(any("geometric mean" in f for f in failing))
+        self.assertEqual(self.failing(override_doc(numarena_rss=1200)), [])
+        self.assertEqual(len(self.failing(override_doc(numarena_rss=1210))), 2)
+        self.assertEqual(self.failing(override_doc(true_rss=1000 + 2048)), [])
+        failing = self.failing(override_doc(true_rss=1000 + 2049))
+        self.assertEqual(len(failing), 2)
+        self.assertIn("fixed cost", failing[0])
+        self.assertEqual(self.failing(override_doc(idle_rss=3600)), [])
+        failing = self.failing(override_doc(idle_rss=3700))
+        self.assertEqual(len(failing), 2)
+        self.assertIn("after a freed burst", failing[0])
+
+    def test_geometric_mean_below_one_offsets_a_slow_program(self):
+        doc = override_doc()
+        for c in doc["numarena"]:
+            doc["workloads"]["larson-rss"]["runs"][c][0]["wall_s"] = 0.5
+            doc["workloads"]["larson"]["runs"][c][0]["wall_s"] = 1.05
+        self.assertEqual(self.failing(doc), [])  # sqrt(0.5 * 1.05) < 1, each within 1.1x
+
+    def test_a_failed_run_is_a_failing_line(self):
+        failing = self.failing(override_doc(failed_exit=139))
+        self.assertTrue(any("larson under numarena --membind 0: every configuration ran" in f
+                            for f in failing))
+
+    def test_exit_status_reflects_goals_only_with_check(self):
+        script = os.path.join(os.path.dirname(__file__), "..", "..", "tools", "plot_results.py")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "override.json")
+            for doc, with_check in ((override_doc(), 0), (override_doc(numarena_time=2.0), 1)):
+                with open(path, "w") as f:
+                    json.dump(doc, f)
+                plain = subprocess.run([sys.executable, script, "override", path],
+                                       capture_output=True, text=True)
+                checked = subprocess.run([sys.executable, script, "override", path, "--check"],
+                                         capture_output=True, text=True)
+                self.assertEqual(plain.returncode, 0, plain.stderr)
+                self.assertEqual(checked.returncode, with_check, checked.stdout)
+                self.assertIn("goal lines pass", plain.stdout)
+            chart = os.path.join(d, "override.png")
+            drawn = subprocess.run([sys.executable, script, "override", path, "--chart", chart],
+                                   capture_output=True, text=True)
+            self.assertEqual(drawn.returncode, 0, drawn.stderr)
+            with open(chart, "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+            with open(path, "w") as f:
+                json.dump({"benchmarks": []}, f)
+            wrong = subprocess.run([sys.executable, script, "override", path],
+                                   capture_output=True, text=True)
+            self.assertNotEqual(wrong.returncode, 0)
+            self.assertIn("not bench/override_bench.py's JSON", wrong.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
