@@ -91,7 +91,8 @@ def load(path):
 def doc_time(doc):
     """When a result file's run started (UTC), or None: `timestamp_utc` (numarena's JSON),
     Google Benchmark's `context.date`, or bench/llama_bench.py's `started`."""
-    text = doc.get("timestamp_utc") or doc.get("context", {}).get("date") or doc.get("started")
+    text = (doc.get("timestamp_utc") or doc.get("context", {}).get("date") or doc.get("started")
+            or doc.get("date"))
     if not text:
         return None
     text = text.replace(" UTC", "+00:00").replace("Z", "+00:00")
@@ -858,7 +859,7 @@ def override_report(doc):
     return "\n".join(lines), goals, chart_rows
 
 
-def plot_override(chart_rows, ours, path, note=""):
+def plot_override(chart_rows, ours, path, source, doc, note=""):
     """Two panels, time and peak RSS: per program, each numarena configuration's ratio to the
     best peer (1 = at par; the goal lines dashed), clipped like the peer charts."""
     fig, axes = plt.subplots(1, 2, figsize=(12, 1.2 + 0.42 * len(chart_rows)), sharey=True)
@@ -883,12 +884,9 @@ def plot_override(chart_rows, ours, path, note=""):
         ax.tick_params(axis="x", labelsize=8)
     axes[0].invert_yaxis()  # the panels share it: the benchmark's order, top to bottom
     axes[0].legend(fontsize=8, loc="lower right")
-    fig.suptitle("numarena run against the best LD_PRELOAD peer" + (f" - {note}" if note else ""),
-                 fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    title = stamp("numarena run against the best LD_PRELOAD peer" + (f" - {note}" if note else ""),
+                  [source], machine=doc.get("host"), commit=doc.get("commit"))
+    return save_chart(fig, path, title, [source], dpi=100)
 
 
 # ---- main --------------------------------------------------------------------------------
@@ -955,7 +953,8 @@ def main(argv):
             sys.exit(f"plot_results.py override: {args.file}: {error}")
         print(table)
         if args.chart:
-            print(plot_override(chart_rows, doc["numarena"], args.chart, args.note))
+            print(plot_override(chart_rows, doc["numarena"], args.chart, args.file, doc,
+                                args.note))
         print()
         for line, passed in goals:
             print(f"{'PASS' if passed else 'FAIL'}  {line}")

@@ -104,6 +104,8 @@ def result_kind(doc):
         return os.path.basename(doc["context"].get("executable", "?"))
     if "program" in doc and "started" in doc:
         return doc["program"]
+    if doc.get("benchmark") == "override" and "date" in doc:
+        return "override_bench.py"
     if "medians" in doc and "started" in doc:
         return "llama_bench.py"
     return None
