@@ -74,5 +74,8 @@ endif()
 # subdirectory (its libtorch paths are this machine's).
 if(NUMARENA_BUILD_SHARED)
   include(GNUInstallDirs)
-  install(TARGETS numarena_torch_shared LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  # Component "torch": installed by `cmake --install`, left out of the .deb set
+  # (cmake/NumarenaPackaging.cmake), whose packages cannot depend on Debian's libtorch yet.
+  install(TARGETS numarena_torch_shared LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+          COMPONENT torch)
 endif()

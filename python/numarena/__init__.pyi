@@ -21,8 +21,8 @@ library_path: str
 NODE_NONE: int
 NODE_MIXED: int
 __all__ = [
-    "Admission", "Arena", "Budget", "BudgetNode", "FailedPreconditionError",
-    "InvalidArgumentError", "NODE_MIXED", "NODE_NONE", "Node", "NodeBuffer", "NodeState",
+    "Admission", "Arena", "BlockLocation", "Budget", "BudgetNode", "FailedPreconditionError",
+    "InvalidArgumentError", "KvPool", "NODE_MIXED", "NODE_NONE", "Node", "NodeBuffer", "NodeState",
     "NotFoundError", "NumarenaError", "OutOfRangeError", "PageNodes", "PermissionDeniedError",
     "PlacementReport", "Priority", "ResourceExhaustedError", "SystemNumarenaError",
     "UnimplementedError", "__version__", "correct", "current_node", "distance", "library_path",
@@ -90,14 +90,17 @@ class Arena:
                zero: bool = False) -> NodeBuffer: ...
     def contains(self, target: _Target) -> bool: ...
 
-# At run time each NodeBuffer is also a ctypes array of c_ubyte (a per-size subclass of
-# NodeBuffer and c_ubyte * size): it supports the buffer protocol, len() and indexing.
+# At run time NodeBuffer derives from numarena._buffer.Exporter (python/numarena/_buffer.c),
+# which gives it the buffer protocol (format "B", writable) and counts its views.
 class NodeBuffer:
     def __new__(cls, size: int, node: Optional[int] = None, policy: Optional[str] = None, *,
                 arena: Optional[Arena] = None, alignment: Optional[int] = None,
                 zero: bool = False) -> NodeBuffer: ...
     def __init__(self, *args: Any, **kwargs: Any) -> None: ...
     def view(self) -> memoryview: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: Union[int, slice]) -> Union[int, bytes]: ...
+    def __setitem__(self, index: Union[int, slice], value: Any) -> None: ...
     @property
     def closed(self) -> bool: ...
     def close(self) -> None: ...
@@ -164,3 +167,6 @@ class Budget:
 
 def metrics_text(arenas: Optional[Sequence[Arena]] = None,
                  budget: Optional[Budget] = None) -> str: ...
+
+# The KV-cache pool (numarena/kv.py, typed in place).
+from .kv import BlockLocation as BlockLocation, KvPool as KvPool
