@@ -241,8 +241,8 @@ TEST_CASE("numarena run --budget quota:64M: malloc fails with ENOMEM at the quot
 TEST_CASE("numarena run with a budget: memory a program just freed is given again at once",
           "[lab][preload]") {
   // The program fills the node (tiny: --budget system on the 256 MiB node 1) or a quota
-  // (elsewhere: quota:32M on the last node) until malloc says no, frees everything, asks at
-  // once for 128 B-4 KiB, then fills again: everything it freed must be there for it.
+  // (elsewhere: quota:32M on the last node) until malloc says no, frees everything and fills
+  // again at once, then frees and asks for 128 B-4 KiB: everything it freed must be there.
   const auto& lab = Expected();
   const bool tiny = lab.name == "tiny";
   const int node = tiny ? 1 : lab.node_ids().back();

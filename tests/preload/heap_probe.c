@@ -23,9 +23,10 @@
  *                               then "refused after=A MiB errno=ENOMEM" (or errno=<number>) and
  *                               exit 0; exit 1 if nothing was refused after 64 GiB
  *   heap_probe refill KIB       mallocs and writes KIB-sized blocks until malloc returns NULL,
- *                               frees them all, at once asks for 16 blocks of each of 128 B to
- *                               4 KiB, then fills again: "refill first=F second=S
- *                               small_refused=R" (exit 1 if 262,144 blocks were never refused)
+ *                               frees them all and at once fills again the same way, frees
+ *                               those, then asks for 16 blocks of each of 128 B to 4 KiB:
+ *                               "refill first=F second=S small_refused=R" (exit 1 if 262,144
+ *                               blocks were never refused)
  *
  * Pages are asked of the kernel with move_pages(2) with no target nodes: per page, the node it
  * is on, or a negative errno (not present, ...), which counts in errors.
@@ -286,6 +287,7 @@ static int refill(size_t kib) {
   void** blocks = calloc((size_t)max, sizeof(void*));
   if (blocks == NULL) return 2;
   const long first = fill(kib, blocks, max, 0);
+  const long second = fill(kib, blocks, max, 0);
   int small_refused = 0;
   for (size_t size = 128; size <= 4096; size *= 2) {
     for (int i = 0; i < 16; ++i) {
@@ -298,7 +300,6 @@ static int refill(size_t kib) {
       free(p);
     }
   }
-  const long second = fill(kib, blocks, max, 0);
   printf("refill first=%ld second=%ld small_refused=%d\n", first, second, small_refused);
   free(blocks);
   return first < max ? 0 : 1;
