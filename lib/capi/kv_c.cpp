@@ -128,8 +128,13 @@ numarena_kv_pool* numarena_kv_pool_create(const numarena_kv_pool_options* option
       return nullptr;
     }
   }
-  if (options->dtype < NUMARENA_KV_FP32 || options->dtype > NUMARENA_KV_FP8) {
-    Invalid(absl::StrCat("numarena_kv_pool_create: dtype ", static_cast<int>(options->dtype),
+  // Read as the int a C caller stored: loading an out-of-range value as the C++ enum type
+  // is undefined (UBSan: -fsanitize=enum), and a C caller can store any int there.
+  static_assert(sizeof(numarena_kv_dtype) == sizeof(int), "numarena_kv_dtype is a C int enum");
+  int dtype = 0;
+  std::memcpy(&dtype, &options->dtype, sizeof dtype);
+  if (dtype < NUMARENA_KV_FP32 || dtype > NUMARENA_KV_FP8) {
+    Invalid(absl::StrCat("numarena_kv_pool_create: dtype ", dtype,
                          " is not a numarena_kv_dtype (0 fp32, 1 fp16, 2 bf16, 3 fp8)"));
     return nullptr;
   }
