@@ -127,7 +127,7 @@ void RecordClassSlow(const void* p, unsigned size_class) noexcept;
 inline void RecordClass(const void* p, unsigned size_class) noexcept {
   const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p);
   if (std::atomic<std::uint8_t>* table =
-          class_tables[a >> kGranuleShift].load(std::memory_order_relaxed)) {
+          class_tables[a >> kGranuleShift].load(std::memory_order_acquire)) {
     // Stored only when it changes: objects are mostly reused from the same slabs, and a store
     // of the same byte would still take the cache line (64 chunks, 256 KiB of objects) away
     // from the threads whose unsized frees read it, e.g. a consumer freeing what this thread
@@ -144,7 +144,9 @@ inline void RecordClass(const void* p, unsigned size_class) noexcept {
 // 1 + the class of the live object at p (whose granule is numarena's), or 0 when unknown.
 inline unsigned RecordedClassPlusOne(const void* p) noexcept {
   const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p);
-  std::atomic<std::uint8_t>* table = class_tables[a >> kGranuleShift].load(std::memory_order_relaxed);
+  // Acquire: the table is published by RecordClassSlow's CAS after it was mapped, and another
+  // thread may read its entries first (a plain load on x86-64, as relaxed was).
+  std::atomic<std::uint8_t>* table = class_tables[a >> kGranuleShift].load(std::memory_order_acquire);
   if (table == nullptr) return 0;
   return table[(a >> kChunkShift) & (kChunksPerGranule - 1)].load(std::memory_order_relaxed);
 }
