@@ -33,8 +33,10 @@
 // passes the byte bound with each put (front_cache.cpp: 128 MiB per heap without a capacity
 // gate, 32 MiB with one, none while the gate presses a node of the heap, which also flushes
 // the depot at its next put). A class that no thread took from during a whole second
-// (kIdleNanos) goes back to jemalloc at the next put after that second, so the depot lets go
-// of sizes the server stopped using. Arena::purge() and the purge before a refusal for lack
+// (kIdleNanos), and that no thread put to during the last second, goes back to jemalloc at the
+// next put after that, so the depot lets go of sizes the server stopped using; chains put a
+// moment ago are not returned by a sweep that happens to come right after them (a thread
+// freeing a long batch keeps its class). Arena::purge() and the purge before a refusal for lack
 // of room flush it.
 #include "alloc/depot.hpp"
 
@@ -64,6 +66,7 @@ struct alignas(64) DepotClass {
 struct Depot {
   DepotClass classes[kClasses];
   std::atomic<bool> taken[kClasses];  // a take since the last sweep, per class
+  std::atomic<std::int64_t> last_put_ns[kClasses];  // the coarse clock at the last put
   std::atomic<std::size_t> bytes;
   std::atomic<std::int64_t> sweep_after_ns;
 };
@@ -128,19 +131,23 @@ std::size_t FlushClass(Depot& depot, unsigned size_class) {
 
 // Once a second at most (the first put after it): classes nobody took from since the last
 // sweep go back to jemalloc.
-void MaybeSweep(Depot& depot) {
+// Returns the clock it read.
+std::int64_t MaybeSweep(Depot& depot) {
   const std::int64_t now = CoarseNanos();
   std::int64_t due = depot.sweep_after_ns.load(std::memory_order_relaxed);
-  if (now < due) return;
+  if (now < due) return now;
   if (!depot.sweep_after_ns.compare_exchange_strong(due, now + kIdleNanos,
                                                     std::memory_order_relaxed)) {
-    return;  // another thread sweeps
+    return now;  // another thread sweeps
   }
   for (unsigned c = kFirstDepotClass; c < static_cast<unsigned>(kFrontClasses); ++c) {
-    if (!depot.taken[c - kFirstDepotClass].exchange(false, std::memory_order_relaxed)) {
-      FlushClass(depot, c);
-    }
+    const unsigned index = c - kFirstDepotClass;
+    const bool taken = depot.taken[index].exchange(false, std::memory_order_relaxed);
+    const bool put_lately =
+        now - depot.last_put_ns[index].load(std::memory_order_relaxed) < kIdleNanos;
+    if (!taken && !put_lately) FlushClass(depot, c);
   }
+  return now;
 }
 
 }  // namespace
@@ -154,7 +161,11 @@ void DepotPut(int heap, unsigned size_class, ObjectChain chain,
     return;
   }
   Depot& depot = g_depots[heap];
-  MaybeSweep(depot);
+  const std::int64_t now = MaybeSweep(depot);
+  std::atomic<std::int64_t>& last_put = depot.last_put_ns[size_class - kFirstDepotClass];
+  if (last_put.load(std::memory_order_relaxed) != now) {
+    last_put.store(now, std::memory_order_relaxed);
+  }
   if (depot.bytes.load(std::memory_order_relaxed) > bound_bytes) DepotFlush(heap);
   // count * bytes: a chain holds at most kMaxChain objects of at most 1.75 MiB.
   const std::size_t chain_bytes = chain.count * bytes;
@@ -229,6 +240,7 @@ void DepotDrop(int heap) noexcept {
     for (std::atomic<std::uintptr_t>& slot : slots.slots) slot.store(0, std::memory_order_relaxed);
   }
   for (std::atomic<bool>& taken : depot.taken) taken.store(false, std::memory_order_relaxed);
+  for (std::atomic<std::int64_t>& put : depot.last_put_ns) put.store(0, std::memory_order_relaxed);
   depot.bytes.store(0, std::memory_order_relaxed);
 }
 
