@@ -5,10 +5,6 @@
 // Migration between nodes is proven in tests/lab/first_touch_lab.cpp.
 #include "numarena/first_touch.hpp"
 
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -22,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "deny_mbind.hpp"
 #include "numarena/page_nodes.hpp"
 #include "numarena/topology.hpp"
 #include "os/os.hpp"
@@ -65,29 +62,14 @@ bool Contains(const Status& status, const std::string& needle) {
 }
 
 // Runs `body` on a thread whose mbind and move_pages calls fail with EPERM, as under a
-// container's seccomp profile. The filter is per thread (no TSYNC), so the rest of the test
-// process is unaffected. Returns false when this kernel or sandbox cannot install it.
+// container's seccomp profile. Returns false when this kernel or sandbox cannot install it.
 bool RunWithPolicyCallsDenied(const std::function<void()>& body) {
   (void)Topology::system();  // discover outside the filtered thread
-  bool installed = false;
-  std::thread worker([&] {
-    sock_filter filter[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mbind, 2, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_move_pages, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-    };
-    sock_fprog program = {static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
-    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return;
-    if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &program) != 0) return;
-    installed = true;
-    body();
-  });
-  worker.join();
+  const bool installed = numarena::testing::RunUnderSeccomp(
+      {BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mbind, 2, 0),
+       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_move_pages, 1, 0), numarena::testing::kAllow,
+       numarena::testing::kRefuse},
+      body);
   if (!installed) WARN("seccomp filter could not be installed here; EPERM paths not exercised");
   return installed;
 }

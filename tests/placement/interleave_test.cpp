@@ -5,11 +5,7 @@
 // nodes is proven in tests/lab/interleave_lab.cpp.
 #include "numarena/interleave.hpp"
 
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <numaif.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -25,6 +21,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "deny_mbind.hpp"
 #include "numarena/page_nodes.hpp"
 #include "numarena/topology.hpp"
 #include "os/os.hpp"
@@ -61,32 +58,17 @@ void CheckEveryPageWhereExpected(const InterleavedBuffer& buffer) {
 }
 
 // Runs `body` on a thread where mbind fails with EPERM (as under a seccomp profile), except
-// mbind(MPOL_PREFERRED) when `allow_preferred`. The filter is per thread. Returns false when
-// the filter cannot be installed here.
+// mbind(MPOL_PREFERRED) when `allow_preferred`. Returns false when the filter cannot be
+// installed here.
 bool RunWithMbindDenied(bool allow_preferred, const std::function<void()>& body) {
   (void)Topology::system();  // discover outside the filtered thread
-  bool installed = false;
-  std::thread worker([&] {
-    const unsigned mode_arg = offsetof(seccomp_data, args) + 2 * sizeof(std::uint64_t);
-    sock_filter filter[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mbind, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, mode_arg),  // low word of mbind's `mode`
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, allow_preferred ? MPOL_PREFERRED : 0xffffffffu, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-    };
-    sock_fprog program = {static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
-    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return;
-    if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &program) != 0) return;
-    installed = true;
-    body();
-  });
-  worker.join();
+  const unsigned mode_arg = offsetof(seccomp_data, args) + 2 * sizeof(std::uint64_t);
+  const bool installed = numarena::testing::RunUnderSeccomp(
+      {BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mbind, 1, 0), numarena::testing::kAllow,
+       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, mode_arg),  // low word of mbind's `mode`
+       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, allow_preferred ? MPOL_PREFERRED : 0xffffffffu, 0, 1),
+       numarena::testing::kAllow, numarena::testing::kRefuse},
+      body);
   if (!installed) WARN("seccomp filter could not be installed here; refusal paths not exercised");
   return installed;
 }
