@@ -12,7 +12,12 @@ Programs (the "workloads" of the JSON):
     delete, 5-25 MiB blocks, tiny objects, many short-lived threads, false sharing);
   - Debian programs: python3 (bench/override/py_alloc.py: objects and 8 MiB bytearrays),
     `sort` on generated lines, `sqlite3` on a generated SQL workload, `gcc -O2` of a generated
-    C file;
+    C file, `redis-server` serving `redis-benchmark` (bench/override/redis_round.sh: only the
+    server runs under the allocator; Debian links redis with jemalloc, so its "glibc" run is
+    Debian's jemalloc), a PyTorch decode loop (bench/override/torch_decode.py, python3-torch,
+    no numarena import);
+  - the llama.cpp driver (tools/llama/driver.mjs, node-llama-cpp, a generated small model):
+    model load, prefill and decode in one process;
   - the fixed cost: /bin/true (peak RSS of a program that does nothing);
   - idle RSS: override_shapes idle-rss frees a burst and idles, then reports its VmRSS.
 
@@ -33,6 +38,7 @@ peer and the issue's goal lines.
 
 import argparse
 import datetime
+import shutil
 import json
 import os
 import platform
@@ -50,6 +56,7 @@ PEER_LIBRARIES = {
     "tcmalloc": ("libtcmalloc_minimal.so.4", "libtcmalloc-minimal4"),
 }
 PEERS = ("glibc", "jemalloc", "mimalloc", "tcmalloc")
+NODE = shutil.which("node") or "node"
 NUMARENA_CONFIGS = ("numarena --membind 0", "numarena --local")
 SHAPES = ("random-small", "producer-consumer", "larson", "larson-sized", "big-blocks",
           "tiny-objects", "many-threads", "false-sharing")
@@ -110,6 +117,15 @@ def check_loaded(configs):
                      f"preloaded allocator, expected {want or 'none'}")
 
 
+def write_llama_model(work, quick):
+    """The llama.cpp driver's model (tools/llama/make_gguf.py, random weights)."""
+    model = os.path.join(work, "model.gguf")
+    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "llama", "make_gguf.py"), model,
+                    "--size", "tiny" if quick else "small"], check=True,
+                   stdout=subprocess.DEVNULL)
+    return model
+
+
 def write_inputs(work, quick):
     """Generated inputs, the same for every configuration (a fixed seed)."""
     rng = random.Random(35)
@@ -142,9 +158,12 @@ def write_inputs(work, quick):
 
 
 def workloads(shapes_program, inputs, quick):
-    """(name, kind, argv, stdin path or None); kind: shape, program, fixed or idle."""
+    """(name, kind, argv, stdin path or None); kind: shape, program, fixed or idle. The llama.cpp
+    driver's argv names its model as "{model}", written only when it is chosen."""
     scale = "0.02" if quick else "1"
-    script = os.path.join(ROOT, "bench", "override", "py_alloc.py")
+    here = os.path.join(ROOT, "bench", "override")
+    script = os.path.join(here, "py_alloc.py")
+    prompt, tokens = ("8", "8") if quick else ("64", "64")
     result = [(shape, "shape", [shapes_program, shape, scale], None) for shape in SHAPES]
     result += [
         ("python3 objects", "program",
@@ -154,10 +173,35 @@ def workloads(shapes_program, inputs, quick):
         ("sort", "program", ["sort", "-o", "/dev/null", inputs["sort"]], None),
         ("sqlite3", "program", ["sqlite3", ":memory:"], inputs["sql"]),
         ("gcc -O2", "program", ["gcc", "-O2", "-c", inputs["source"], "-o", "/dev/null"], None),
+        ("redis", "program",
+         [os.path.join(here, "redis_round.sh"), "5000" if quick else "100000", "256"], None),
+        ("pytorch decode", "program",
+         ["/usr/bin/python3", os.path.join(here, "torch_decode.py"), "0.05" if quick else "1"],
+         None),
+        ("llama.cpp", "program",
+         [NODE, os.path.join(ROOT, "tools", "llama", "driver.mjs"), "--model", "{model}",
+          "--prompt-tokens", prompt, "--tokens", tokens, "--ctx", "256", "--threads", "1"],
+         None),
         ("/bin/true", "fixed", ["/bin/true"], None),
         ("idle-rss", "idle", [shapes_program, "idle-rss", "0.1" if quick else "1"], None),
     ]
     return result
+
+
+def missing_programs(names):
+    """What the chosen workloads need that this machine lacks, each with how to get it."""
+    missing = []
+    if "redis" in names and not (shutil.which("redis-server") and
+                                 shutil.which("redis-benchmark")):
+        missing.append("redis needs Debian's redis-server and redis-tools")
+    if "pytorch decode" in names and subprocess.run(
+            ["/usr/bin/python3", "-c", "import torch"], capture_output=True).returncode != 0:
+        missing.append("pytorch decode needs Debian's python3-torch")
+    if "llama.cpp" in names and not (
+            shutil.which(NODE) and
+            os.path.isdir(os.path.join(ROOT, "tools", "llama", "node_modules", "node-llama-cpp"))):
+        missing.append("llama.cpp needs Node.js >= 20 on PATH and tools/llama/node_modules")
+    return missing
 
 
 def run_one(spawn, config, argv, stdin_path):
@@ -230,6 +274,14 @@ def main():
                 sys.exit(f"override_bench: unknown workloads {sorted(unknown)}; known: "
                          f"{[w[0] for w in chosen]}")
             chosen = [w for w in chosen if w[0] in wanted]
+        missing = missing_programs([w[0] for w in chosen])
+        if missing:
+            sys.exit("override_bench: " + "; ".join(missing) + " (or leave those workloads out "
+                     "with --only)")
+        if any(w[0] == "llama.cpp" for w in chosen):
+            model = write_llama_model(work, args.quick)
+            chosen = [(n, k, [model if a == "{model}" else a for a in argv], i)
+                      for n, k, argv, i in chosen]
         results = {name: {"kind": kind, "argv": argv[1:] if kind != "program" else argv,
                           "runs": {c.name: [] for c in configs}}
                    for name, kind, argv, _ in chosen}

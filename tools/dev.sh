@@ -47,11 +47,16 @@ PACKAGES=(
   python3-torch libtorch-dev     # numarena::torch and numarena.torch (lib/torch, docs/pytorch.md)
 )
 
+# Only for `bench-override`: real programs nobody here wrote (bench/override/redis_round.sh runs
+# its own server on a Unix socket; a redis the package starts is left alone).
+BENCH_PACKAGES=(redis-server redis-tools)
+
 log() { printf '==> %s\n' "$*" >&2; }
 
+# install_deps [PACKAGE...]: PACKAGES and these.
 install_deps() {
   local missing=()
-  for p in "${PACKAGES[@]}"; do
+  for p in "${PACKAGES[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if ((${#missing[@]} == 0)); then return 0; fi
@@ -262,7 +267,8 @@ case "$cmd" in
       --size medium --rounds 6 --out "$R/llama.json" --chart "$R/llama.png"
     ;;
   bench-override)
-    install_deps
+    install_deps "${BENCH_PACKAGES[@]}"
+    llama_deps
     reset_if_other_generator "$ROOT/build"
     configure "$ROOT/build" -DNUMARENA_BUILD_BENCH=ON
     cmake --build "$ROOT/build" -j "$JOBS" --target numarena_cli numarena_preload override_shapes \

@@ -784,6 +784,8 @@ OVERRIDE_GEOMEAN_RATIO = 1.0     # geometric mean of those ratios
 OVERRIDE_RSS_RATIO = 1.2         # each program's peak RSS, numarena / lowest peer
 OVERRIDE_FIXED_COST_KIB = 2048   # /bin/true's peak RSS over glibc's
 OVERRIDE_IDLE_RATIO = 1.2        # RSS after a freed burst and 2 s idle, numarena / best peer
+# The inference programs' own lines (issue 35): (time ratio, peak RSS ratio).
+OVERRIDE_INFERENCE_RATIOS = {"llama.cpp": (1.05, 1.1), "pytorch decode": (1.05, 1.1)}
 
 
 def override_medians(runs, field):
@@ -834,13 +836,15 @@ def override_report(doc):
                            {c: rss[c] / rss[lean] for c in ours}))
         for c in ours:
             if kind in ("shape", "program"):
+                time_goal, rss_goal = OVERRIDE_INFERENCE_RATIOS.get(
+                    name, (OVERRIDE_TIME_RATIO, OVERRIDE_RSS_RATIO))
                 ratio = time[c] / time[best]
                 time_ratios[c].append(ratio)
                 goals.append((f"{name} under {c}: time {ratio:.2f}x best peer ({best}) "
-                              f"<= {OVERRIDE_TIME_RATIO}x", ratio <= OVERRIDE_TIME_RATIO))
+                              f"<= {time_goal}x", ratio <= time_goal))
                 ratio = rss[c] / rss[lean]
                 goals.append((f"{name} under {c}: peak RSS {ratio:.2f}x lowest peer ({lean}) "
-                              f"<= {OVERRIDE_RSS_RATIO}x", ratio <= OVERRIDE_RSS_RATIO))
+                              f"<= {rss_goal}x", ratio <= rss_goal))
             elif kind == "fixed":
                 extra = rss[c] - rss["glibc"]
                 goals.append((f"fixed cost ({name}) under {c}: {extra / 1024:+.1f} MiB of peak RSS "
