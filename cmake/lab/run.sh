@@ -81,6 +81,7 @@ program="$(readlink -f "$program")"
 
 for share in "${shares[@]}"; do
   [[ -d "$share" && "$share" != / ]] || die "--share $share: not a folder (or /)"
+  [[ "$share" != *[\'\\]* ]] || die "--share $share: the path may not hold a quote or a backslash"
 done
 # virtiofsd: QEMU's own (Debian's qemu-system-common) or the standalone package's.
 VIRTIOFSD=""
