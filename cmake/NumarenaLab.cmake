@@ -3,6 +3,8 @@
 # labelled "lab" (so `ctest -L lab` runs exactly these, `ctest -LE lab` everything else).
 # The topologies come from a "// lab-topologies: a b c" line in the source, default all four;
 # a "// lab-files: target ..." line copies more build targets into the VM; a
+# "// lab-share: /usr" line shows the VM those host folders read-only instead of copying the
+# libraries in them (run.sh --share; for libtorch's 470 MB of libraries); a
 # "// lab-timeout: SECONDS [why]" line raises the VM's limit for that test (never lowers it).
 # Kernels: every test runs on Debian 12's 6.1 (lab.<target>.<topology>); a line
 # "// lab-kernel-6.12: 2s cxl" also runs it on Debian 12's 6.12 in those topologies
@@ -44,6 +46,14 @@ function(numarena_add_lab_test target source)
   foreach(path ${NUMARENA_LAB_EXTRA_FILES_${target}})
     list(APPEND file_args --file ${path})
   endforeach()
+  file(STRINGS ${source} share_spec REGEX "^// lab-share:")
+  if(share_spec)
+    string(REGEX REPLACE "^// lab-share:[ ]*" "" share_spec "${share_spec}")
+    separate_arguments(share_dirs UNIX_COMMAND "${share_spec}")
+    foreach(share_dir ${share_dirs})
+      list(APPEND file_args --share ${share_dir})
+    endforeach()
+  endif()
   set(timeout ${NUMARENA_LAB_TIMEOUT})
   file(STRINGS ${source} timeout_spec REGEX "^// lab-timeout:")
   if(timeout_spec)

@@ -2,7 +2,10 @@
 # Fetches a NUMA lab kernel: one of Debian 12's stock cloud kernels, taken apart with
 # `dpkg -x` and never installed. Both have CONFIG_NUMA, ACPI_NUMA, ACPI_HMAT and MIGRATION
 # built in, and everything the lab needs without modules (the lab boots from an initramfs,
-# so virtio_blk being a module does not matter).
+# so virtio_blk being a module does not matter) except virtiofs, which shows the VM a host
+# folder read-only (run.sh --share): 6.1 has it as modules (virtio_pci, fuse, virtiofs), 6.12
+# built in. The modules it needs are kept beside the kernel, in modules-<version>/ with the
+# order they load in (load-order; empty where all are built in). Neither has 9p.
 #
 #   series 6.1   linux-image-cloud-amd64       (bookworm's own kernel; the default)
 #   series 6.12  linux-image-6.12-cloud-amd64  (bookworm's newer kernel: MPOL_WEIGHTED_INTERLEAVE,
@@ -40,19 +43,22 @@ fi
 CACHE="${NUMARENA_LAB_CACHE:-$HOME/.cache/numarena-lab}"
 KERNEL_LINK="$CACHE/$LINK_NAME"
 
-if [[ -r "$KERNEL_LINK" ]]; then
-  printf '%s\n' "$(readlink -f "$KERNEL_LINK")"
-  exit 0
-fi
+# A cached kernel counts once its virtiofs modules are there too (caches from before they
+# were kept are fetched again).
+cached() {
+  [[ -r "$KERNEL_LINK" ]] || return 1
+  local kernel
+  kernel="$(readlink -f "$KERNEL_LINK")"
+  [[ -f "$CACHE/modules-$(basename "$kernel" | sed 's/^vmlinuz-//')/load-order" ]] || return 1
+  printf '%s\n' "$kernel"
+}
+if cached; then exit 0; fi
 
 mkdir -p "$CACHE" || die "cannot create the cache folder $CACHE (set NUMARENA_LAB_CACHE)"
 # Parallel test runs may all find the cache empty: one fetches, the others wait for it.
 exec 9>"$CACHE/.fetch.lock"
 flock 9
-if [[ -r "$KERNEL_LINK" ]]; then
-  printf '%s\n' "$(readlink -f "$KERNEL_LINK")"
-  exit 0
-fi
+if cached; then exit 0; fi
 
 command -v apt-get >/dev/null && command -v dpkg >/dev/null ||
   die "needs apt-get and dpkg (Debian/Ubuntu), or set $OVERRIDE to a vmlinuz with CONFIG_NUMA"
@@ -88,6 +94,19 @@ NAME="$(basename "$VMLINUZ")"
 # than run the series' tests on the wrong kernel.
 [[ "$NAME" == "vmlinuz-$SERIES".* ]] ||
   die "$META gave $NAME, not a $SERIES kernel (is another suite's $META pinned higher?)"
+# virtiofs's modules in load order (each after the modules its depends= names), those the
+# kernel has as modules (.ko files; built-in ones are absent).
+MODULES_DIR="$CACHE/modules-${NAME#vmlinuz-}"
+rm -rf "$MODULES_DIR.tmp" && mkdir "$MODULES_DIR.tmp"
+: >"$MODULES_DIR.tmp/load-order"
+for module in drivers/virtio/virtio_ring drivers/virtio/virtio drivers/virtio/virtio_pci_legacy_dev \
+  drivers/virtio/virtio_pci_modern_dev drivers/virtio/virtio_pci fs/fuse/fuse fs/fuse/virtiofs; do
+  found="$(ls unpacked/lib/modules/*/kernel/"$module".ko 2>/dev/null | head -n1 || true)"
+  [[ -n "$found" ]] || continue
+  cp "$found" "$MODULES_DIR.tmp/"
+  basename "$module" >>"$MODULES_DIR.tmp/load-order"
+done
+rm -rf "$MODULES_DIR" && mv "$MODULES_DIR.tmp" "$MODULES_DIR"
 cp "$VMLINUZ" "$CACHE/$NAME.tmp"
 # Keep the kernel's config next to it: it documents what the lab's kernel can do.
 cp unpacked/boot/config-* "$CACHE/" 2>/dev/null || true

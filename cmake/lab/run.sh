@@ -12,6 +12,10 @@
 #   --keep-log        keep the console log and work files even when the program passed
 #   --file PATH       also copy PATH (and the libraries it needs) into the VM at the same path;
 #                     repeatable, e.g. for a tool the test executes
+#   --share DIR       show the host's folder DIR to the VM read-only at the same path
+#                     (virtiofs) instead of copying what it holds: files under DIR are not
+#                     copied; e.g. --share /usr for programs whose libraries are large
+#                     (libtorch) or many (Python's); repeatable
 #   --env NAME=VALUE  set an environment variable for the program; repeatable
 #   --print-qemu      print the QEMU command line and exit (no VM is started)
 #
@@ -41,10 +45,10 @@ LAB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 EXIT_MARKER="NUMARENA_LAB_EXIT="
 
 die() { printf 'lab: %s\n' "$*" >&2; exit 2; }
-usage() { sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 topology="" kernel_series="${NUMARENA_LAB_KERNEL_SERIES:-6.1}" timeout="${NUMARENA_LAB_TIMEOUT:-300}" keep_log=0 print_qemu=0
-extra_files=() extra_env=()
+extra_files=() extra_env=() shares=()
 while (($#)); do
   case "$1" in
     --topology) topology="${2:?--topology needs a name}"; shift 2 ;;
@@ -55,6 +59,7 @@ while (($#)); do
     --timeout=*) timeout="${1#*=}"; shift ;;
     --keep-log) keep_log=1; shift ;;
     --file) extra_files+=("${2:?--file needs a path}"); shift 2 ;;
+    --share) shares+=("$(readlink -f "${2:?--share needs a folder}")"); shift 2 ;;
     --env) extra_env+=("${2:?--env needs NAME=VALUE}"); shift 2 ;;
     --print-qemu) print_qemu=1; shift ;;
     -h|--help) usage ;;
@@ -73,6 +78,19 @@ program="$1"; shift
 [[ "$program" == */* ]] || program="$(command -v "$program" || true)"
 [[ -f "$program" && -x "$program" ]] || die "'$program' is not an executable file"
 program="$(readlink -f "$program")"
+
+for share in "${shares[@]}"; do
+  [[ -d "$share" && "$share" != / ]] || die "--share $share: not a folder (or /)"
+  [[ "$share" != *[\'\\]* ]] || die "--share $share: the path may not hold a quote or a backslash"
+done
+# virtiofsd: QEMU's own (Debian's qemu-system-common) or the standalone package's.
+VIRTIOFSD=""
+if ((${#shares[@]})); then
+  for candidate in /usr/lib/qemu/virtiofsd /usr/libexec/virtiofsd "$(command -v virtiofsd || true)"; do
+    if [[ -n "$candidate" && -x "$candidate" ]]; then VIRTIOFSD="$candidate"; break; fi
+  done
+  [[ -n "$VIRTIOFSD" ]] || die "--share needs virtiofsd (Debian 12: qemu-system-common has /usr/lib/qemu/virtiofsd)"
+fi
 
 for tool in qemu-system-x86_64 cpio ldd busybox; do
   command -v "$tool" >/dev/null || die "needs $tool (tools/dev.sh deps installs qemu-system-x86, cpio, busybox-static)"
@@ -109,7 +127,12 @@ for ((i = 0; i < node_count; i++)); do
   id=${LAB_NODE_IDS[i]}
   mem=${LAB_NODE_MEM_MIB[i]}
   total_mib=$((total_mib + mem))
-  qemu_numa+=(-object "memory-backend-ram,id=mem$id,size=${mem}M")
+  # virtiofs (--share): the daemon reads and writes the guest's memory, so it must be shared
+  if ((${#shares[@]})); then
+    qemu_numa+=(-object "memory-backend-memfd,id=mem$id,size=${mem}M,share=on")
+  else
+    qemu_numa+=(-object "memory-backend-ram,id=mem$id,size=${mem}M")
+  fi
   spec="node,nodeid=$id,memdev=mem$id"
   for cpu in ${LAB_NODE_CPUS[i]}; do spec+=",cpus=$cpu"; done
   if ((hmat)); then spec+=",initiator=${LAB_HMAT_INITIATOR[i]}"; fi
@@ -163,6 +186,10 @@ qemu_cmd=(qemu-system-x86_64 -machine "$machine" "${accel_args[@]}" -m "${total_
           -kernel KERNEL -initrd "$work/initrd.cpio" -append "$append"
           -nodefaults -no-user-config -display none -no-reboot
           -serial "file:$console_log" -serial "file:$output_log")
+for ((i = 0; i < ${#shares[@]}; i++)); do
+  qemu_cmd+=(-chardev "socket,id=share$i,path=$work/share$i.sock"
+             -device "vhost-user-fs-pci,chardev=share$i,tag=share$i")
+done
 if ((print_qemu)); then
   rm -rf "$work"
   printf '%q ' "${qemu_cmd[@]}"; printf '\n'
@@ -184,7 +211,35 @@ keep_work() {
   work=""  # nothing left for cleanup to remove
   printf 'lab: console log: %s/console.log (program output: %s/output.log)\n' "$dest" "$dest" >&2
 }
-cleanup() { if [[ -n "${work:-}" && -d "$work" ]]; then rm -rf "$work"; fi; }
+share_daemons=()
+# start_share_daemons: one virtiofsd per --share folder, serving it read-only. The daemon runs
+# as root (it must, to serve the files as their owners), so it gets a mount namespace of its
+# own in which the folder is a read-only bind mount: nothing in the VM can write to the host,
+# whatever the guest mounts. Each daemon ends when its QEMU disconnects.
+start_share_daemons() {
+  local i sock waited
+  share_daemons=()
+  for ((i = 0; i < ${#shares[@]}; i++)); do
+    sock="$work/share$i.sock"
+    rm -f "$sock"
+    unshare --mount --propagation private sh -c \
+      'mount --bind -o ro "$1" "$1" && exec "$2" --socket-path="$3" -o source="$1" -o sandbox=chroot -o cache=always' \
+      sh "${shares[i]}" "$VIRTIOFSD" "$sock" >"$work/virtiofsd$i.log" 2>&1 &
+    share_daemons+=($!)
+    waited=0
+    while [[ ! -S "$sock" ]] && ((waited++ < 100)); do sleep 0.1; done
+    [[ -S "$sock" ]] || die "virtiofsd for --share ${shares[i]} did not start (it needs root for its read-only mount namespace): $(cat "$work/virtiofsd$i.log")"
+  done
+}
+stop_share_daemons() {
+  local pid
+  for pid in "${share_daemons[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  share_daemons=()
+}
+cleanup() {
+  stop_share_daemons
+  if [[ -n "${work:-}" && -d "$work" ]]; then rm -rf "$work"; fi
+}
 trap cleanup EXIT
 
 # ---- the initramfs ------------------------------------------------------------------------
@@ -193,11 +248,23 @@ mkdir -p "$root"/{bin,sbin,dev,proc,sys,tmp,lab,etc,root}
 cp "$BUSYBOX" "$root/bin/busybox"
 
 lib_dirs=()
-# copy_with_libs PATH: PATH and every library ldd lists, each at its own absolute path.
+# under_share PATH: whether PATH (resolved) is inside a --share folder, which the VM sees as is.
+under_share() {
+  local real share
+  real="$(readlink -f "$1")"
+  for share in "${shares[@]}"; do
+    [[ "$real" == "$share" || "$real" == "$share"/* ]] && return 0
+  done
+  return 1
+}
+# copy_with_libs PATH: PATH and every library ldd lists, each at its own absolute path; what
+# lies in a --share folder is only named in LD_LIBRARY_PATH.
 copy_with_libs() {
   local file="$1" line lib
-  mkdir -p "$root$(dirname "$file")"
-  cp -L "$file" "$root$file"
+  if ! under_share "$file"; then
+    mkdir -p "$root$(dirname "$file")"
+    cp -L "$file" "$root$file"
+  fi
   local ldd_out
   if ! ldd_out="$(ldd "$file" 2>&1)"; then
     [[ "$ldd_out" == *"not a dynamic executable"* || "$ldd_out" == *"statically linked"* ]] && return 0
@@ -211,11 +278,38 @@ copy_with_libs() {
       [[:space:]]/*) lib="${line#"${line%%[![:space:]]*}"}"; lib="${lib% (0x*}" ;;
     esac
     [[ -n "$lib" && ! -e "$root$lib" ]] || continue
-    mkdir -p "$root$(dirname "$lib")"
-    cp -L "$lib" "$root$lib"
+    if ! under_share "$lib"; then
+      mkdir -p "$root$(dirname "$lib")"
+      cp -L "$lib" "$root$lib"
+    fi
     case " ${lib_dirs[*]} " in *" $(dirname "$lib") "*) ;; *) lib_dirs+=("$(dirname "$lib")") ;; esac
   done <<<"$ldd_out"
 }
+# With the host's /usr shared, its top-level links into it (merged /usr: /lib -> usr/lib,
+# /lib64 -> usr/lib64) come along, so the loader and library paths ldd printed resolve.
+for link in /lib /lib32 /lib64 /libx32; do
+  if [[ -L "$link" ]] && under_share "$link"; then ln -s "$(readlink "$link")" "$root$link"; fi
+done
+# /usr is only whole with two things of /etc: the alternatives links (Debian's libblas.so.3
+# and liblapack.so.3 are /usr links to /etc/alternatives, which links back into /usr) and the
+# loader's cache (libraries opened by name, as Python's extension modules do). Both are small.
+if under_share /usr; then
+  mkdir -p "$root/etc"
+  [[ -d /etc/alternatives ]] && cp -a /etc/alternatives "$root/etc/"
+  [[ -f /etc/ld.so.cache ]] && cp /etc/ld.so.cache "$root/etc/"
+fi
+# The kernel modules virtiofs needs where they are not built in (Debian's 6.1 cloud kernel;
+# 6.12 has them built in), in the order they load: fetch-kernel.sh keeps them beside the kernel.
+if ((${#shares[@]})); then
+  modules_dir="$(dirname "$kernel")/modules-$(basename "$kernel" | sed 's/^vmlinuz-//')"
+  mkdir -p "$root/lab/modules"
+  if [[ -f "$modules_dir/load-order" ]]; then
+    cp "$modules_dir/load-order" "$root/lab/modules/"
+    while read -r module; do cp "$modules_dir/$module.ko" "$root/lab/modules/"; done <"$modules_dir/load-order"
+  elif [[ -z "${NUMARENA_LAB_KERNEL:-}${NUMARENA_LAB_KERNEL_6_12:-}" ]]; then
+    die "--share needs the kernel's virtiofs modules in $modules_dir (cmake/lab/fetch-kernel.sh $kernel_series fetches them)"
+  fi
+fi
 copy_with_libs "$program"
 for f in "${extra_files[@]}"; do
   [[ -e "$f" ]] || die "--file $f does not exist"
@@ -264,6 +358,27 @@ mount -t devtmpfs devtmpfs /dev
 chmod 1777 /tmp
 mkdir -p /dev/shm && mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
+EOF
+if ((${#shares[@]})); then
+  cat >>"$root/init" <<EOF
+# The host's folders shared read-only (run.sh --share), at their host paths.
+if [ -f /lab/modules/load-order ]; then
+  for module in \$(cat /lab/modules/load-order); do insmod /lab/modules/\$module.ko; done
+fi
+EOF
+  for ((i = 0; i < ${#shares[@]}; i++)); do
+    cat >>"$root/init" <<EOF
+mkdir -p '${shares[i]}'
+if ! mount -t virtiofs -o ro share$i '${shares[i]}'; then
+  echo "lab: cannot mount the host's ${shares[i]} (virtiofs tag share$i); dmesg says:" > /dev/ttyS1
+  dmesg | tail -n 20 > /dev/ttyS1
+  echo "${EXIT_MARKER}2" > /dev/ttyS1
+  poweroff -f
+fi
+EOF
+  done
+fi
+cat >>"$root/init" <<EOF
 echo "lab: running \$(sed -n 's/^exec //p' /lab/command)" > /dev/console
 cd /tmp
 # A pipe, not the tty itself: programs see a non-terminal stdout (no colours, block buffering
@@ -313,10 +428,12 @@ for attempt in 1 2 3; do
   : >"$output_log"
   remaining=$((timeout - (SECONDS - started)))
   ((remaining > 0)) || remaining=1
+  start_share_daemons
   set +e
   timeout --kill-after=10 "$remaining" "${qemu_cmd[@]}" </dev/null >"$work/qemu.log" 2>&1
   qemu_status=$?
   set -e
+  stop_share_daemons
   if grep -q '^lab: running' "$console_log" || ! grep -q 'Kernel panic' "$console_log" ||
     ((attempt == 3)); then
     break

@@ -2,13 +2,16 @@
 # The lab harness itself (cmake/lab/run.sh), whose failure paths only run when something
 # else has gone wrong: a program's exit status comes back through the VM, and a program
 # still running at the timeout makes run.sh return 124 with the watchdog's report of it (its
-# task, state, wait channel and kernel stack), which is all CI keeps of a hung VM.
+# task, state, wait channel and kernel stack), which is all CI keeps of a hung VM. A folder
+# shared with --share is seen by the VM and cannot be written from it, not even after the
+# guest remounts it read-write (virtiofsd serves it from a read-only bind mount).
 #
 #   harness_test.sh RUN_SH
 set -uo pipefail
 run_sh="${1:?usage: harness_test.sh RUN_SH}"
 out="$(mktemp)"
-trap 'rm -f "$out"' EXIT
+shared="$(mktemp -d)"
+trap 'rm -rf "$out" "$shared"' EXIT
 fail() {
   echo "harness_test: $*" >&2
   sed 's/^/  | /' "$out" >&2
@@ -31,4 +34,13 @@ grep -q '^lab: TIMEOUT: sleep in topology 2s' "$out" || fail "no TIMEOUT line"
 grep -Eq '^lab: watchdog: task [0-9]+ sleep state S wchan [a-z_]+' "$out" ||
   fail "the watchdog did not report the sleeping program's task"
 grep -Eq '^lab: watchdog:     \[<0>\] [a-z_]+' "$out" || fail "no kernel stack in the report"
-echo "harness_test: exit statuses 0 and 1 came back; the timeout returned 124 with the watchdog's report"
+echo "seen from the host" >"$shared/marker"
+"$run_sh" --topology 2s --share "$shared" -- "$(command -v busybox)" sh -c \
+  "cat '$shared/marker'; mount -o remount,rw '$shared' && echo 'lab: remounted'; echo x > '$shared/written'" \
+  >"$out" 2>&1
+status=$?
+grep -q '^seen from the host' "$out" || fail "the VM did not see the shared folder's file"
+[[ ! -e "$shared/written" ]] || fail "the VM wrote into the shared folder on the host"
+grep -q 'Read-only file system' "$out" || fail "the VM's write was not refused as read-only"
+((status == 1)) || fail "the refused write came back with status $status, not 1"
+echo "harness_test: exit statuses 0 and 1 came back; the timeout returned 124 with the watchdog's report; --share is seen read-only"

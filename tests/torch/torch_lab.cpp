@@ -1,19 +1,18 @@
 // numarena::torch in the NUMA lab: where libtorch tensors' pages really are, by the kernel's
 // answer (move_pages through numarena::page_node_list), against what QEMU was given.
 //
-// One topology, cxl-torch (cxl's two sockets with a CPU each, as in 2s, plus a memory-only
-// slow node, with more memory per CPU node; see cmake/lab/topologies/cxl-torch.sh):
+// In 2s and cxl (cxl's two sockets as in 2s, plus a memory-only slow node):
 //   - a tensor made in a Scope for bind(1) by a thread on node 0's CPU (its storage written
 //     there, and an operator's output too) has every page on node 1; Use() does the same
 //     for another thread; "weights" made under interleave over every node have an equal
 //     share of pages on each node;
 //   - KV-pool blocks viewed as tensors (torch_kv.hpp): after demotion every page of the
 //     views is on the memory-only (slow) node and they read back what was written; after
-//     promotion they are back on the head group's home node.
-// Why one topology: the VM carries Debian's libtorch_cpu and the 300-odd libraries it needs
-// (about 470 MB, run.sh copies every library ldd lists), which makes a run cost about 80 s
-// (30 s in the VM, the rest building its initramfs); cxl holds every claim 2s would.
-// lab-topologies: cxl-torch
+//     promotion they are back on the head group's home node (cxl: 2s has no slow node).
+// libtorch_cpu and the 300-odd libraries it loads (about 470 MB) are not copied into the VM:
+// the VM sees the host's /usr read-only (run.sh --share), so the nodes keep their usual size.
+// lab-topologies: 2s cxl
+// lab-share: /usr
 // lab-timeout: 600 libtorch's start-up under TCG
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
@@ -132,7 +131,10 @@ TEST_CASE("lab torch: KV block tensors of cold blocks are on the slow node") {
   int memory_only = -1;
   for (const auto& n : lab.nodes)
     if (n.memory_only()) memory_only = n.id;
-  REQUIRE(memory_only >= 0);
+  if (memory_only < 0) {
+    WARN("no memory-only (slow) node in " << lab.name << ": the cold tier is checked in cxl");
+    return;
+  }
   numarena::KvPoolOptions o;
   o.geometry = {.layers = 1, .kv_heads = 4, .head_dim = 128,
                 .dtype = numarena::KvDType::kFp16, .tokens_per_block = 16,

@@ -59,3 +59,36 @@ target_link_libraries(torch_lab PRIVATE numarena::torch numarena_torch_aten numa
 target_include_directories(torch_lab PRIVATE ${PROJECT_SOURCE_DIR}/lib)  # lab_support.hpp: os/
 target_compile_options(torch_lab PRIVATE -Wall -Wextra)
 numarena_add_lab_test(torch_lab ${CMAKE_CURRENT_SOURCE_DIR}/torch/torch_lab.cpp)
+
+# numarena.torch from Python in the NUMA lab (tests/torch/torch_lab.py, labels "lab",
+# "python", "torch"): lab.torch_python_lab.cxl. One topology: importing torch costs about two
+# minutes of TCG time (libtorch's static initialisers; 2-3 s on the host), and cxl holds every
+# claim (two CPU nodes as in 2s, and the slow node for the KV cold tier). The VM sees the host's /usr read-only
+# (run.sh --share /usr: Debian's python3, python3-torch and libtorch); the numarena package,
+# the libraries (with numarena._buffer, built beside libnumarena.so), the test and the example
+# decoder are copied in.
+if(NUMARENA_TORCH_PYTHON)
+  file(GLOB torch_lab_package_files ${PROJECT_SOURCE_DIR}/python/numarena/*.py)
+  set(torch_lab_files)
+  foreach(path ${torch_lab_package_files} ${CMAKE_CURRENT_SOURCE_DIR}/torch/torch_lab.py
+               ${CMAKE_CURRENT_SOURCE_DIR}/lab/python_lab.py
+               ${PROJECT_SOURCE_DIR}/examples/pytorch_decoder.py)
+    list(APPEND torch_lab_files --file ${path})
+  endforeach()
+  foreach(topology cxl)
+    add_test(NAME lab.torch_python_lab.${topology}
+             COMMAND ${NUMARENA_LAB_RUN} --topology ${topology} --timeout 600 --share /usr
+                     ${torch_lab_files} --file $<TARGET_FILE:numarena_shared>
+                     --file $<TARGET_FILE:numarena_torch_shared>
+                     --file $<TARGET_FILE_DIR:numarena_shared>/_buffer.abi3.so
+                     --env NUMARENA_LIBRARY=$<TARGET_FILE:numarena_shared>
+                     --env NUMARENA_TORCH_LIBRARY=$<TARGET_FILE:numarena_torch_shared>
+                     --env PYTHONPATH=${PROJECT_SOURCE_DIR}/python
+                     --env PYTHONDONTWRITEBYTECODE=1
+                     -- ${NUMARENA_TORCH_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/torch/torch_lab.py
+                        ${CMAKE_CURRENT_SOURCE_DIR}/lab ${PROJECT_SOURCE_DIR}/examples)
+    set_tests_properties(lab.torch_python_lab.${topology} PROPERTIES
+      LABELS "lab;python;torch" TIMEOUT 720
+      ENVIRONMENT "NUMARENA_LAB_LOG_DIR=${CMAKE_BINARY_DIR}/lab-logs")
+  endforeach()
+endif()
