@@ -157,7 +157,7 @@ StatusOr<KvAuditReport> KvPool::AuditPlacement(const KvAuditOptions& options) {
       report.cold_pages_misplaced += off_node.size();
       newly_promoted += newly;
     }
-    bool back = false;
+    std::size_t still_off = off_node.size();
     if (report.mode == KvKernelMoves::kCorrect && corrected_blocks < options.max_corrected_blocks &&
         NodeHasRoom(p, node)) {
       ++corrected_blocks;
@@ -178,8 +178,8 @@ StatusOr<KvAuditReport> KvPool::AuditPlacement(const KvAuditOptions& options) {
       for (int m : moved) on_node += st.ok() && m == node ? 1 : 0;
       report.pages_moved_back += on_node;
       report.pages_not_moved += off_node.size() - on_node;
-      back = on_node == off_node.size();
-      if (!back && report.not_moved.ok()) {
+      still_off -= on_node;
+      if (still_off != 0 && report.not_moved.ok()) {
         report.not_moved = absl::ResourceExhaustedError(
             absl::StrCat("KV pool: ", off_node.size() - on_node, " of ", off_node.size(),
                          " pages of block ", p.PublicId(id), " stayed off node ", node, ": ",
@@ -190,8 +190,7 @@ StatusOr<KvAuditReport> KvPool::AuditPlacement(const KvAuditOptions& options) {
     } else {
       ++report.blocks_left;
     }
-    b.misplaced.store(back ? 0 : static_cast<std::uint32_t>(off_node.size()),
-                      std::memory_order_relaxed);
+    b.misplaced.store(static_cast<std::uint32_t>(still_off), std::memory_order_relaxed);
     kv::UnpinRaw(p, id);
   }
 
