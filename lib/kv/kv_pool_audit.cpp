@@ -36,18 +36,16 @@ const char* KvKernelMovesName(KvKernelMoves mode) {
 
 namespace {
 
+// Stateless, so one instance may serve any number of pools and threads.
 class KernelPageNodes final : public KvPageNodes {
  public:
   Status Query(std::span<void* const> pages, std::span<int> nodes) override {
     return os::QueryPageNodes(pages, nodes);
   }
   Status Move(std::span<void* const> pages, int node, std::span<int> status) override {
-    target_.assign(pages.size(), node);
-    return os::MovePages(pages, target_, status);
+    const std::vector<int> target(pages.size(), node);
+    return os::MovePages(pages, target, status);
   }
-
- private:
-  std::vector<int> target_;  // AuditPlacement calls are serialised, so one buffer serves
 };
 
 // What a negative move_pages status means, for the audit's message.
