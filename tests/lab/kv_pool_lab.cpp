@@ -13,8 +13,9 @@
 //         kReport audit and left, and moved back by kCorrect audits (a bounded number of
 //         blocks per call) until every page of every block is on its node again; on 6.12,
 //         with demotion_enabled on, the kernel's own demotion (memory.reclaim of the test's
-//         cgroup) moves pages of hot blocks to the memory-only node; a kReport audit finds
-//         exactly those pages and kCorrect audits bring every one home.
+//         cgroup, and an allocation bound to node 0 larger than its free memory) moves pages
+//         of hot blocks to the memory-only node; a kReport audit finds exactly those pages
+//         and kCorrect audits bring every one home.
 // lab-topologies: snc4 cxl tiny
 // lab-kernel-6.12: cxl
 #include <catch2/catch.hpp>
@@ -494,5 +495,60 @@ TEST_CASE("cxl on 6.12: the kernel's own demotion of hot blocks is found and und
   CHECK(st.pages_moved_back > 0);
   CHECK(st.pages_not_moved == 0);
   RequireAllOnTheirNodes(c);  // every page of every block, page by page
+  CHECK(kvtest::CountBadRows(*c.pool, c.seq, c.tokens) == 0);
+}
+
+// Free memory of a node, from its meminfo ("Node 0 MemFree:  123456 kB").
+std::size_t NodeFreeBytes(int node) {
+  std::ifstream in("/sys/devices/system/node/node" + std::to_string(node) + "/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto at = line.find("MemFree:");
+    if (at != std::string::npos) return std::stoull(line.substr(at + 8)) * 1024;
+  }
+  throw std::runtime_error("no MemFree in node " + std::to_string(node) + "'s meminfo");
+}
+
+TEST_CASE("cxl on 6.12: pressure on a DRAM node demotes hot blocks, audits bring them home") {
+  if (numarena::lab::Expected().name != "cxl") return;
+  const char* series = std::getenv("NUMARENA_LAB_KERNEL_SERIES");
+  if (series == nullptr || std::string(series) != "6.12") return;
+  Write("/sys/kernel/mm/numa/demotion_enabled", "true");
+  struct Restore {
+    ~Restore() {
+      try {
+        Write("/sys/kernel/mm/numa/demotion_enabled", "false");
+      } catch (...) {
+      }
+    }
+  } restore;
+  CxlPool c = MakeCxlPool(numarena::KvKernelMoves::kReport);
+  // Another allocation of the server, bound to node 0, needs more than node 0 has free:
+  // reclaim on node 0 demotes its oldest pages, the KV blocks among them, to the lower tier.
+  const std::size_t balloon = NodeFreeBytes(0) + (std::size_t{128} << 20);
+  {
+    numarena::lab::Mapping pressure(balloon);
+    unsigned long mask = 1;  // node 0
+    REQUIRE(::syscall(SYS_mbind, pressure.data(), balloon, MPOL_BIND, &mask, 64, 0) == 0);
+    for (std::size_t off = 0; off < balloon; off += 4096) pressure.data()[off] = 1;
+    const std::size_t demoted = PagesOffNode(*c.pool, c.blocks, KvTier::kHot);
+    INFO("pages of hot blocks the kernel demoted under node 0's pressure: " << demoted);
+    REQUIRE(demoted > 0);
+    auto found = c.pool->AuditPlacement();
+    REQUIRE(found.ok());
+    CHECK(found->hot_pages_misplaced == demoted);
+  }
+  // The pressure is gone (the allocation freed): audits that move pages back bring every
+  // page of every block home.
+  numarena::KvAuditOptions correct;
+  correct.mode = numarena::KvKernelMoves::kCorrect;
+  for (int call = 0; call < 4 && c.pool->Stats().hot_blocks_misplaced > 0; ++call) {
+    auto audit = c.pool->AuditPlacement(correct);
+    REQUIRE(audit.ok());
+    INFO(audit->not_moved.message());
+    CHECK(audit->pages_not_moved == 0);
+  }
+  CHECK(c.pool->Stats().hot_blocks_misplaced == 0);
+  RequireAllOnTheirNodes(c);
   CHECK(kvtest::CountBadRows(*c.pool, c.seq, c.tokens) == 0);
 }
