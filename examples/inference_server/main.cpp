@@ -230,7 +230,24 @@ int main(int argc, char** argv) {
   const auto deadline = started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                       std::chrono::duration<double>(options.seconds));
   load.Start();
+  // Once a second, each KV pool checks where the kernel put its blocks' pages (a bounded
+  // number of blocks per call) and moves back what the kernel's tiering demoted. A kernel
+  // that refuses move_pages (a container without CAP_SYS_NICE) is said once.
+  auto next_audit = started;
+  bool audit_refused = false;
   while (!g_signalled && std::chrono::steady_clock::now() < deadline) {
+    if (!audit_refused && std::chrono::steady_clock::now() >= next_audit) {
+      next_audit += std::chrono::seconds(1);
+      for (auto& s : servers) {
+        auto audit = s->AuditKvPlacement();
+        if (!audit.ok()) {
+          std::fprintf(stderr, "KV placement audit stopped: %s\n",
+                       audit.status().ToString().c_str());
+          audit_refused = true;
+          break;
+        }
+      }
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   load.Stop();
@@ -276,7 +293,8 @@ int main(int argc, char** argv) {
     std::printf(
         "  node %d: prefix cache %llu of %llu span lookups hit, %llu cached spans "
         "evicted; kv %zu hot / %zu cold blocks, %.1f MiB hot / %.1f MiB cold slabs, "
-        "%llu demotions, %llu promotions\n",
+        "%llu demotions, %llu promotions; %llu audits, %llu pages moved by the kernel, %llu "
+        "moved back\n",
         s->node(), (unsigned long long)kv.prefix_hits, (unsigned long long)kv.prefix_lookups,
         (unsigned long long)kv.cached_evictions, kv.hot_blocks, kv.cold_blocks,
         [&] {
@@ -289,7 +307,10 @@ int main(int argc, char** argv) {
           for (auto& n : kv.nodes) b += n.cold_slab_bytes;
           return MiB(b);
         }(),
-        (unsigned long long)kv.demotions, (unsigned long long)kv.promotions);
+        (unsigned long long)kv.demotions, (unsigned long long)kv.promotions,
+        (unsigned long long)kv.audits,
+        (unsigned long long)(kv.kernel_demoted_pages + kv.kernel_promoted_pages),
+        (unsigned long long)kv.pages_moved_back);
     if (const numarena::NodeBudgetSnapshot* b = snapshot.node(s->node())) {
       std::printf(
           "  node %d budget: %s, %.1f of %.1f MiB reserved, peak %.1f MiB, %llu "

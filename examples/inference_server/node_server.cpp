@@ -98,6 +98,8 @@ numarena::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(NodeServerOpt
   const std::size_t warm_bytes =
       options.system_prompts.size() * std::size_t(kSystemPromptTokens) * token_bytes;
   kv.hot_blocks_per_node = (options.kv_bytes + warm_bytes) / block_bytes + 1;
+  // Pages the kernel's tiering moves off the node are moved back (the main loop audits).
+  kv.kernel_moves = numarena::KvKernelMoves::kCorrect;
   auto pool = numarena::KvPool::Create(std::move(kv));
   if (!pool.ok()) return pool.status();
 

@@ -88,6 +88,11 @@ class NodeServer {
 
   int node() const { return options_.node; }
   const numarena::KvPool& pool() const { return *pool_; }
+  // Where the kernel put the KV blocks' pages (memory tiering may demote them); pages it
+  // moved off the node are moved back, a bounded number per call (KvPool::AuditPlacement).
+  numarena::StatusOr<numarena::KvAuditReport> AuditKvPlacement() {
+    return pool_->AuditPlacement();
+  }
   NodeCounters counters() const;
   NodeLatencies latencies() const;
 

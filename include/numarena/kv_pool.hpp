@@ -300,6 +300,32 @@ class alignas(128) KvPool {
   [[nodiscard]] Status DemoteBlock(KvBlockId block);
   [[nodiscard]] Status PromoteBlock(KvBlockId block);
 
+  // ---- the kernel's own tiering
+  // Checks where the pages of the next `max_blocks` blocks holding data really are
+  // (move_pages(2) with a null node list, through options.page_nodes) against the node the
+  // pool put each block on: a hot block's home node, a cold block's cold-tier node. The
+  // kernel moves pages behind the pool's back when memory tiering demotes them under
+  // pressure (`/sys/kernel/mm/numa/demotion_enabled`) or NUMA balancing in tiering mode
+  // (`kernel.numa_balancing=2`) promotes them; a hot block half on a CXL node is slow for
+  // every decode step that reads it, and the pool's per-node statistics would be wrong.
+  //
+  // With options.kernel_moves kReport the misplaced pages are counted (the report, Stats(),
+  // metrics); with kCorrect they are also moved back to the block's node, for at most
+  // `max_corrected_blocks` blocks per call. Pages are moved under a pin reference, so the
+  // block is neither moved by the pool nor freed meanwhile; its data and address stay the
+  // same (the kernel copies the page), so pins held by other threads stay valid. Pages not
+  // resident are skipped. Successive calls continue where the last stopped and wrap.
+  // Calls are serialised (one audit at a time); pins, allocation and tiering go on
+  // meanwhile.
+  //
+  // InvalidArgument for max_blocks 0; the query's error (PermissionDenied when the kernel
+  // refuses move_pages, e.g. under a container's seccomp profile) when asking fails.
+  //
+  //   // a maintenance thread, once a second: at most 1024 blocks asked about, 64 moved back
+  //   auto audit = pool->AuditPlacement();
+  //   if (audit.ok() && audit->hot_pages_misplaced > 0) LogKernelDemotion(*audit);
+  [[nodiscard]] StatusOr<KvAuditReport> AuditPlacement(const KvAuditOptions& options = {});
+
   KvPoolStats Stats() const;
 
  private:

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -116,6 +118,73 @@ std::shared_ptr<KvStorage> MakeBoundMmapStorage(CapacityGate* gate = nullptr,
 // registers its reclaim hook (the default storage would charge the budget a second time).
 std::shared_ptr<KvStorage> MakeArenaStorage();
 
+// ---- the kernel's own tiering --------------------------------------------------------
+
+// What `KvPool::AuditPlacement` does with pages of a block that the kernel moved off the node
+// the pool placed the block on: memory tiering (`demotion_enabled` and reclaim) demotes a hot
+// block's pages to a lower tier, NUMA balancing in tiering mode promotes a cold block's.
+enum class KvKernelMoves : unsigned char {
+  kReport,   // count them (stats, metrics, the audit's report) and leave them where they are
+  kCorrect,  // count them and move them back with move_pages(2), a bounded number per audit
+};
+const char* KvKernelMovesName(KvKernelMoves mode);  // "report", "correct"
+
+// How the pool asks where pages are and moves them: move_pages(2) by default
+// (MakeKernelPageNodes). Tests inject their own.
+class KvPageNodes {
+ public:
+  virtual ~KvPageNodes() = default;
+  // Fills `nodes` with the node of each page, or a negative errno (-ENOENT: not resident,
+  // -EFAULT: not mapped). An error status when the query itself failed (EPERM: the kernel
+  // refuses move_pages to this process).
+  [[nodiscard]] virtual Status Query(std::span<void* const> pages, std::span<int> nodes) = 0;
+  // Moves the pages to `node`; `status` receives each page's node afterwards or a negative
+  // errno (-EBUSY: in use, -ENOMEM: no room on `node`). An error status when the call failed
+  // as a whole.
+  [[nodiscard]] virtual Status Move(std::span<void* const> pages, int node,
+                                    std::span<int> status) = 0;
+};
+std::shared_ptr<KvPageNodes> MakeKernelPageNodes();
+
+// Bounds of one `KvPool::AuditPlacement` call, so that a server can call it from a
+// maintenance loop at a known cost.
+struct KvAuditOptions {
+  // What this call does with misplaced pages; unset: KvPoolOptions::kernel_moves. (An
+  // operator's "move them back now" on a pool that only reports.)
+  std::optional<KvKernelMoves> mode;
+  // Blocks whose pages are asked about in this call (the pool keeps a cursor, so successive
+  // calls cover every block in turn); 0 is refused.
+  std::size_t max_blocks = 1024;
+  // kCorrect: blocks whose misplaced pages are moved back in this call; the rest are
+  // counted and left for a later call. The rate limit of correction is this times the rate
+  // of calls. (A transparent huge page moves whole: moving one block's pages back may
+  // bring its neighbours in the same 2 MiB back too.)
+  std::size_t max_corrected_blocks = 64;
+};
+
+// What one `KvPool::AuditPlacement` call found and did. Pages are counted per block (a page
+// that two blocks share, when blocks are not whole pages, counts for each).
+struct KvAuditReport {
+  KvKernelMoves mode = KvKernelMoves::kReport;
+  std::size_t blocks_checked = 0;  // blocks holding data (a sequence's or cached) asked about
+  std::size_t pages_checked = 0;   // their resident pages
+  // Blocks with at least one page off their node, hot (the kernel demoted them) and cold
+  // (the kernel promoted them).
+  std::size_t hot_blocks_misplaced = 0;
+  std::size_t cold_blocks_misplaced = 0;
+  std::size_t hot_pages_misplaced = 0;   // pages of hot blocks not on their home node
+  std::size_t cold_pages_misplaced = 0;  // pages of cold blocks not on their cold-tier node
+  std::size_t pages_moved_back = 0;      // kCorrect: pages now back on their block's node
+  std::size_t pages_not_moved = 0;       // kCorrect: pages the kernel would not move back
+  std::size_t blocks_left = 0;           // misplaced blocks left alone (kReport, past
+                                         // max_corrected_blocks, or the node's budget at its
+                                         // warn line or the storage under pressure)
+  // Why pages_not_moved is not 0 (the first block's reason), OK otherwise.
+  Status not_moved;
+  bool wrapped = false;  // the cursor passed the last block: every block has been visited
+                         // since the first call, or since the previous wrap
+};
+
 // ---- options -------------------------------------------------------------------------
 
 struct KvPoolOptions {
@@ -146,6 +215,10 @@ struct KvPoolOptions {
   std::size_t retained_empty_slabs = 1;
   // Pinning a cold block promotes it when the hot tier has room.
   bool promote_on_touch = true;
+  // What AuditPlacement does with pages the kernel moved (see KvKernelMoves).
+  KvKernelMoves kernel_moves = KvKernelMoves::kReport;
+  // Where AuditPlacement asks about and moves pages. Default: MakeKernelPageNodes().
+  std::shared_ptr<KvPageNodes> page_nodes;
 
   // Block memory. Default: MakeBoundMmapStorage(budget).
   std::shared_ptr<KvStorage> storage;
@@ -213,6 +286,22 @@ struct KvPoolStats {
   std::uint64_t cached_evictions = 0;  // cached spans dropped (for an allocation, or by Reclaim)
   std::uint64_t refusals = 0;          // allocations refused (ResourceExhausted)
   std::uint64_t copy_on_writes = 0;
+
+  // The kernel's own tiering, as AuditPlacement saw it (totals over every call).
+  std::uint64_t audits = 0;         // AuditPlacement calls
+  std::uint64_t audited_pages = 0;  // resident pages asked about
+  // Pages found off their block's node that the previous audit of the block had not left
+  // there: each move of the kernel counted once, however many audits see it.
+  std::uint64_t kernel_demoted_pages = 0;   // of hot blocks, off their home node
+  std::uint64_t kernel_promoted_pages = 0;  // of cold blocks, off their cold-tier node
+  std::uint64_t pages_moved_back = 0;       // moved back by kCorrect audits
+  std::uint64_t pages_not_moved = 0;        // kCorrect audits tried, the kernel refused
+  // Now, not totals: blocks (and their pages) whose last audit found pages off their node
+  // and left them there, until an audit finds them back or the pool moves the block.
+  std::size_t hot_blocks_misplaced = 0;
+  std::size_t cold_blocks_misplaced = 0;
+  std::size_t hot_pages_misplaced = 0;
+  std::size_t cold_pages_misplaced = 0;
 };
 
 // How urgently `Demote` must free hot memory.

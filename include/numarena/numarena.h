@@ -466,6 +466,29 @@ numarena_code numarena_kv_promote_block(numarena_kv_pool* pool, uint64_t block);
  * how many moved. */
 size_t numarena_kv_demote(numarena_kv_pool* pool, int node, size_t max_blocks);
 
+/* What numarena_kv_audit found and did (KvPool::AuditPlacement: pages of blocks the kernel's
+ * own tiering moved off the node the pool put them on; "hot": demoted from a home node,
+ * "cold": promoted off a cold-tier node). */
+typedef struct numarena_kv_audit_report {
+  size_t blocks_checked;
+  size_t pages_checked;
+  size_t hot_blocks_misplaced;
+  size_t cold_blocks_misplaced;
+  size_t hot_pages_misplaced;
+  size_t cold_pages_misplaced;
+  size_t pages_moved_back;
+  size_t pages_not_moved;
+  size_t blocks_left;
+  int wrapped;
+} numarena_kv_audit_report;
+/* Asks the kernel where the pages of the next `max_blocks` blocks holding data are and, when
+ * `correct` is not 0, moves pages found off their block's node back, for at most
+ * `max_corrected_blocks` blocks (else only counts them). Fills *report (may be NULL).
+ * NUMARENA_INVALID_ARGUMENT for max_blocks 0; the kernel's refusal (e.g.
+ * NUMARENA_PERMISSION_DENIED) when it will not say where pages are. Pages the kernel would
+ * not move back are counted in pages_not_moved, not an error. */
+numarena_code numarena_kv_audit(numarena_kv_pool* pool, int correct, size_t max_blocks, size_t max_corrected_blocks, numarena_kv_audit_report* report);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

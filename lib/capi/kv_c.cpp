@@ -330,4 +330,23 @@ size_t numarena_kv_demote(numarena_kv_pool* pool, int node, size_t max_blocks) {
   return pool->pool->Demote(node, max_blocks);
 }
 
+numarena_code numarena_kv_audit(numarena_kv_pool* pool, int correct, size_t max_blocks,
+                                size_t max_corrected_blocks, numarena_kv_audit_report* report) {
+  if (numarena::NullPool(pool, "numarena_kv_audit")) return NUMARENA_INVALID_ARGUMENT;
+  numarena::KvAuditOptions options;
+  options.mode = correct != 0 ? numarena::KvKernelMoves::kCorrect : numarena::KvKernelMoves::kReport;
+  options.max_blocks = max_blocks;
+  options.max_corrected_blocks = max_corrected_blocks;
+  numarena::StatusOr<numarena::KvAuditReport> audit = pool->pool->AuditPlacement(options);
+  if (!audit.ok()) return RecordError(audit.status());
+  if (report != nullptr) {
+    *report = {audit->blocks_checked,        audit->pages_checked,
+               audit->hot_blocks_misplaced,  audit->cold_blocks_misplaced,
+               audit->hot_pages_misplaced,   audit->cold_pages_misplaced,
+               audit->pages_moved_back,      audit->pages_not_moved,
+               audit->blocks_left,           audit->wrapped ? 1 : 0};
+  }
+  return NUMARENA_OK;
+}
+
 }  // extern "C"

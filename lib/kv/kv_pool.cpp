@@ -27,13 +27,14 @@ using kv::StatStripe;
 StatusOr<std::unique_ptr<KvPool>> KvPool::Create(KvPoolOptions options) {
   const bool custom_storage = options.storage != nullptr;
   if (!custom_storage) options.storage = MakeBoundMmapStorage(options.budget);
+  if (options.page_nodes == nullptr) options.page_nodes = MakeKernelPageNodes();
 
   // Nodes: validated against the given topology, or the system's when memory really goes
   // to node ids (default storage). A custom storage defines its own node ids.
   const Topology* topology = options.topology;
-  const bool needs_topology =
-      options.home_nodes.empty() || options.cold_tier.kind == KvColdTier::Kind::kFarthest ||
-      options.cold_tier.kind == KvColdTier::Kind::kTarget;
+  const bool needs_topology = options.home_nodes.empty() ||
+                              options.cold_tier.kind == KvColdTier::Kind::kFarthest ||
+                              options.cold_tier.kind == KvColdTier::Kind::kTarget;
   if (topology == nullptr && (needs_topology || !custom_storage)) {
     auto system = Topology::system();
     if (!system.ok()) {
@@ -221,12 +222,17 @@ KvPoolStats KvPool::Stats() const {
       const auto tier = static_cast<KvTier>(b.tier.load(std::memory_order_relaxed));
       KvNodeStats* ns = node_stats(b.node.load(std::memory_order_relaxed));
       if ((b.state.load(std::memory_order_relaxed) & ~kMigrating) != 0) ++st.pinned_blocks;
+      const std::uint32_t misplaced = b.misplaced.load(std::memory_order_relaxed);
       if (tier == KvTier::kHot) {
         ++st.hot_blocks;
         if (ns) ++ns->hot_blocks;
+        st.hot_blocks_misplaced += misplaced != 0 ? 1 : 0;
+        st.hot_pages_misplaced += misplaced;
       } else if (tier == KvTier::kCold) {
         ++st.cold_blocks;
         if (ns) ++ns->cold_blocks;
+        st.cold_blocks_misplaced += misplaced != 0 ? 1 : 0;
+        st.cold_pages_misplaced += misplaced;
       }
     }
   }
@@ -257,6 +263,12 @@ KvPoolStats KvPool::Stats() const {
   st.cached_evictions = p.cached_evictions.load();
   st.refusals = p.refusals.load();
   st.copy_on_writes = p.copy_on_writes.load();
+  st.audits = p.audits.load();
+  st.audited_pages = p.audited_pages.load();
+  st.kernel_demoted_pages = p.kernel_demoted_pages.load();
+  st.kernel_promoted_pages = p.kernel_promoted_pages.load();
+  st.pages_moved_back = p.pages_moved_back.load();
+  st.pages_not_moved = p.pages_not_moved.load();
   return st;
 }
 

@@ -58,6 +58,9 @@ struct BlockMeta {
   std::atomic<std::uint32_t> state{0};  // pin count | kMigrating
   std::atomic<std::byte*> data{nullptr};
   std::atomic<std::uint8_t> tier{0};  // KvTier
+  // Pages of the block that AuditPlacement (under a pin reference) last found off its node
+  // and left there; 0 once they are back, and when the block is placed anew (SetPlacement).
+  std::atomic<std::uint32_t> misplaced{0};
   std::atomic<std::int32_t> node{-1};
   std::atomic<std::int32_t> slab{-1};
   HotMeta hot;
@@ -186,6 +189,14 @@ struct PoolState {
   std::atomic<std::uint64_t> demotion_ns{0}, promotion_ns{0};
   std::atomic<std::uint64_t> cached_evictions{0};
   std::atomic<std::uint64_t> refusals{0}, copy_on_writes{0};
+
+  // AuditPlacement: one call at a time (audit_mu), continuing from audit_cursor (a block
+  // slot); totals for Stats.
+  std::mutex audit_mu;
+  std::uint64_t audit_cursor = 0;
+  std::atomic<std::uint64_t> audits{0}, audited_pages{0};
+  std::atomic<std::uint64_t> kernel_demoted_pages{0}, kernel_promoted_pages{0};
+  std::atomic<std::uint64_t> pages_moved_back{0}, pages_not_moved{0};
 
   std::uint64_t budget_hook = 0;  // id of the reclaim hook on options.budget, 0 when none
 

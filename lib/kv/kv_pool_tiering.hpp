@@ -19,6 +19,7 @@ inline void SetPlacement(BlockMeta& b, Slot slot, KvTier tier, int node) {
   b.slab.store(slot.slab, std::memory_order_relaxed);
   b.tier.store(static_cast<std::uint8_t>(tier), std::memory_order_relaxed);
   b.node.store(node, std::memory_order_relaxed);
+  b.misplaced.store(0, std::memory_order_relaxed);  // new memory: the next audit looks again
 }
 
 // Moves a cold block home when the hot tier has room (caller holds MIGRATING on `b`).

@@ -409,7 +409,8 @@ class Audit {
                         "one instead of dropping them, without a fault anyone sees: memory "
                         "numarena placed on a fast node (weights, hot KV blocks) can end up on "
                         "the slow tier while page_nodes() and the budgets still count it where "
-                        "it was."
+                        "it was. A KV pool finds such moves of its blocks and can undo them: "
+                        "KvPool::AuditPlacement (docs/kv-pool.md)."
                       : "There is only one memory tier now, so nothing is demoted; a CXL or "
                         "other slow node coming online would make reclaim move pages to it.",
            "echo false > /sys/kernel/mm/numa/demotion_enabled"});

@@ -180,11 +180,34 @@ void AppendKvPoolMetrics(ExpositionWriter& out, std::string_view pool_name, cons
       {"numarena_kv_refusals_total", &KvPoolStats::refusals, "KV allocations refused."},
       {"numarena_kv_copy_on_writes_total", &KvPoolStats::copy_on_writes,
        "Shared blocks copied before a write."},
+      {"numarena_kv_audits_total", &KvPoolStats::audits,
+       "Placement audits (KvPool::AuditPlacement calls)."},
+      {"numarena_kv_audited_pages_total", &KvPoolStats::audited_pages,
+       "Resident pages of KV blocks whose node an audit asked the kernel."},
+      {"numarena_kv_pages_moved_back_total", &KvPoolStats::pages_moved_back,
+       "Pages the kernel had moved that an audit moved back to their block's node."},
+      {"numarena_kv_pages_not_moved_total", &KvPoolStats::pages_not_moved,
+       "Pages an audit tried to move back and the kernel refused."},
   };
   for (const Counter& c : kCounters) {
     out.Family(c.name, MetricType::kCounter, c.help);
     out.Sample({{"pool", pool}}, static_cast<double>(kv.*(c.field)));
   }
+  // The kernel's own tiering (KvPool::AuditPlacement): tier "hot" is what memory tiering
+  // demoted, "cold" what tiering-mode NUMA balancing promoted.
+  out.Family("numarena_kv_kernel_moved_pages_total", MetricType::kCounter,
+             "Pages of KV blocks an audit found moved off their node by the kernel, by the "
+             "tier the pool keeps the block in.");
+  out.Sample({{"pool", pool}, {"tier", "hot"}}, static_cast<double>(kv.kernel_demoted_pages));
+  out.Sample({{"pool", pool}, {"tier", "cold"}}, static_cast<double>(kv.kernel_promoted_pages));
+  out.Family("numarena_kv_misplaced_blocks", MetricType::kGauge,
+             "KV blocks with pages the last audit found off their node and left there.");
+  out.Sample({{"pool", pool}, {"tier", "hot"}}, static_cast<double>(kv.hot_blocks_misplaced));
+  out.Sample({{"pool", pool}, {"tier", "cold"}}, static_cast<double>(kv.cold_blocks_misplaced));
+  out.Family("numarena_kv_misplaced_pages", MetricType::kGauge,
+             "Pages of KV blocks the last audit found off their node and left there.");
+  out.Sample({{"pool", pool}, {"tier", "hot"}}, static_cast<double>(kv.hot_pages_misplaced));
+  out.Sample({{"pool", pool}, {"tier", "cold"}}, static_cast<double>(kv.cold_pages_misplaced));
 }
 
 void AppendMigrationMetrics(ExpositionWriter& out, const MigrationTotals& t) {

@@ -46,6 +46,13 @@ class PoolLayout(ctypes.Structure):  # numarena_kv_pool_layout
                 ("dtype", _int), ("block_bytes", _sz)]
 
 
+class AuditReport(ctypes.Structure):  # numarena_kv_audit_report
+    _fields_ = [("blocks_checked", _sz), ("pages_checked", _sz), ("hot_blocks_misplaced", _sz),
+                ("cold_blocks_misplaced", _sz), ("hot_pages_misplaced", _sz),
+                ("cold_pages_misplaced", _sz), ("pages_moved_back", _sz),
+                ("pages_not_moved", _sz), ("blocks_left", _sz), ("wrapped", _int)]
+
+
 available = hasattr(_lib, "numarena_kv_pool_create")
 """False with a libnumarena.so older than the KV C API (KvPool() then says so)."""
 if available:
@@ -66,7 +73,8 @@ if available:
                                           ctypes.POINTER(_int), ctypes.POINTER(_int)]),
             ("numarena_kv_demote_block", _int, [_vp, _u64]),
             ("numarena_kv_promote_block", _int, [_vp, _u64]),
-            ("numarena_kv_demote", _sz, [_vp, _int, _sz])]:
+            ("numarena_kv_demote", _sz, [_vp, _int, _sz]),
+            ("numarena_kv_audit", _int, [_vp, _int, _sz, _sz, ctypes.POINTER(AuditReport)])]:
         _function = getattr(_lib, _name)
         _function.restype = _restype
         _function.argtypes = _argtypes
@@ -252,6 +260,21 @@ class KvPool:
         """Demotes up to `max_blocks` unpinned hot blocks of `node`; returns how many."""
         return _lib.numarena_kv_demote(self._live("demote"), _int_arg(node, "node"),
                                        _int_arg(max_blocks, "max_blocks", 0))
+
+    def audit(self, correct=False, max_blocks=1024, max_corrected_blocks=64):
+        """Asks the kernel where the pages of the next `max_blocks` blocks holding data are
+        (KvPool::AuditPlacement). Pages the kernel's tiering moved off their block's node are
+        counted and, with `correct`, moved back for at most `max_corrected_blocks` blocks.
+        Returns a dict: blocks_checked, pages_checked, hot/cold_blocks_misplaced,
+        hot/cold_pages_misplaced ("hot": demoted by the kernel, "cold": promoted),
+        pages_moved_back, pages_not_moved, blocks_left, wrapped (a pass over every block
+        ended). InvalidArgumentError for max_blocks 0."""
+        report = AuditReport()
+        _capi.check(_lib.numarena_kv_audit(
+            self._live("audit"), 1 if correct else 0, _int_arg(max_blocks, "max_blocks", 0),
+            _int_arg(max_corrected_blocks, "max_corrected_blocks", 0), ctypes.byref(report)))
+        return {name: (bool(getattr(report, name)) if name == "wrapped" else
+                       getattr(report, name)) for name, _ in AuditReport._fields_}
 
     def __repr__(self):
         state = "closed" if self.closed else f"groups on {self.group_nodes}"

@@ -106,6 +106,20 @@ static void test_blocks_and_pins(void) {
   EXPECT(tier == 1 && node == 0 && pins == 1);
   EXPECT(numarena_kv_demote_block(pool, all[1]) == NUMARENA_FAILED_PRECONDITION);
   EXPECT(numarena_kv_demote(pool, 0, 10) == 0); /* no cold tier */
+  /* The placement audit: the kernel has moved nothing here (the pool's blocks are on the
+   * host's node 0, in slabs bound there); max_blocks 0 is refused. */
+  numarena_kv_audit_report audit;
+  memset(&audit, 0xFF, sizeof audit);
+  ((unsigned char*)info.data)[0] = 1; /* a resident page to ask about */
+  EXPECT(numarena_kv_audit(pool, 1, 1000, 10, &audit) == NUMARENA_OK);
+  EXPECT(audit.blocks_checked == 3 * (size_t)(layout.head_groups * layout.layer_ranges));
+  EXPECT(audit.pages_checked > 0);
+  EXPECT(audit.hot_pages_misplaced == 0 && audit.cold_pages_misplaced == 0);
+  EXPECT(audit.pages_moved_back == 0 && audit.pages_not_moved == 0 && audit.blocks_left == 0);
+  EXPECT(audit.wrapped == 1);
+  EXPECT(numarena_kv_audit(pool, 0, 0, 0, NULL) == NUMARENA_INVALID_ARGUMENT);
+  EXPECT(strstr(numarena_last_error_message(), "max_blocks") != NULL);
+  EXPECT(numarena_kv_audit(NULL, 0, 1, 0, NULL) == NUMARENA_INVALID_ARGUMENT);
 
   /* The pin outlives the caller's handle: the pool stays until the pin goes. */
   memset(info.data, 0x5A, layout.block_bytes);

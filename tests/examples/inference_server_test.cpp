@@ -220,6 +220,10 @@ void CheckSummary(const std::string& output) {
   CHECK(output.find("summary after ") != std::string::npos);
   CHECK(output.find(" 0 mismatches") != std::string::npos);
   CHECK(output.find("budget: ") != std::string::npos);
+  // The KV placement audits: on this host's one node the kernel has nowhere to move pages.
+  CHECK(std::regex_search(output, std::regex("[0-9]+ audits, 0 pages moved by the kernel, 0 "
+                                             "moved back")));
+  CHECK(output.find("KV placement audit stopped") == std::string::npos);
   auto c = RequestCounts(output);
   // Every submitted request is accounted for exactly once.
   CHECK(c["submitted"] == c["completed"] + c["queued at"] + c["running at"] + c["never fit"] +
@@ -247,6 +251,7 @@ TEST_CASE("inference server: /metrics on loopback, SIGTERM stops it with a summa
   for (const char* family :
        {"numarena_node_memory_total_bytes", "numarena_budget_capacity_bytes",
         "numarena_budget_state", "numarena_kv_blocks", "numarena_kv_prefix_hits_total",
+        "numarena_kv_audits_total", "numarena_kv_kernel_moved_pages_total",
         "inference_server_requests_total", "inference_server_admission_later_total",
         "inference_server_tokens_total", "inference_server_queue_depth"}) {
     INFO(family);

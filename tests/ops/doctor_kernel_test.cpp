@@ -76,6 +76,7 @@ TEST_CASE("doctor on 6.12 with tiering: balancing mode 2, demotion on, a cold no
   REQUIRE(demotion != nullptr);
   CHECK(demotion->severity == Severity::kWarning);  // two tiers: there is somewhere to go
   CHECK(demotion->fix == "echo false > /sys/kernel/mm/numa/demotion_enabled");
+  CHECK(Has(demotion->explanation, "KvPool::AuditPlacement"));
   const Finding* cold = FindOrNull(report, "kv_cold_tier");
   REQUIRE(cold != nullptr);
   CHECK(cold->severity == Severity::kWarning);

@@ -329,6 +329,12 @@ TEST_CASE("metrics: arenas, KV pool figures and migrations", "[metrics]") {
   kv.cold_pins = 10;
   kv.hot_hit_rate = 0.9;
   kv.demotions = 7;
+  kv.kernel_demoted_pages = 12;
+  kv.kernel_promoted_pages = 3;
+  kv.pages_moved_back = 10;
+  kv.hot_blocks_misplaced = 1;
+  kv.hot_pages_misplaced = 2;
+  kv.audits = 5;
   numarena::PlacementReport report;
   report.pages_checked = 512;
   report.already_local = 384;
@@ -351,6 +357,12 @@ TEST_CASE("metrics: arenas, KV pool figures and migrations", "[metrics]") {
         "4");
   CHECK(ValueOf(*text, "numarena_kv_pins_total{pool=\"llama\\\"70b\",tier=\"hot\"}") == "90");
   CHECK(ValueOf(*text, "numarena_kv_demotions_total{pool=\"llama\\\"70b\"}") == "7");
+  CHECK(ValueOf(*text, "numarena_kv_kernel_moved_pages_total{pool=\"llama\\\"70b\",tier=\"hot\"}") == "12");
+  CHECK(ValueOf(*text, "numarena_kv_kernel_moved_pages_total{pool=\"llama\\\"70b\",tier=\"cold\"}") == "3");
+  CHECK(ValueOf(*text, "numarena_kv_pages_moved_back_total{pool=\"llama\\\"70b\"}") == "10");
+  CHECK(ValueOf(*text, "numarena_kv_misplaced_blocks{pool=\"llama\\\"70b\",tier=\"hot\"}") == "1");
+  CHECK(ValueOf(*text, "numarena_kv_misplaced_pages{pool=\"llama\\\"70b\",tier=\"hot\"}") == "2");
+  CHECK(ValueOf(*text, "numarena_kv_audits_total{pool=\"llama\\\"70b\"}") == "5");
   CHECK(ValueOf(*text, "numarena_migration_calls_total") == "2");
   CHECK(ValueOf(*text, "numarena_migration_pages_moved_total") == "256");
   numarena::deallocate(p);

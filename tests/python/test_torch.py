@@ -253,6 +253,24 @@ class KvBlockTensorsTest(unittest.TestCase):
         del key, value, again, again_value
         self.assertEqual(pool.locate(block), numarena.BlockLocation("hot", 0, 0))
 
+    def test_placement_audit(self):
+        pool = self.make_pool()
+        seq, _ = pool.create_sequence(list(range(8)))
+        rows = torch.arange(32.0).reshape(4, 8)
+        for layer in range(2):
+            for token in range(8):
+                nt.kv_write(pool, seq, layer, token, rows, rows)
+        # One node here: the kernel has had nowhere to move the pages.
+        audit = pool.audit(correct=True)
+        self.assertEqual(audit["blocks_checked"], 2 * 2 * 2)  # 2 spans x 2 layers x 2 groups
+        self.assertGreater(audit["pages_checked"], 0)
+        self.assertEqual(audit["hot_pages_misplaced"] + audit["cold_pages_misplaced"], 0)
+        self.assertEqual(audit["pages_moved_back"], 0)
+        self.assertIs(audit["wrapped"], True)
+        self.assertEqual(pool.audit(max_blocks=3)["blocks_checked"], 3)
+        with self.assertRaisesRegex(numarena.InvalidArgumentError, "max_blocks"):
+            pool.audit(max_blocks=0)
+
     def test_a_slice_keeps_the_pin_and_the_pool(self):
         pool = self.make_pool(dtype="bf16")
         seq, _ = pool.create_sequence([1, 2, 3, 4])
