@@ -45,6 +45,7 @@ set(NUMARENA_PUBLIC_LAYER_torch_kv torch)
 # name without .hpp/.cpp, a public header as numarena/<name>.hpp; a line that starts with
 # more spaces and no "level:" continues the one above) up to the first line with only "//".
 set(NUMARENA_INNER_ORDER_kv lib/kv/kv_pool_state.hpp)
+set(NUMARENA_INNER_ORDER_alloc lib/alloc/heap_table.hpp)
 
 # The layer of a header named in an #include "..." line; "" for headers outside numarena
 # (absl/, jemalloc/, the standard library).
