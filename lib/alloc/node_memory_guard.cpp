@@ -4,25 +4,18 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <cstring>
-#include <span>
-#include <string_view>
+#include <cstdint>
 #include <thread>
 
+#include "base/clock.hpp"
 #include "os/os.hpp"
 #include "placement/unwritten.hpp"
+#include "topology/node_room.hpp"
 #include "topology/zoneinfo_parse.hpp"
 
 namespace numarena {
 
 namespace {
-
-std::int64_t NowNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // ---- the free-memory guard's per-node cache ----------------------------------------------
 
@@ -74,33 +67,17 @@ struct NodeMemory {
   // while spans_busy is held.
   bool LockSpansBriefly() {
     if (TryLockSpans()) return true;
-    const std::int64_t give_up = NowNanos() + kSpansLockPatienceNanos;
+    const std::int64_t give_up = MonotonicNanos() + kSpansLockPatienceNanos;
     do {
       std::this_thread::yield();
       if (TryLockSpans()) return true;
-    } while (NowNanos() < give_up);
+    } while (MonotonicNanos() < give_up);
     return false;
   }
   void UnlockSpans() { spans_busy.store(false, std::memory_order_release); }
 };
 constexpr std::int64_t kWatermarkRefreshNanos = 10'000'000'000;
 NodeMemory g_node_memory[os::KernelNodeMask::kMaxNodes];
-
-// Parses "<label> <number> kB" out of a nodeN/meminfo text; -1 when absent.
-std::int64_t MeminfoKilobytes(const char* text, const char* label) {
-  const char* at = std::strstr(text, label);
-  if (at == nullptr) return -1;
-  at += std::strlen(label);
-  while (*at == ' ' || *at == '\t') ++at;
-  std::int64_t value = 0;
-  bool digits = false;
-  while (*at >= '0' && *at <= '9') {
-    value = value * 10 + (*at - '0');
-    ++at;
-    digits = true;
-  }
-  return digits ? value : -1;
-}
 
 // Looks at the followed spans of `memory` (its spans lock held) and returns their bytes
 // without memory behind them, less up to the bytes each has in [skip_begin, skip_end).
@@ -154,58 +131,28 @@ std::int64_t ScanSpans(NodeMemory& memory, std::uintptr_t skip_begin = 0,
   return unwritten;
 }
 
-// Re-reads /sys/devices/system/node/node<node>/meminfo without allocating.
+// Re-reads the node's meminfo (and, every kWatermarkRefreshNanos, its watermark) without
+// allocating.
 void RefreshNodeMemory(int node, NodeMemory& memory) {
-  char path[96] = "/sys/devices/system/node/node";
-  std::size_t length = std::strlen(path);
-  char digits[16];
-  int count = 0;
-  int value = node;
-  do {
-    digits[count++] = static_cast<char>('0' + value % 10);
-    value /= 10;
-  } while (value > 0);
-  while (count > 0) path[length++] = digits[--count];
-  std::memcpy(path + length, "/meminfo", sizeof("/meminfo"));
-
-  const std::int64_t now = NowNanos();
+  const std::int64_t now = MonotonicNanos();
   const std::int64_t watermark_read = memory.watermark_read_ns.load(std::memory_order_relaxed);
   if (watermark_read == 0 || now - watermark_read > kWatermarkRefreshNanos) {
     memory.watermark_read_ns.store(now, std::memory_order_relaxed);
-    parse::ZoneinfoNode zones;
-    parse::ZoneinfoParser parser(std::span<parse::ZoneinfoNode>(&zones, 1), node);
-    int err = os::ReadLinesNoAlloc(
-        "/proc/zoneinfo",
-        [](void* context, std::string_view line) {
-          return static_cast<parse::ZoneinfoParser*>(context)->Feed(line);
-        },
-        &parser);
-    if (err == 0 && parser.ok() && zones.seen) {
-      memory.high_watermark.store(
-          static_cast<std::int64_t>(std::min<std::uint64_t>(
-              zones.high_pages, static_cast<std::uint64_t>(INT64_MAX) / os::PageSize()) *
-                                    os::PageSize()),
-          std::memory_order_relaxed);
+    if (std::uint64_t high = 0; ReadNodeHighWatermarkNoAlloc(node, &high)) {
+      memory.high_watermark.store(static_cast<std::int64_t>(high), std::memory_order_relaxed);
     }
   }
 
-  char text[4096];
-  long read = os::ReadFileNoAlloc(path, text, sizeof text);
-  std::int64_t free_kb = read > 0 ? MeminfoKilobytes(text, "MemFree:") : -1;
-  std::int64_t total_kb = read > 0 ? MeminfoKilobytes(text, "MemTotal:") : -1;
-  // The page cache only, as parse::NodeObtainableBytes says: reclaimable kernel memory may
-  // be pinned (the lab's tmpfs root put 9 MiB on a 256 MiB node), and counting half of it
-  // took a filled node below its `min` watermark, where the next bound fault was OOM-killed.
-  std::int64_t reclaimable_kb = 0;
-  for (const char* label : {"Active(file):", "Inactive(file):"}) {
-    if (read > 0) reclaimable_kb += std::max<std::int64_t>(MeminfoKilobytes(text, label), 0);
-  }
+  parse::NodeMeminfo meminfo;
+  const bool read = ReadNodeMeminfoNoAlloc(node, &meminfo);
   memory.refreshed_ns.store(now, std::memory_order_relaxed);
-  if (free_kb < 0 || total_kb < 0) {
+  if (!read) {
     memory.free_at_refresh.store(-2, std::memory_order_relaxed);
     return;
   }
-  memory.total.store(total_kb * 1024, std::memory_order_relaxed);
+  memory.total.store(
+      static_cast<std::int64_t>(std::min<std::uint64_t>(meminfo.total_bytes, INT64_MAX)),
+      std::memory_order_relaxed);
   // The spans committed and not written yet are in neither this reading nor, from now on,
   // committed_since: they are subtracted on their own until written or decommitted.
   if (memory.LockSpansBriefly()) {
@@ -213,10 +160,12 @@ void RefreshNodeMemory(int node, NodeMemory& memory) {
     memory.UnlockSpans();
   }
   memory.committed_since.store(0, std::memory_order_relaxed);
+  // The page cache only, as parse::NodeObtainableBytes says: reclaimable kernel memory may
+  // be pinned (the lab's tmpfs root put 9 MiB on a 256 MiB node), and counting half of it
+  // took a filled node below its `min` watermark, where the next bound fault was OOM-killed.
   memory.free_at_refresh.store(
-      static_cast<std::int64_t>(parse::NodeObtainableBytes(
-          static_cast<std::uint64_t>(free_kb) * 1024,
-          static_cast<std::uint64_t>(reclaimable_kb) * 1024)),
+      static_cast<std::int64_t>(std::min<std::uint64_t>(
+          parse::NodeObtainableBytes(meminfo.free_bytes, meminfo.reclaimable_bytes), INT64_MAX)),
       std::memory_order_relaxed);
 }
 
@@ -241,7 +190,7 @@ bool NodeMemoryGuard::Admit(int node, std::size_t bytes, SpanFailure* failure) n
   NodeMemory& memory = g_node_memory[node];
   // Beyond any node's size (and safe to subtract from int64 figures).
   auto request = static_cast<std::int64_t>(std::min<std::size_t>(bytes, std::size_t{1} << 62));
-  std::int64_t now = NowNanos();
+  std::int64_t now = MonotonicNanos();
   auto estimate = [&] {
     return memory.free_at_refresh.load(std::memory_order_relaxed) -
            memory.unwritten.load(std::memory_order_relaxed) -
