@@ -216,10 +216,9 @@ StatusOr<NodeMeminfo> ParseNodeMeminfo(std::string_view text) {
     case Problem::kNoFree:
       return Invalid("node meminfo", "no 'MemFree:' line");
     case Problem::kFreeAboveTotal:
-      return Invalid("node meminfo",
-                     absl::StrCat("MemFree (", parser.info().free_bytes / 1024,
-                                  " kB) exceeds MemTotal (", parser.info().total_bytes / 1024,
-                                  " kB)"));
+      return Invalid("node meminfo", absl::StrCat("MemFree (", parser.info().free_bytes / 1024,
+                                                  " kB) exceeds MemTotal (",
+                                                  parser.info().total_bytes / 1024, " kB)"));
   }
   return Invalid("node meminfo", absl::StrCat("line ", parser.problem_line_number(), " ",
                                               Quote(parser.problem_line()), ": ", why));

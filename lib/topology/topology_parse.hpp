@@ -110,8 +110,7 @@ class NodeMeminfoParser {
   bool Fail(Problem problem, std::string_view line, std::string_view token) noexcept;
 
   NodeMeminfo info_;
-  bool total_ = false, free_ = false, used_ = false, active_file_ = false,
-       inactive_file_ = false;
+  bool total_ = false, free_ = false, used_ = false, active_file_ = false, inactive_file_ = false;
   std::uint64_t active_file_bytes_ = 0;
   std::size_t line_number_ = 0;
   Problem problem_ = Problem::kNone;
