@@ -2,7 +2,6 @@
 // per-node dispatch for Preferred and Local policies, frees, and statistics.
 #include "numarena/arena.hpp"
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +18,7 @@
 #include "alloc/large_cache.hpp"
 #include "alloc/depot.hpp"
 #include "alloc/node_pages.hpp"
+#include "base/clock.hpp"
 #include "numarena/topology.hpp"
 #include "os/current_node.hpp"
 #include "os/fork.hpp"
@@ -119,14 +119,6 @@ struct Arena::NodeHeapRetry {
   std::int64_t not_before_ns = 0;  // guarded by g_node_heap_mutex
   Status error;                    // the refusal, repeated until then
 };
-
-namespace {
-std::int64_t SteadyNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
 
 // Owns every arena, keyed by (policy, options); arenas are never destroyed.
 class ArenaRegistry {
@@ -348,7 +340,7 @@ int Arena::HeapForNode(int node, Status* error) noexcept {
   heap = node_heaps_[node].load(std::memory_order_acquire);
   if (heap >= 0) return heap;
   NodeHeapRetry& retry = node_heap_retry_[node];
-  const std::int64_t now = SteadyNanos();
+  const std::int64_t now = MonotonicNanos();
   if (now < retry.not_before_ns) {
     *error = retry.error;
     return -1;

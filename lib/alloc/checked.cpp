@@ -8,7 +8,8 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
-#include "alloc/jemalloc_heap.hpp"
+#include "alloc/heap_table.hpp"
+#include "alloc/node_pages.hpp"
 #include "os/fork.hpp"
 #include "os/os.hpp"
 

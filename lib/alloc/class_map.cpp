@@ -25,50 +25,17 @@
 // A table prefers the node of the granule's heap (MPOL_PREFERRED), like the heap's other
 // bookkeeping. It is not charged to the capacity gate: a table page is faulted in by a store
 // on the allocation fast path, where there is no place to charge it. A table goes back to
-// the kernel when the granule's heap is destroyed (DropClassTable).
+// the kernel when the granule's heap is destroyed (DropClassTable). Recording a class, which
+// may make the granule's table on its heap's node, is in class_record.cpp.
 #include <jemalloc/jemalloc.h>
 
 #include "alloc/class_map.hpp"
-#include "alloc/jemalloc_heap.hpp"
 #include "numarena/internal/arena_fast_path.hpp"
 #include "os/os.hpp"
 
 namespace numarena::arena_internal {
 
 std::atomic<std::atomic<std::uint8_t>*> class_tables[kGranuleCount];
-
-void RecordClassSlow(const void* p, unsigned size_class) noexcept {
-  const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p);
-  const std::uintptr_t granule = a >> kGranuleShift;
-  if (granule >= kGranuleCount) return;
-  std::atomic<std::uint8_t>* table = class_tables[granule].load(std::memory_order_acquire);
-  if (table == nullptr) {
-    constexpr std::size_t kTableBytes = kChunksPerGranule;  // one byte per chunk
-    void* memory = nullptr;
-    if (os::ReserveAddressSpaceNoAlloc(kTableBytes, os::PageSize(), &memory) != 0) return;
-    if (os::CommitRangeNoAlloc(memory, kTableBytes) != 0) {
-      os::Unmap(memory, kTableBytes);
-      return;
-    }
-    if (Heap* heap = HeapById(HeapOf(p))) {
-      const int node = heap->pages->first_node();
-      os::KernelNodeMask mask;
-      if (os::MakeKernelNodeMask({&node, 1}, &mask) == 0) {
-        (void)os::BindRangeNoAlloc(memory, kTableBytes, os::PolicyMode::kPreferred, mask);
-      }
-    }
-    auto* fresh = static_cast<std::atomic<std::uint8_t>*>(memory);
-    std::atomic<std::uint8_t>* expected = nullptr;
-    if (class_tables[granule].compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) {
-      table = fresh;
-    } else {
-      os::Unmap(memory, kTableBytes);  // another thread made it first
-      table = expected;
-    }
-  }
-  table[(a >> kChunkShift) & (kChunksPerGranule - 1)].store(
-      static_cast<std::uint8_t>(size_class + 1), std::memory_order_relaxed);
-}
 
 void DropClassTable(std::uintptr_t granule) noexcept {
   if (granule >= kGranuleCount) return;

@@ -41,10 +41,10 @@
 #include "alloc/depot.hpp"
 
 #include <jemalloc/jemalloc.h>
-#include <time.h>
 
 #include <atomic>
 
+#include "base/clock.hpp"
 #include "numarena/internal/arena_fast_path.hpp"
 
 namespace numarena {
@@ -81,13 +81,6 @@ bool Valid(int heap, unsigned size_class) {
 
 std::size_t ClassBytes(unsigned size_class) {
   return arena_internal::front_class_bytes[size_class];
-}
-
-// The coarse clock: a few nanoseconds, and a second's resolution is all a sweep needs.
-std::int64_t CoarseNanos() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
 void** Words(void* object) { return static_cast<void**>(object); }
@@ -133,7 +126,7 @@ std::size_t FlushClass(Depot& depot, unsigned size_class) {
 // sweep go back to jemalloc.
 // Returns the clock it read.
 std::int64_t MaybeSweep(Depot& depot) {
-  const std::int64_t now = CoarseNanos();
+  const std::int64_t now = CoarseMonotonicNanos();  // a second's resolution is all a sweep needs
   std::int64_t due = depot.sweep_after_ns.load(std::memory_order_relaxed);
   if (now < due) return now;
   if (!depot.sweep_after_ns.compare_exchange_strong(due, now + kIdleNanos,

@@ -67,7 +67,7 @@
 #include <new>
 
 #include "alloc/depot.hpp"
-#include "alloc/jemalloc_heap.hpp"
+#include "alloc/heap_table.hpp"
 #include "alloc/large_cache.hpp"
 #include "alloc/node_pages.hpp"
 #include "numarena/arena.hpp"

@@ -37,8 +37,6 @@ namespace numarena {
 
 namespace {
 
-std::atomic<Heap*> g_heaps[arena_internal::kMaxHeaps];
-std::atomic<int> g_heap_count{0};
 std::mutex g_create_mutex;
 // Set while this thread holds g_create_mutex. Creating a jemalloc arena commits memory, and
 // a capacity gate may reclaim on the committing thread, which frees, which may need a shard:
@@ -454,11 +452,6 @@ StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options)
   g_heaps[id].store(heap, std::memory_order_release);
   if (id == count) g_heap_count.store(id + 1, std::memory_order_release);
   return heap;
-}
-
-Heap* HeapById(int id) {
-  if (id < 0 || id >= arena_internal::kMaxHeaps) return nullptr;
-  return g_heaps[id].load(std::memory_order_acquire);
 }
 
 bool ThreadExiting() noexcept { return t_thread_exiting; }

@@ -72,6 +72,21 @@ inline StatusOr<std::uint64_t> Decimal(std::string_view s, std::uint64_t max,
   return value;
 }
 
+// Decimal digits only (no sign, no spaces), at most `max`, into `*out`: Decimal without its
+// message, for parsers that must not allocate. False for anything else.
+inline bool DecimalNoAlloc(std::string_view s, std::uint64_t max, std::uint64_t* out) noexcept {
+  if (s.empty()) return false;
+  std::uint64_t value = 0;
+  for (char c : s) {
+    if (!IsDigit(c)) return false;
+    auto digit = static_cast<std::uint64_t>(c - '0');
+    if (value > (max - digit) / 10) return false;
+    value = value * 10 + digit;
+  }
+  *out = value;
+  return true;
+}
+
 // 1 to 16 hex digits (no prefix), at most `max`.
 inline StatusOr<std::uint64_t> HexDigits(std::string_view s, std::uint64_t max,
                                          std::string_view what) {

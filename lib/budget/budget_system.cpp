@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/parse_text.hpp"
+#include "topology/topology_parse.hpp"
 #include "topology/zoneinfo_parse.hpp"
 
 namespace numarena::budget_internal {
@@ -56,38 +57,17 @@ Status ParseCgroupValue(std::string_view text, const std::string& display_path, 
 }  // namespace
 
 StatusOr<NodeMemory> ParseNodeMeminfo(std::string_view text, const std::string& display_path) {
-  std::optional<std::uint64_t> total, free, inactive_file;
-  for (absl::string_view line : absl::StrSplit(AsAbsl(text), '\n')) {
-    // "Node 0 MemTotal:       16333412 kB"
-    std::vector<absl::string_view> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
-    if (words.size() < 4 || words[0] != "Node") continue;
-    std::optional<std::uint64_t>* field = nullptr;
-    if (words[2] == "MemTotal:") field = &total;
-    if (words[2] == "MemFree:") field = &free;
-    if (words[2] == "Inactive(file):") field = &inactive_file;
-    if (field == nullptr) continue;
-    auto kib = ParseUnsigned(std::string_view(words[3].data(), words[3].size()));
-    std::uint64_t unit = 1;
-    if (words.size() >= 5 && words[4] == "kB") unit = 1024;
-    if (!kib || *kib > (UINT64_MAX / 1024)) {
-      return absl::DataLossError(absl::StrCat(display_path, ": malformed line '", line, "'"));
-    }
-    *field = *kib * unit;
+  auto meminfo = parse::ParseNodeMeminfo(text);
+  if (!meminfo.ok()) {
+    return absl::DataLossError(absl::StrCat(display_path, ": ", meminfo.status().message()));
   }
-  if (!total || !free) {
-    return absl::DataLossError(absl::StrCat(display_path, ": no ", total ? "MemFree" : "MemTotal",
-                                            " line (expected 'Node N MemTotal: <kB> kB')"));
+  if (meminfo->inactive_file_bytes > meminfo->total_bytes - meminfo->free_bytes) {
+    return absl::DataLossError(absl::StrCat(
+        display_path, ": Inactive(file) ", meminfo->inactive_file_bytes,
+        " exceeds the used memory MemTotal - MemFree ",
+        meminfo->total_bytes - meminfo->free_bytes));
   }
-  if (*free > *total) {
-    return absl::DataLossError(
-        absl::StrCat(display_path, ": MemFree ", *free, " exceeds MemTotal ", *total));
-  }
-  if (inactive_file && *inactive_file > *total - *free) {
-    return absl::DataLossError(absl::StrCat(display_path, ": Inactive(file) ", *inactive_file,
-                                            " exceeds the used memory MemTotal - MemFree ",
-                                            *total - *free));
-  }
-  return NodeMemory{*total, *free, inactive_file.value_or(0)};
+  return NodeMemory{meminfo->total_bytes, meminfo->free_bytes, meminfo->inactive_file_bytes};
 }
 
 StatusOr<std::optional<std::uint64_t>> ParseCgroupInactiveFile(std::string_view text,

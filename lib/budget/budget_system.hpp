@@ -24,9 +24,10 @@ struct NodeMemory {
   std::uint64_t inactive_file = 0;  // bytes of Inactive(file); 0 when the file has no line
 };
 
-// Parses a node meminfo file ("Node 0 MemTotal:  16333412 kB" lines). DataLoss naming
-// `display_path` when MemTotal or MemFree is missing or malformed, or free > total, or when
-// an Inactive(file) line is malformed or larger than MemTotal - MemFree.
+// A node meminfo file ("Node 0 MemTotal:  16333412 kB" lines) through parse::ParseNodeMeminfo,
+// the one parser of it. DataLoss naming `display_path` and the parser's problem when the file
+// is malformed (a line not "Node <id> <Key>: <value> [kB]", MemTotal or MemFree missing,
+// free > total), or when Inactive(file) is larger than MemTotal - MemFree.
 [[nodiscard]] StatusOr<NodeMemory> ParseNodeMeminfo(std::string_view text,
                                                     const std::string& display_path);
 

@@ -13,8 +13,6 @@
 #include <algorithm>
 #include <thread>
 
-#include "kv/kv_pool_sequences.hpp"
-#include "kv/kv_pool_tiering.hpp"
 #include "numarena/kv_pool.hpp"
 
 namespace numarena {

@@ -1,5 +1,6 @@
-// KV pool pins: taking and dropping pin references on blocks (kv_pool_pins.cpp also holds
-// KvBlockPin and KvPool's pin functions).
+// KV pool pins: taking and dropping pin references on blocks, promoting a cold block on
+// touch (kv_pool_pins.cpp also holds KvBlockPin and KvPool's pin functions). Below it:
+// tiering.
 //
 // A pin reference is the pin count in the block's state word (kv_pool_state.hpp): while it
 // is above 0 the block is not moved and its memory is not dropped.
@@ -8,15 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kv/kv_pool_state.hpp"
+#include "kv/kv_pool_tiering.hpp"
 
 namespace numarena::kv {
-
-// Whether blocks of span `s` may be pinned: it belongs to a sequence or to the cache.
-inline bool Pinnable(const PoolState& p, std::uint32_t s) {
-  const std::uint8_t st = p.span(s).state.load(std::memory_order_acquire);
-  return st == kInUse || st == kCached;
-}
 
 // Takes a pin reference on `id` (waiting while it moves); promotes it first when it is
 // cold, `promote` is set, its span is pinnable and there is room. Neither touches the

@@ -1,11 +1,11 @@
-// KV pool sequences: sequence slots, appending and publishing computed spans, and KvPool's
-// sequence functions (see kv_pool_sequences.hpp).
-#include "kv/kv_pool_sequences.hpp"
-
+// KV pool sequences: sequence slots, prefix sharing, appending (with copy-on-write) and
+// publishing computed spans, and KvPool's sequence functions. The top of lib/kv's inner
+// order (kv_pool_state.hpp): below it pins, tiering and the span store.
 #include <algorithm>
+#include <cstring>
 #include <new>
 
-#include "kv/kv_pool_spans.hpp"
+#include "kv/kv_pool_pins.hpp"
 #include "numarena/kv_pool.hpp"
 
 namespace numarena {
@@ -17,23 +17,6 @@ using kv::SpanList;
 using kv::SpanMeta;
 
 namespace kv {
-namespace {
-
-Status NoSequence(KvSequenceId id) {
-  return absl::NotFoundError(
-      absl::StrCat("KV pool: sequence ", id, " does not exist (never created or already freed)"));
-}
-
-}  // namespace
-
-StatusOr<LockedSequence> LockLive(const PoolState& p, KvSequenceId id) {
-  Sequence* s = p.sequence(id);
-  if (s == nullptr) return NoSequence(id);
-  std::unique_lock lock(s->mu);
-  if (!s->live || p.sequence(id) != s) return NoSequence(id);
-  return LockedSequence{s, std::move(lock)};
-}
-
 namespace {
 
 // A sequence slot: a retired one from this thread's list (or another's), else a new one.
@@ -91,6 +74,25 @@ Status ReserveSpans(List& spans, std::size_t count) {
   }
   return absl::OkStatus();
 }
+
+// Copies a span's data and first `tokens` token ids into exclusive span `to`
+// (copy-on-write).
+void CopySpan(PoolState& p, std::uint32_t from, std::uint32_t to, int tokens) {
+  for (std::size_t i = 0; i < p.bps; ++i) {
+    const BlockSlot src = p.block_id(from, static_cast<int>(i));
+    const BlockSlot dst = p.block_id(to, static_cast<int>(i));
+    PinRaw(p, src, /*promote=*/false);
+    PinRaw(p, dst, /*promote=*/true);
+    std::memcpy(p.block(dst).data.load(std::memory_order_relaxed),
+                p.block(src).data.load(std::memory_order_relaxed), p.layout.block_bytes);
+    UnpinRaw(p, dst);
+    UnpinRaw(p, src);
+  }
+  std::copy_n(p.span_tokens(from), tokens, p.span_tokens(to));
+  p.span(to).tokens = tokens;
+  p.copy_on_writes.fetch_add(1, std::memory_order_relaxed);
+}
+
 
 // Appends with `s->mu` held. Either everything or nothing happens.
 Status AppendLocked(PoolState& p, Sequence* s, std::span<const std::int32_t> tokens) {

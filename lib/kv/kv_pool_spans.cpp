@@ -1,5 +1,5 @@
-// KV pool spans: allocation and backing, release into the cache or the free lists, eviction,
-// and sharing by prefix (see kv_pool_spans.hpp).
+// KV pool spans, the span store: allocation and backing, release into the cache or the free
+// lists, eviction, and sharing by prefix (see kv_pool_spans.hpp).
 //
 // Prefix publication. A span is hashed when it fills (Append) but enters the prefix index
 // only in MarkComputed, after the caller has written its K/V. The insert happens under the
@@ -25,8 +25,6 @@
 #include <mutex>
 #include <thread>
 
-#include "kv/kv_pool_pins.hpp"
-#include "kv/kv_pool_tiering.hpp"
 #include "kv/kv_testing.hpp"
 
 namespace numarena::kv {
@@ -158,36 +156,33 @@ inline bool ClaimCached(PoolState& p, std::uint32_t s) {
   return s;
 }
 
-// Backs one block: hot on its home node, else after demoting a victim, else cold.
-[[gnu::noinline]] bool BackBlock(PoolState& p, std::uint32_t s, int index, Status* why) {
+// Backs block `index` of span `s`: hot on its home node, else (when `may_go_cold`) cold.
+[[gnu::noinline]] Backing BackBlock(PoolState& p, std::uint32_t s, int index, bool may_go_cold,
+                                    Status* why) {
   const BlockSlot id = p.block_id(s, index);
   BlockMeta& b = p.block(id);
-  HomeNode* home = p.home_of(p.group_node[p.layout.GroupOf(index)]);
-  Slot slot = home->hot->Allocate(/*may_grow=*/true, why);
-  if (!slot && !p.cold.empty() && DemoteFrom(p, *home, 8, KvUrgency::kUrgent) > 0) {
-    slot = home->hot->Allocate(/*may_grow=*/true, why);
-  }
+  HomeNode& home = HomeOfIndex(p, index);
+  Slot slot = home.hot->Allocate(/*may_grow=*/true, why);
   if (slot) {
-    SetPlacement(b, slot, KvTier::kHot, home->node);
-    std::lock_guard lock(home->list_mu);
-    ResetHotness(b.hot, p.Tick());
-    home->list.PushBack(id);
-    home->policy->OnInsert(home->list, id);
-    return true;
+    SetPlacement(b, slot, KvTier::kHot, home.node);
+    InsertHot(p, home, id);
+    return Backing::kDone;
   }
+  if (p.cold.empty()) return Backing::kNoMemory;
+  if (!may_go_cold) return Backing::kNoHotSlot;
   int cold_node = -1;
   Status cold_why;
-  if (!p.cold.empty()) slot = AllocateCold(p, &cold_node, &cold_why);
+  slot = AllocateCold(p, &cold_node, &cold_why);
   if (!slot) {
-    if (!p.cold.empty() && why != nullptr) {
+    if (why != nullptr) {
       *why = absl::ResourceExhaustedError(
           absl::StrCat(why->message(), "; cold tier: ", cold_why.message()));
     }
-    return false;
+    return Backing::kNoMemory;
   }
   SetPlacement(b, slot, KvTier::kCold, cold_node);
   ResetHotness(b.hot, p.Tick());
-  return true;
+  return Backing::kDone;
 }
 
 // Whether indexed span `s` holds exactly this prefix. Its caller holds a reference on it
@@ -230,39 +225,68 @@ std::uint32_t TakeFreeSpanOn(PoolState& p, int node) {
   return p.free_spans.PopIf([&p, node](std::uint32_t s) { return ReclaimableOn(p, s, node); });
 }
 
-StatusOr<std::uint32_t> AllocateSpan(PoolState& p) {
-  std::uint32_t s = p.free_spans.Pop();
-  if (s != kNil && !p.span(s).partial) {
+void InsertHot(PoolState& p, HomeNode& home, BlockSlot id) {
+  std::lock_guard lock(home.list_mu);
+  ResetHotness(p.block(id).hot, p.Tick());
+  home.list.PushBack(id);
+  home.policy->OnInsert(home.list, id);
+}
+
+Slot AllocateCold(PoolState& p, int* node, Status* why) {
+  const std::size_t n = p.cold.size();
+  const std::size_t start = p.cold_cursor.fetch_add(1, std::memory_order_relaxed);
+  for (std::size_t k = 0; k < n; ++k) {
+    SlabAllocator* a = p.cold[(start + k) % n].get();
+    Slot slot = a->Allocate(/*may_grow=*/true, why);
+    if (slot) {
+      *node = a->node();
+      return slot;
+    }
+  }
+  return {};
+}
+
+StatusOr<std::uint32_t> TakeSpan(PoolState& p, bool* ready) {
+  const std::uint32_t s = p.free_spans.Pop();
+  *ready = s != kNil && !p.span(s).partial;
+  if (*ready) {
     ActivateSpan(p, s);
     return s;
   }
-  if (s == kNil) {
-    auto fresh = NewUnbackedSpan(p);
-    if (!fresh.ok()) return fresh.status();
-    s = *fresh;
-  }
-  Status why;
-  for (std::size_t i = 0; i < p.bps; ++i) {
+  if (s != kNil) return s;
+  return NewUnbackedSpan(p);
+}
+
+Backing BackBlocks(PoolState& p, std::uint32_t s, std::size_t* next, bool cold_for_next,
+                   Status* why) {
+  for (std::size_t i = *next; i < p.bps; ++i) {
     // A partial free span kept the blocks on nodes a Reclaim did not ask for.
     if (p.block(p.block_id(s, static_cast<int>(i))).tier.load(std::memory_order_relaxed) !=
         static_cast<std::uint8_t>(KvTier::kNone))
       continue;
-    if (BackBlock(p, s, static_cast<int>(i), &why)) continue;
-    // No memory in either tier: give back what this span got, reuse a cached span.
-    DropAndPark(p, s, -1);
-    // Cached spans keep all their blocks' memory: an evicted one is ready as it is.
-    const std::uint32_t evicted = EvictCached(p, -1);
-    if (evicted != kNil) {
-      ActivateSpan(p, evicted);
-      return evicted;
+    const Backing backing =
+        BackBlock(p, s, static_cast<int>(i), /*may_go_cold=*/cold_for_next && i == *next, why);
+    if (backing != Backing::kDone) {
+      *next = i;
+      return backing;
     }
-    p.refusals.fetch_add(1, std::memory_order_relaxed);
-    return absl::ResourceExhaustedError(
-        absl::StrCat("KV pool: no memory for a block: ", why.message(),
-                     p.cold.empty() ? " (no cold tier is configured)" : ""));
   }
   ActivateSpan(p, s);
-  return s;
+  return Backing::kDone;
+}
+
+StatusOr<std::uint32_t> SpanWithoutMemory(PoolState& p, std::uint32_t s, const Status& why) {
+  DropAndPark(p, s, -1);
+  // Cached spans keep all their blocks' memory: an evicted one is ready as it is.
+  const std::uint32_t evicted = EvictCached(p, -1);
+  if (evicted != kNil) {
+    ActivateSpan(p, evicted);
+    return evicted;
+  }
+  p.refusals.fetch_add(1, std::memory_order_relaxed);
+  return absl::ResourceExhaustedError(
+      absl::StrCat("KV pool: no memory for a block: ", why.message(),
+                   p.cold.empty() ? " (no cold tier is configured)" : ""));
 }
 
 void ReleaseSpan(PoolState& p, std::uint32_t s) {
@@ -334,22 +358,6 @@ std::uint32_t AcquireCached(PoolState& p, std::uint64_t parent,
     m.state.store(kInUse, std::memory_order_relaxed);
   }
   return s;
-}
-
-void CopySpan(PoolState& p, std::uint32_t from, std::uint32_t to, int tokens) {
-  for (std::size_t i = 0; i < p.bps; ++i) {
-    const BlockSlot src = p.block_id(from, static_cast<int>(i));
-    const BlockSlot dst = p.block_id(to, static_cast<int>(i));
-    PinRaw(p, src, /*promote=*/false);
-    PinRaw(p, dst, /*promote=*/true);
-    std::memcpy(p.block(dst).data.load(std::memory_order_relaxed),
-                p.block(src).data.load(std::memory_order_relaxed), p.layout.block_bytes);
-    UnpinRaw(p, dst);
-    UnpinRaw(p, src);
-  }
-  std::copy_n(p.span_tokens(from), tokens, p.span_tokens(to));
-  p.span(to).tokens = tokens;
-  p.copy_on_writes.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace numarena::kv

@@ -1,11 +1,30 @@
 // KV pool state: the tables every part of the pool works on (blocks, spans, sequences, home
-// and cold slabs, counters), and the lookups into them.
+// and cold slabs, counters), and the lookups into them. The main header of lib/kv.
 //
-// The pool is one `PoolState` (what `KvPool` points to) and four parts that work on it, each
-// in its own file: spans (kv_pool_spans: allocation, release, eviction, prefix sharing),
-// pins (kv_pool_pins: pin references and KvBlockPin), tiering (kv_pool_tiering: demotion,
-// promotion, Reclaim) and sequences (kv_pool_sequences: sequence slots, Append,
-// MarkComputed). kv_pool.cpp builds the state (Create) and reads it (Stats).
+// Inner order of lib/kv, bottom-up. A file includes its own header and files named before
+// it in this list, never one after it, so a call goes down and never comes back up (the layer
+// check, cmake/CheckLayers.cmake, reads this list and checks every include):
+//   types:     numarena/kv_types.hpp numarena/kv_pool.hpp
+//   parts:     kv_testing kv_read_mostly_map kv_prefix_index kv_hotness kv_pool_sync kv_layout
+//              kv_placement kv_slab kv_storage
+//   state:     kv_pool_state
+//   spans:     kv_pool_spans
+//   tiering:   kv_pool_tiering
+//   pins:      kv_pool_pins
+//   audit:     kv_pool_audit
+//   sequences: kv_pool_sequences
+//   pool:      kv_pool
+//
+// The pool is one `PoolState` (what `KvPool` points to) and the parts that work on it, each
+// in its own file. Spans (kv_pool_spans) is the span store: spans' memory in both tiers,
+// allocation, release, the prefix cache and eviction; when a block's home node has no hot
+// slot it answers so (Backing::kNoHotSlot) and leaves the demotion to its caller. Tiering
+// (kv_pool_tiering) moves blocks between the tiers (demotion, promotion, Reclaim) and
+// allocates spans, demoting for room. Pins (kv_pool_pins) takes pin references, promoting a
+// cold block on touch. The audit (kv_pool_audit) finds blocks whose pages the kernel moved
+// and moves them back under a pin. Sequences (kv_pool_sequences) hold spans in order, share
+// prefixes (CreateSequence), append with copy-on-write and publish computed spans. kv_pool.cpp
+// builds the state (Create) and reads it (Stats).
 //
 // Concurrency design. Spans and blocks live in chunked tables that only grow, so a handle is
 // resolved with two loads and no lock. A block's `state` word holds its pin count and a
@@ -305,5 +324,26 @@ struct PoolState {
     return s;
   }
 };
+
+inline Status NoSequence(KvSequenceId id) {
+  return absl::NotFoundError(
+      absl::StrCat("KV pool: sequence ", id, " does not exist (never created or already freed)"));
+}
+
+// A live sequence with its lock held.
+struct LockedSequence {
+  Sequence* sequence;
+  std::unique_lock<SpinLock> lock;
+};
+
+// The live sequence `id` with its lock held (checked again under the lock: the id may be
+// freed between the lookup and the lock), or NotFound.
+[[nodiscard]] inline StatusOr<LockedSequence> LockLive(const PoolState& p, KvSequenceId id) {
+  Sequence* s = p.sequence(id);
+  if (s == nullptr) return NoSequence(id);
+  std::unique_lock lock(s->mu);
+  if (!s->live || p.sequence(id) != s) return NoSequence(id);
+  return LockedSequence{s, std::move(lock)};
+}
 
 }  // namespace numarena::kv

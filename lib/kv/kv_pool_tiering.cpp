@@ -7,8 +7,6 @@
 #include <cstring>
 #include <vector>
 
-#include "kv/kv_pool_pins.hpp"
-#include "kv/kv_pool_spans.hpp"
 #include "numarena/budget.hpp"
 #include "numarena/kv_pool.hpp"
 
@@ -39,12 +37,7 @@ bool TryPromoteLocked(PoolState& p, BlockSlot id, BlockMeta& b) {
   Slot old{b.data.load(std::memory_order_relaxed), b.slab.load(std::memory_order_relaxed)};
   SlabAllocator* from = p.cold_of(b.node.load(std::memory_order_relaxed));
   SetPlacement(b, slot, KvTier::kHot, home->node);
-  {
-    std::lock_guard lock(home->list_mu);
-    ResetHotness(b.hot, p.Tick());
-    home->list.PushBack(id);
-    home->policy->OnInsert(home->list, id);
-  }
+  InsertHot(p, *home, id);
   from->Free(old);
   const auto ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
@@ -55,18 +48,27 @@ bool TryPromoteLocked(PoolState& p, BlockSlot id, BlockMeta& b) {
   return true;
 }
 
-Slot AllocateCold(PoolState& p, int* node, Status* why) {
-  const std::size_t n = p.cold.size();
-  const std::size_t start = p.cold_cursor.fetch_add(1, std::memory_order_relaxed);
-  for (std::size_t k = 0; k < n; ++k) {
-    SlabAllocator* a = p.cold[(start + k) % n].get();
-    Slot slot = a->Allocate(/*may_grow=*/true, why);
-    if (slot) {
-      *node = a->node();
-      return slot;
+StatusOr<std::uint32_t> AllocateSpan(PoolState& p) {
+  bool ready = false;
+  auto taken = TakeSpan(p, &ready);
+  if (!taken.ok() || ready) return taken;
+  const std::uint32_t s = *taken;
+  std::size_t next = 0;
+  bool cold_for_next = false;
+  Status why;
+  for (;;) {
+    switch (BackBlocks(p, s, &next, cold_for_next, &why)) {
+      case Backing::kDone:
+        return s;
+      case Backing::kNoHotSlot:
+        // Room for this block on its home node, if a victim can go; else it goes cold.
+        DemoteFrom(p, HomeOfIndex(p, static_cast<int>(next)), 8, KvUrgency::kUrgent);
+        cold_for_next = true;
+        break;
+      case Backing::kNoMemory:
+        return SpanWithoutMemory(p, s, why);
     }
   }
-  return {};
 }
 
 namespace {

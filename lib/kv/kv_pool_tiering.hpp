@@ -1,5 +1,6 @@
-// KV pool tiering: moving blocks between the hot tier (home node slabs) and the cold tier
-// (kv_pool_tiering.cpp also holds KvPool's Reclaim, Demote, DemoteBlock and PromoteBlock).
+// KV pool tiering: moving blocks between the hot tier (home node slabs) and the cold tier,
+// and allocating spans with demotion for room (kv_pool_tiering.cpp also holds KvPool's
+// Reclaim, Demote, DemoteBlock and PromoteBlock). Below it: the span store.
 //
 // A block moves only while its mover holds MIGRATING on it (kv_pool_state.hpp): its data is
 // copied to a slot of the other tier, the block's placement fields are repointed, and the
@@ -9,26 +10,19 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kv/kv_pool_state.hpp"
+#include "kv/kv_pool_spans.hpp"
 
 namespace numarena::kv {
 
-// Repoints a block (caller holds MIGRATING on it, or its span is not published yet).
-inline void SetPlacement(BlockMeta& b, Slot slot, KvTier tier, int node) {
-  b.data.store(slot.data, std::memory_order_relaxed);
-  b.slab.store(slot.slab, std::memory_order_relaxed);
-  b.tier.store(static_cast<std::uint8_t>(tier), std::memory_order_relaxed);
-  b.node.store(node, std::memory_order_relaxed);
-  b.misplaced.store(0, std::memory_order_relaxed);  // new memory: the next audit looks again
-}
+// A span for a new owner (one holder, no tokens): from the free lists, else a new one backed
+// block by block (hot, demoting victims from the block's home node when it has no hot slot,
+// else cold), else an evicted cached span. ResourceExhausted when no memory is left in
+// either tier and no cached span can go.
+[[nodiscard]] StatusOr<std::uint32_t> AllocateSpan(PoolState& p);
 
 // Moves a cold block home when the hot tier has room (caller holds MIGRATING on `b`).
 // Returns whether it moved.
 bool TryPromoteLocked(PoolState& p, BlockSlot id, BlockMeta& b);
-
-// A slot in the cold tier, round-robin over its nodes (`*node` receives the node); an empty
-// slot when every cold node is full, with the last node's reason in `why` when set.
-Slot AllocateCold(PoolState& p, int* node, Status* why);
 
 // Demotes up to `count` hot blocks of `home` chosen by its hotness policy (kBackground: at
 // the rate limit). Returns the number moved.

@@ -31,6 +31,7 @@
 #include "os/os.hpp"
 #include "placement/page_walk.hpp"
 #include "placement/unwritten.hpp"
+#include "topology/node_room.hpp"
 #include "topology/topology_parse.hpp"
 #include "topology/zoneinfo_parse.hpp"
 
@@ -224,23 +225,16 @@ struct NodeRoom {
 // not subtracted: they are the pages being written (prefault over an arena's own object).
 NodeRoom ReadNodeRoom(int node, const void* filling = nullptr, std::size_t filling_bytes = 0) {
   NodeRoom room;
-  auto meminfo = os::ReadFile(absl::StrCat("/sys/devices/system/node/node", node, "/meminfo"));
-  if (!meminfo.ok()) return room;
-  auto parsed = parse::ParseNodeMeminfo(*meminfo);
-  if (!parsed.ok()) return room;
+  parse::NodeMeminfo meminfo;
+  if (!ReadNodeMeminfoNoAlloc(node, &meminfo)) return room;
   std::uint64_t high_watermark = 0;
-  if (auto zoneinfo = os::ReadFile("/proc/zoneinfo"); zoneinfo.ok()) {
-    parse::ZoneinfoNode zones;
-    if (parse::ParseZoneinfo(*zoneinfo, std::span<parse::ZoneinfoNode>(&zones, 1), node).ok()) {
-      high_watermark = zones.high_pages * os::PageSize();
-    }
-  }
+  (void)ReadNodeHighWatermarkNoAlloc(node, &high_watermark);  // 0 when zoneinfo says nothing
   room.known = true;
-  room.total = parsed->total_bytes;
+  room.total = meminfo.total_bytes;
   room.unwritten = static_cast<std::uint64_t>(
       placement_internal::UnwrittenBytesOnNode(node, filling, filling_bytes));
   const std::uint64_t obtainable =
-      parse::NodeObtainableBytes(parsed->free_bytes, parsed->reclaimable_bytes);
+      parse::NodeObtainableBytes(meminfo.free_bytes, meminfo.reclaimable_bytes);
   room.free = obtainable - std::min(obtainable, room.unwritten);
   room.reserve = parse::NodeReserveBytes(room.total, high_watermark);
   return room;

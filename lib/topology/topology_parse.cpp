@@ -16,6 +16,7 @@ namespace {
 
 using text::Abs;
 using text::Decimal;
+using text::DecimalNoAlloc;
 using text::ForEachPiece;
 using text::HexDigits;
 using text::Invalid;
@@ -97,63 +98,130 @@ StatusOr<std::vector<int>> ParseDistanceRow(std::string_view text) {
   return out;
 }
 
-StatusOr<NodeMeminfo> ParseNodeMeminfo(std::string_view text) {
-  NodeMeminfo info;
-  std::optional<std::uint64_t> total, free, used, active_file, inactive_file;
-  Status error = absl::OkStatus();
-  int line_number = 0;
-  ForEachPiece(text, '\n', [&](std::string_view raw) {
-    ++line_number;
-    if (!error.ok()) return;
-    std::string_view line = Trim(raw);
-    if (line.empty()) return;
-    auto fail = [&](const std::string& why) {
-      error =
-          Invalid("node meminfo", absl::StrCat("line ", line_number, " ", Quote(line), ": ", why));
-    };
-    std::vector<std::string_view> t = Tokens(line);
-    if (t.size() < 4 || t.size() > 5 || t[0] != "Node" || t[2].size() < 2 || t[2].back() != ':') {
-      return fail("expected 'Node <id> <Key>: <value> [kB]'");
-    }
-    auto node = Decimal(t[1], kMaxListId, "node id");
-    if (!node.ok()) return fail(std::string(node.status().message()));
-    if (info.node >= 0 && info.node != static_cast<int>(*node)) {
-      return fail(
-          absl::StrCat("node id ", *node, " differs from ", info.node, " on earlier lines"));
-    }
-    info.node = static_cast<int>(*node);
-    auto value = Decimal(t[3], std::numeric_limits<std::uint64_t>::max(), "value");
-    if (!value.ok()) return fail(std::string(value.status().message()));
-    bool kilobytes = t.size() == 5;
-    if (kilobytes && t[4] != "kB") return fail(absl::StrCat("unknown unit ", Quote(t[4])));
-    std::string_view key = t[2].substr(0, t[2].size() - 1);
-    std::optional<std::uint64_t>* slot = key == "MemTotal"         ? &total
-                                         : key == "MemFree"        ? &free
-                                         : key == "MemUsed"        ? &used
-                                         : key == "Active(file)"   ? &active_file
-                                         : key == "Inactive(file)" ? &inactive_file
-                                                                   : nullptr;
-    if (slot == nullptr) return;  // other counters are not needed
-    if (!kilobytes) return fail("expected a value in kB");
-    if (*value > std::numeric_limits<std::uint64_t>::max() / 1024) {
-      return fail("value overflows 64 bits in bytes");
-    }
-    if (slot->has_value()) return fail(absl::StrCat(Abs(key), " appears twice"));
-    *slot = *value * 1024;
-  });
-  if (!error.ok()) return error;
-  if (!total) return Invalid("node meminfo", "no 'MemTotal:' line");
-  if (!free) return Invalid("node meminfo", "no 'MemFree:' line");
-  if (*free > *total) {
-    return Invalid("node meminfo", absl::StrCat("MemFree (", *free / 1024,
-                                                " kB) exceeds MemTotal (", *total / 1024, " kB)"));
+bool NodeMeminfoParser::Fail(Problem problem, std::string_view line,
+                             std::string_view token) noexcept {
+  problem_ = problem;
+  problem_line_number_ = line_number_;
+  problem_line_ = line;
+  problem_token_ = token;
+  return false;
+}
+
+bool NodeMeminfoParser::Feed(std::string_view raw) noexcept {
+  ++line_number_;
+  if (problem_ != Problem::kNone) return false;
+  const std::string_view line = Trim(raw);
+  if (line.empty()) return true;
+  // "Node <id> <Key>: <value> [kB]": 4 or 5 tokens.
+  std::string_view t[6];
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < line.size() && count < 6;) {
+    while (i < line.size() && IsSpace(line[i])) ++i;
+    const std::size_t start = i;
+    while (i < line.size() && !IsSpace(line[i])) ++i;
+    if (i > start) t[count++] = line.substr(start, i - start);
   }
-  info.total_bytes = *total;
-  info.free_bytes = *free;
-  info.used_bytes = used ? *used : *total - *free;
+  if (count < 4 || count > 5 || t[0] != "Node" || t[2].size() < 2 || t[2].back() != ':') {
+    return Fail(Problem::kShape, line, {});
+  }
+  std::uint64_t node = 0;
+  if (!DecimalNoAlloc(t[1], kMaxListId, &node)) return Fail(Problem::kNodeId, line, t[1]);
+  if (info_.node >= 0 && info_.node != static_cast<int>(node)) {
+    earlier_node_ = info_.node;
+    return Fail(Problem::kNodeDiffers, line, t[1]);
+  }
+  info_.node = static_cast<int>(node);
+  std::uint64_t value = 0;
+  if (!DecimalNoAlloc(t[3], std::numeric_limits<std::uint64_t>::max(), &value)) {
+    return Fail(Problem::kValue, line, t[3]);
+  }
+  const bool kilobytes = count == 5;
+  if (kilobytes && t[4] != "kB") return Fail(Problem::kUnit, line, t[4]);
+  const std::string_view key = t[2].substr(0, t[2].size() - 1);
+  bool* seen = nullptr;
+  std::uint64_t* bytes = nullptr;
+  if (key == "MemTotal") {
+    seen = &total_, bytes = &info_.total_bytes;
+  } else if (key == "MemFree") {
+    seen = &free_, bytes = &info_.free_bytes;
+  } else if (key == "MemUsed") {
+    seen = &used_, bytes = &info_.used_bytes;
+  } else if (key == "Active(file)") {
+    seen = &active_file_, bytes = &active_file_bytes_;
+  } else if (key == "Inactive(file)") {
+    seen = &inactive_file_, bytes = &info_.inactive_file_bytes;
+  } else {
+    return true;  // other counters are not needed
+  }
+  if (!kilobytes) return Fail(Problem::kNotKilobytes, line, key);
+  if (value > std::numeric_limits<std::uint64_t>::max() / 1024) {
+    return Fail(Problem::kOverflow, line, t[3]);
+  }
+  if (*seen) return Fail(Problem::kTwice, line, key);
+  *seen = true;
+  *bytes = value * 1024;
+  return true;
+}
+
+bool NodeMeminfoParser::Finish() noexcept {
+  if (problem_ != Problem::kNone) return false;
+  line_number_ = 0;
+  if (!total_) return Fail(Problem::kNoTotal, {}, {});
+  if (!free_) return Fail(Problem::kNoFree, {}, {});
+  if (info_.free_bytes > info_.total_bytes) return Fail(Problem::kFreeAboveTotal, {}, {});
+  if (!used_) info_.used_bytes = info_.total_bytes - info_.free_bytes;
   // Each is below 2^54 (kB values that fit 64 bits in bytes): the sum cannot wrap.
-  info.reclaimable_bytes = active_file.value_or(0) + inactive_file.value_or(0);
-  return info;
+  info_.reclaimable_bytes = active_file_bytes_ + info_.inactive_file_bytes;
+  return true;
+}
+
+StatusOr<NodeMeminfo> ParseNodeMeminfo(std::string_view text) {
+  NodeMeminfoParser parser;
+  ForEachPiece(text, '\n', [&](std::string_view line) { parser.Feed(line); });
+  if (parser.Finish()) return parser.info();
+  using Problem = NodeMeminfoParser::Problem;
+  const std::string token(parser.problem_token());
+  std::string why;
+  switch (parser.problem()) {
+    case Problem::kNone:
+      break;
+    case Problem::kShape:
+      why = "expected 'Node <id> <Key>: <value> [kB]'";
+      break;
+    case Problem::kNodeId:
+      why = std::string(Decimal(token, kMaxListId, "node id").status().message());
+      break;
+    case Problem::kNodeDiffers:
+      why = absl::StrCat("node id ", token, " differs from ", parser.earlier_node(),
+                         " on earlier lines");
+      break;
+    case Problem::kValue:
+      why = std::string(
+          Decimal(token, std::numeric_limits<std::uint64_t>::max(), "value").status().message());
+      break;
+    case Problem::kUnit:
+      why = absl::StrCat("unknown unit ", Quote(token));
+      break;
+    case Problem::kNotKilobytes:
+      why = "expected a value in kB";
+      break;
+    case Problem::kOverflow:
+      why = "value overflows 64 bits in bytes";
+      break;
+    case Problem::kTwice:
+      why = absl::StrCat(token, " appears twice");
+      break;
+    case Problem::kNoTotal:
+      return Invalid("node meminfo", "no 'MemTotal:' line");
+    case Problem::kNoFree:
+      return Invalid("node meminfo", "no 'MemFree:' line");
+    case Problem::kFreeAboveTotal:
+      return Invalid("node meminfo", absl::StrCat("MemFree (", parser.info().free_bytes / 1024,
+                                                  " kB) exceeds MemTotal (",
+                                                  parser.info().total_bytes / 1024, " kB)"));
+  }
+  return Invalid("node meminfo", absl::StrCat("line ", parser.problem_line_number(), " ",
+                                              Quote(parser.problem_line()), ": ", why));
 }
 
 StatusOr<ProcStatusLimits> ParseProcStatus(std::string_view text) {

@@ -55,6 +55,8 @@ inline constexpr int kMaxNodeId = 1023;
 // /sys/devices/system/node/nodeN/meminfo. Every non-empty line must have the form
 // "Node <id> <Key>: <value>[ kB]" with one node id throughout; MemTotal and MemFree are
 // required, MemUsed defaults to MemTotal - MemFree. Values in kB are returned in bytes.
+// The one reader of this file: topology discovery, the budget, first-touch placement and the
+// arenas' free-memory guard all parse it here.
 struct NodeMeminfo {
   int node = -1;
   std::uint64_t total_bytes = 0;
@@ -66,7 +68,58 @@ struct NodeMeminfo {
   // open files pin theirs), and when the kernel's shrinkers free nothing it OOM-kills a bound
   // allocation instead (the lab's root file system put 9 MiB of it on a 256 MiB node).
   std::uint64_t reclaimable_bytes = 0;
+  std::uint64_t inactive_file_bytes = 0;  // Inactive(file) alone; 0 when absent
 };
+
+// The meminfo parser, a line at a time and allocation-free (the free-memory guard reads the
+// file inside jemalloc's extent hooks, through os::ReadLinesNoAlloc). ParseNodeMeminfo below
+// runs it over a whole text and says its problem in words.
+class NodeMeminfoParser {
+ public:
+  enum class Problem : unsigned char {
+    kNone,
+    kShape,           // not "Node <id> <Key>: <value> [kB]"
+    kNodeId,          // the id is not a decimal number up to kMaxListId (token)
+    kNodeDiffers,     // another node id than earlier lines (token; earlier_node())
+    kValue,           // the value is not a decimal number (token)
+    kUnit,            // a unit other than kB (token)
+    kNotKilobytes,    // a field numarena reads without a unit
+    kOverflow,        // the value does not fit 64 bits in bytes
+    kTwice,           // the field appears twice (token: its key)
+    kNoTotal,         // Finish: no MemTotal line
+    kNoFree,          // Finish: no MemFree line
+    kFreeAboveTotal,  // Finish: MemFree > MemTotal
+  };
+
+  // Feeds one line (surrounding whitespace ignored). False from the first problem on; later
+  // lines are then ignored.
+  bool Feed(std::string_view line) noexcept;
+  // After the last line: whether the file was well formed; then info() holds its figures.
+  bool Finish() noexcept;
+
+  const NodeMeminfo& info() const noexcept { return info_; }
+  Problem problem() const noexcept { return problem_; }
+  // The first problem's line (1-based; 0 for Finish's problems), that line trimmed (it
+  // points into the caller's text, valid while that is) and the token concerned.
+  std::size_t problem_line_number() const noexcept { return problem_line_number_; }
+  std::string_view problem_line() const noexcept { return problem_line_; }
+  std::string_view problem_token() const noexcept { return problem_token_; }
+  int earlier_node() const noexcept { return earlier_node_; }
+
+ private:
+  bool Fail(Problem problem, std::string_view line, std::string_view token) noexcept;
+
+  NodeMeminfo info_;
+  bool total_ = false, free_ = false, used_ = false, active_file_ = false, inactive_file_ = false;
+  std::uint64_t active_file_bytes_ = 0;
+  std::size_t line_number_ = 0;
+  Problem problem_ = Problem::kNone;
+  std::size_t problem_line_number_ = 0;
+  std::string_view problem_line_;
+  std::string_view problem_token_;
+  int earlier_node_ = -1;
+};
+
 [[nodiscard]] StatusOr<NodeMeminfo> ParseNodeMeminfo(std::string_view text);
 
 // The cpuset lines of /proc/<pid>/status ("Cpus_allowed_list:\t0-7"). Absent lines stay

@@ -9,7 +9,6 @@
 namespace numarena::parse {
 namespace {
 
-using text::IsDigit;
 using text::IsSpace;
 
 // Splits off the next whitespace-separated word of `rest`.
@@ -27,15 +26,7 @@ std::string_view NextWord(std::string_view& rest) noexcept {
 bool ParseValue(std::string_view rest, std::uint64_t* value) noexcept {
   std::string_view word = NextWord(rest);
   if (word.empty() || !NextWord(rest).empty()) return false;
-  std::uint64_t v = 0;
-  for (char c : word) {
-    if (!IsDigit(c)) return false;
-    auto digit = static_cast<std::uint64_t>(c - '0');
-    if (v > (UINT64_MAX - digit) / 10) return false;
-    v = v * 10 + digit;
-  }
-  *value = v;
-  return true;
+  return text::DecimalNoAlloc(word, UINT64_MAX, value);
 }
 
 bool Add(std::uint64_t* sum, std::uint64_t value) noexcept {

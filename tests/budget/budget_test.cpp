@@ -821,7 +821,15 @@ TEST_CASE("System mode: unreadable meminfo fails Create naming the file") {
   auto malformed = Budget::Create(SystemOptions(reader, milliseconds(0)), {0, 1});
   REQUIRE_FALSE(malformed.ok());
   CHECK(malformed.status().code() == absl::StatusCode::kDataLoss);
-  CHECK(Message(malformed.status()).find("no MemFree line") != std::string::npos);
+  CHECK(Message(malformed.status()).find("no 'MemFree:' line") != std::string::npos);
+  // A line that is not "Node <id> <Key>: <value> [kB]" is refused and named (the budget reads
+  // meminfo with the topology's parser, parse::ParseNodeMeminfo).
+  reader->Set("/sys/devices/system/node/node1/meminfo",
+              "Node 1 MemTotal: 12 kB\nNode 1 MemFree: 1 kB\nMemUsed 3\n");
+  auto bad_line = Budget::Create(SystemOptions(reader, milliseconds(0)), {0, 1});
+  REQUIRE_FALSE(bad_line.ok());
+  CHECK(bad_line.status().code() == absl::StatusCode::kDataLoss);
+  CHECK(Message(bad_line.status()).find("line 3 'MemUsed 3'") != std::string::npos);
 }
 
 TEST_CASE("System mode: the background thread refreshes at the interval") {

@@ -1,7 +1,9 @@
 // Fuzz target: nodeN/meminfo (lib/topology/topology_parse.hpp).
 //
 // Any input must parse or fail with InvalidArgument. A parsed result names a node id in
-// range, has MemFree <= MemTotal, and byte counts that are whole kB (the kernel's unit).
+// range, has MemFree <= MemTotal, byte counts that are whole kB (the kernel's unit), and
+// Inactive(file) within the page cache it is part of. The same parser, fed a line at a time,
+// is what the free-memory guard reads inside jemalloc's extent hooks.
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
@@ -19,8 +21,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (info->node < 0 || info->node > parse::kMaxListId) std::abort();
   if (info->free_bytes > info->total_bytes) std::abort();
   if (info->total_bytes % 1024 != 0 || info->free_bytes % 1024 != 0 ||
-      info->used_bytes % 1024 != 0) {
+      info->used_bytes % 1024 != 0 || info->inactive_file_bytes % 1024 != 0) {
     std::abort();
   }
+  if (info->inactive_file_bytes > info->reclaimable_bytes) std::abort();
   return 0;
 }

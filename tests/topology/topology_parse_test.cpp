@@ -135,6 +135,29 @@ TEST_CASE("node meminfo") {
                    "Node 1 MemTotal: 1 kB\nNode 1 MemFree: 1 kB\nNode 1 Active(file): 3\n")),
                Catch::Contains("kB"));
   }
+  SECTION("the line parser the free-memory guard feeds gives the same figures, without a text") {
+    const char* lines[] = {"Node 2 MemTotal: 1000 kB", "  Node 2 MemFree: 100 kB  ", "",
+                           "Node 2 Active(file): 300 kB", "Node 2 Inactive(file): 200 kB",
+                           "Node 2 HugePages_Total:     0"};
+    parse::NodeMeminfoParser parser;
+    for (const char* line : lines) CHECK(parser.Feed(line));
+    REQUIRE(parser.Finish());
+    CHECK(parser.info().node == 2);
+    CHECK(parser.info().total_bytes == 1000 * 1024);
+    CHECK(parser.info().free_bytes == 100 * 1024);
+    CHECK(parser.info().used_bytes == 900 * 1024);
+    CHECK(parser.info().reclaimable_bytes == 500 * 1024);
+    CHECK(parser.info().inactive_file_bytes == 200 * 1024);
+
+    parse::NodeMeminfoParser broken;
+    CHECK(broken.Feed("Node 2 MemTotal: 1000 kB"));
+    CHECK_FALSE(broken.Feed("Node 2 MemFree: 10 MB"));
+    CHECK_FALSE(broken.Feed("Node 2 MemFree: 10 kB"));  // ignored after the first problem
+    CHECK_FALSE(broken.Finish());
+    CHECK(broken.problem() == parse::NodeMeminfoParser::Problem::kUnit);
+    CHECK(broken.problem_line_number() == 2);
+    CHECK(broken.problem_token() == "MB");
+  }
   SECTION("MemUsed defaults to MemTotal - MemFree") {
     auto no_used = parse::ParseNodeMeminfo("Node 3 MemTotal: 100 kB\nNode 3 MemFree: 40 kB\n");
     REQUIRE(no_used.ok());

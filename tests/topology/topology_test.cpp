@@ -4,6 +4,8 @@
 // error codes), the queries, and the live machine this test runs on.
 #include "numarena/topology.hpp"
 #include "os/os.hpp"
+#include "topology/node_room.hpp"
+#include "topology/topology_parse.hpp"
 #include "map_reader.hpp"
 
 #include <catch2/catch.hpp>
@@ -516,4 +518,31 @@ TEST_CASE("a thread pinned to one CPU discovers the process's CPUs, not its own"
   REQUIRE(own.ok());
   CHECK(*own == std::vector<int>{only[0]});
   CHECK(discovered == process_cpus);
+}
+
+TEST_CASE("node room: the allocation-free readers agree with the parser on this host") {
+  // Node 0 exists on every Linux machine that has NUMA sysfs; without it there is nothing to
+  // compare, and the readers must say so.
+  const std::string path = "/sys/devices/system/node/node0/meminfo";
+  auto text = numarena::os::ReadFile(path);
+  numarena::parse::NodeMeminfo read;
+  if (!text.ok()) {
+    CHECK_FALSE(numarena::ReadNodeMeminfoNoAlloc(0, &read));
+    return;
+  }
+  auto parsed = numarena::parse::ParseNodeMeminfo(*text);
+  REQUIRE(parsed.ok());
+  REQUIRE(numarena::ReadNodeMeminfoNoAlloc(0, &read));
+  CHECK(read.node == 0);
+  CHECK(read.total_bytes == parsed->total_bytes);  // MemTotal does not move; MemFree does
+  CHECK(read.free_bytes <= read.total_bytes);
+  CHECK_FALSE(numarena::ReadNodeMeminfoNoAlloc(-1, &read));
+  CHECK_FALSE(numarena::ReadNodeMeminfoNoAlloc(numarena::parse::kMaxNodeId + 1, &read));
+
+  std::uint64_t high = 0;
+  if (numarena::os::ReadFile("/proc/zoneinfo").ok()) {
+    CHECK(numarena::ReadNodeHighWatermarkNoAlloc(0, &high));
+    CHECK(high > 0);
+  }
+  CHECK_FALSE(numarena::ReadNodeHighWatermarkNoAlloc(numarena::parse::kMaxNodeId + 1, &high));
 }
