@@ -41,10 +41,10 @@
 #include "alloc/depot.hpp"
 
 #include <jemalloc/jemalloc.h>
-#include <time.h>
 
 #include <atomic>
 
+#include "alloc/memory_return.hpp"
 #include "numarena/internal/arena_fast_path.hpp"
 
 namespace numarena {
@@ -81,13 +81,6 @@ bool Valid(int heap, unsigned size_class) {
 
 std::size_t ClassBytes(unsigned size_class) {
   return arena_internal::front_class_bytes[size_class];
-}
-
-// The coarse clock: a few nanoseconds, and a second's resolution is all a sweep needs.
-std::int64_t CoarseNanos() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
 void** Words(void* object) { return static_cast<void**>(object); }
@@ -129,8 +122,21 @@ std::size_t FlushClass(Depot& depot, unsigned size_class) {
   return freed;
 }
 
-// Once a second at most (the first put after it): classes nobody took from since the last
-// sweep go back to jemalloc.
+// Classes nobody took from since the last sweep and nobody put to for `idle_ns` go back to
+// jemalloc; returns the bytes.
+std::size_t Sweep(Depot& depot, std::int64_t now, std::int64_t idle_ns) {
+  std::size_t freed = 0;
+  for (unsigned c = kFirstDepotClass; c < static_cast<unsigned>(kFrontClasses); ++c) {
+    const unsigned index = c - kFirstDepotClass;
+    const bool taken = depot.taken[index].exchange(false, std::memory_order_relaxed);
+    const bool put_lately =
+        now - depot.last_put_ns[index].load(std::memory_order_relaxed) < idle_ns;
+    if (!taken && !put_lately) freed += FlushClass(depot, c);
+  }
+  return freed;
+}
+
+// Once a second at most (the first put after it), a sweep with a second's idle rule.
 // Returns the clock it read.
 std::int64_t MaybeSweep(Depot& depot) {
   const std::int64_t now = CoarseNanos();
@@ -140,13 +146,7 @@ std::int64_t MaybeSweep(Depot& depot) {
                                                     std::memory_order_relaxed)) {
     return now;  // another thread sweeps
   }
-  for (unsigned c = kFirstDepotClass; c < static_cast<unsigned>(kFrontClasses); ++c) {
-    const unsigned index = c - kFirstDepotClass;
-    const bool taken = depot.taken[index].exchange(false, std::memory_order_relaxed);
-    const bool put_lately =
-        now - depot.last_put_ns[index].load(std::memory_order_relaxed) < kIdleNanos;
-    if (!taken && !put_lately) FlushClass(depot, c);
-  }
+  Sweep(depot, now, kIdleNanos);
   return now;
 }
 
@@ -175,6 +175,7 @@ void DepotPut(int heap, unsigned size_class, ObjectChain chain,
     FreeChain(chain, bytes);
     return;
   }
+  NoteHeapActivity(heap);
   DepotClass& slots = depot.classes[size_class - kFirstDepotClass];
   for (int round = 0; round < kSlots; ++round) {
     const std::uintptr_t word = Pack(chain);
@@ -216,6 +217,7 @@ ObjectChain DepotTake(int heap, unsigned size_class) noexcept {
       depot.bytes.fetch_sub(chain.count * ClassBytes(size_class), std::memory_order_relaxed);
       std::atomic<bool>& taken = depot.taken[size_class - kFirstDepotClass];
       if (!taken.load(std::memory_order_relaxed)) taken.store(true, std::memory_order_relaxed);
+      NoteHeapActivity(heap);
       return chain;
     }
   }
@@ -231,6 +233,13 @@ std::size_t DepotFlush(int heap) noexcept {
     freed += FlushClass(depot, c);
   }
   return freed;
+}
+
+std::size_t DepotSweep(int heap, std::int64_t now_ns, std::int64_t idle_ns) noexcept {
+  if (heap < 0 || heap >= kMaxHeaps) return 0;
+  Depot& depot = g_depots[heap];
+  if (depot.bytes.load(std::memory_order_relaxed) == 0) return 0;
+  return Sweep(depot, now_ns, idle_ns);
 }
 
 void DepotDrop(int heap) noexcept {

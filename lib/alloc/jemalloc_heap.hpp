@@ -61,6 +61,9 @@ struct Heap {
   // Front caches allocated from this heap (one per thread that uses it); statistics leave
   // them out of the bytes the arena's callers hold.
   std::atomic<int> front_caches{0};
+  // ArenaOptions::return_idle_ms: 0, or how long memory nobody uses stays before it goes back
+  // to the kernel (memory_return.hpp); each shard's dirty_decay_ms.
+  std::int64_t return_idle_ms = 0;
 };
 
 // While alive, the calling thread's new pages prefer `node` (set_mempolicy MPOL_PREFERRED;
@@ -115,6 +118,10 @@ void ForEachShard(const Heap& heap, F&& f) {
 
 // The heap with this id (nullptr when none).
 Heap* HeapById(int id);
+
+// Calls visit(heap, context) for every heap, with no heap destroyed meanwhile (the walk holds
+// the lock DestroyHeap takes). Not from extent hooks.
+void ForEachLiveHeap(void (*visit)(Heap&, void*), void* context) noexcept;
 
 // Gives the kernel back the dirty pages of every heap that places pages on `node` (the
 // calling thread's cached objects of those heaps first, then arena.<i>.purge of each shard),
