@@ -220,14 +220,11 @@ constexpr std::int64_t kDefaultReturnIdleMs = 1000;
 // what is wrong, or "".
 std::string ParseReturnIdleMs(const char* text, std::int64_t* out) {
   std::int64_t value = 0;
-  for (const char* c = text; *c != '\0'; ++c) {
-    if (*c < '0' || *c > '9' || value > ArenaOptions::kMaxReturnIdleMs) {
-      return "expected milliseconds, 0 (keep freed memory for reuse) to " +
-             std::to_string(ArenaOptions::kMaxReturnIdleMs);
-    }
-    value = value * 10 + (*c - '0');
+  for (const char* c = text; *c != '\0' && value <= ArenaOptions::kMaxReturnIdleMs; ++c) {
+    value = *c >= '0' && *c <= '9' ? value * 10 + (*c - '0') : -1;
+    if (value < 0) break;
   }
-  if (value > ArenaOptions::kMaxReturnIdleMs) {
+  if (value < 0 || value > ArenaOptions::kMaxReturnIdleMs) {
     return "expected milliseconds, 0 (keep freed memory for reuse) to " +
            std::to_string(ArenaOptions::kMaxReturnIdleMs);
   }
