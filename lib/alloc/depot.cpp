@@ -162,6 +162,7 @@ void DepotPut(int heap, unsigned size_class, ObjectChain chain,
   }
   Depot& depot = g_depots[heap];
   const std::int64_t now = MaybeSweep(depot);
+  NoteHeapActivity(heap, now);  // kept here or freed to jemalloc below: memory to return later
   std::atomic<std::int64_t>& last_put = depot.last_put_ns[size_class - kFirstDepotClass];
   if (last_put.load(std::memory_order_relaxed) != now) {
     last_put.store(now, std::memory_order_relaxed);
@@ -175,7 +176,6 @@ void DepotPut(int heap, unsigned size_class, ObjectChain chain,
     FreeChain(chain, bytes);
     return;
   }
-  NoteHeapActivity(heap);
   DepotClass& slots = depot.classes[size_class - kFirstDepotClass];
   for (int round = 0; round < kSlots; ++round) {
     const std::uintptr_t word = Pack(chain);
@@ -217,7 +217,6 @@ ObjectChain DepotTake(int heap, unsigned size_class) noexcept {
       depot.bytes.fetch_sub(chain.count * ClassBytes(size_class), std::memory_order_relaxed);
       std::atomic<bool>& taken = depot.taken[size_class - kFirstDepotClass];
       if (!taken.load(std::memory_order_relaxed)) taken.store(true, std::memory_order_relaxed);
-      NoteHeapActivity(heap);
       return chain;
     }
   }

@@ -335,7 +335,7 @@ void DestroyFrontCaches() noexcept {
     cache->~FrontCache();
     dallocx(cache, UncachedFlags(heap));
     if (Heap* owner = HeapById(heap)) owner->front_caches.fetch_sub(1, std::memory_order_relaxed);
-    NoteHeapActivity(heap, /*may_start_thread=*/false);  // the thread is exiting
+    NoteHeapActivity(heap, CoarseNanos(), /*may_start_thread=*/false);  // the thread is exiting
   }
 }
 

@@ -211,11 +211,12 @@ std::int64_t CoarseNanos() noexcept {
   return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
-void NoteHeapActivity(int heap, bool may_start_thread) noexcept {
+void NoteHeapActivity(int heap, std::int64_t now_ns, bool may_start_thread) noexcept {
   if (heap < 0 || heap >= arena_internal::kMaxHeaps) return;
-  const std::int64_t now = CoarseNanos();
   std::atomic<std::int64_t>& last = g_last_activity_ns[heap];
-  if (last.load(std::memory_order_relaxed) != now) last.store(now, std::memory_order_seq_cst);
+  if (last.load(std::memory_order_relaxed) != now_ns) {
+    last.store(now_ns, std::memory_order_seq_cst);
+  }
   const int state = g_state.load(std::memory_order_seq_cst);
   if (state == kRunning || state == kCannotStart) return;
   const Heap* owner = HeapById(heap);

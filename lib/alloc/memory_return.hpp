@@ -10,13 +10,15 @@ namespace numarena {
 // nanoseconds a read, a few milliseconds' resolution.
 std::int64_t CoarseNanos() noexcept;
 
-// Records that `heap` moved memory between a thread and a shared cache or jemalloc just now
-// (a depot put or take, a large-cache put or take, a free to jemalloc): the heap is in use, and
-// what it frees may need returning later. For a heap with ArenaOptions::return_idle_ms set it
-// starts the returner thread on its first call when `may_start_thread` (never from a thread's
-// exit), and wakes the thread when it sleeps. A relaxed load and, at most once per clock tick,
-// a store, when the thread runs.
-void NoteHeapActivity(int heap, bool may_start_thread = true) noexcept;
+// Records that `heap` moved memory between a thread and a shared cache or jemalloc at
+// `now_ns` (CoarseNanos(): a depot put, a large-cache put or take, a free to jemalloc): the heap
+// is in use, and what it frees may need returning later. (Depot takes are not recorded: a
+// class being taken from is kept by the depot's own rule, and a take follows puts.) For a heap
+// with ArenaOptions::return_idle_ms set it starts the returner thread on its first call when
+// `may_start_thread` (never from a thread's exit), and wakes the thread when it sleeps. A
+// relaxed load and, at most once per clock tick, a store, when the thread runs.
+void NoteHeapActivity(int heap, std::int64_t now_ns, bool may_start_thread = true) noexcept;
+inline void NoteHeapActivity(int heap) noexcept { NoteHeapActivity(heap, CoarseNanos()); }
 
 // One pass of the returner, as if the clock read `now_ns`: for every heap with
 // ArenaOptions::return_idle_ms = D > 0,
