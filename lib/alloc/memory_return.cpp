@@ -78,9 +78,7 @@ std::int64_t PeriodFor(std::int64_t idle_ns) {
   return std::clamp(idle_ns / 4, kMinPeriodNanos, kMaxPeriodNanos);
 }
 
-std::int64_t ReturnIdleNanos(const Heap& heap) {
-  return heap.return_idle_ms * kNanosPerMilli;
-}
+std::int64_t ReturnIdleNanos(const Heap& heap) { return heap.return_idle_ms * kNanosPerMilli; }
 
 void ForEachShardKey(const Heap& heap, const char* action) {
   ForEachShard(heap, [action](unsigned arena_index) {
