@@ -224,7 +224,7 @@ case "$cmd" in
     # the prefix index before its K/V rows were written. Spans are now indexed only by
     # KvPool::MarkComputed, after the caller has written them.
     concurrent=(arena_test arena_cache_test arena_lifecycle_test arena_reallocate_test
-                fork_stages_test node_pages_test budget_test
+                memory_return_test fork_stages_test node_pages_test budget_test
                 kv_pool_concurrency_test kv_pool_audit_test
                 kv_read_mostly_map_test first_touch_test interleave_test topology_test
                 bandwidth_test allocator_test metrics_test metrics_server_test)

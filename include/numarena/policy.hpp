@@ -226,10 +226,22 @@ struct ArenaOptions {
   int shards = 0;
   static constexpr int kMaxShards = 8;
 
+  // Memory return. 0 (default): freed memory stays with the arena for reuse (its caches, then
+  // jemalloc's dirty pages) until purge(), a refusal for lack of room, or jemalloc's decay at
+  // later calls into the arena. 1 to kMaxReturnIdleMs: memory nobody reuses for that many
+  // milliseconds goes back to the kernel within about 1.25 times that, even if the program
+  // makes no more calls: a background thread ("numarena-return"), started at the arena's
+  // first cache overflow or 2 MiB+ free, returns the arena's shared caches and dirty pages
+  // (each thread's own front cache goes back at its exit or purge()). Placement is kept: the
+  // pages are purged, not unmapped, and come back on the arena's nodes. More is
+  // InvalidArgument. `numarena run` uses 1000 (NUMARENA_RETURN_IDLE_MS).
+  std::int64_t return_idle_ms = 0;
+  static constexpr std::int64_t kMaxReturnIdleMs = 3'600'000;
+
   friend bool operator==(const ArenaOptions&, const ArenaOptions&) = default;
   template <typename H>
   friend H AbslHashValue(H h, const ArenaOptions& o) {
-    return H::combine(std::move(h), o.hugetlb_page_bytes, o.shards);
+    return H::combine(std::move(h), o.hugetlb_page_bytes, o.shards, o.return_idle_ms);
   }
 };
 

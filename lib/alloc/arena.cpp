@@ -16,6 +16,7 @@
 #include "alloc/front_cache.hpp"
 #include "alloc/jemalloc_heap.hpp"
 #include "alloc/large_cache.hpp"
+#include "alloc/memory_return.hpp"
 #include "alloc/depot.hpp"
 #include "alloc/node_pages.hpp"
 #include "base/clock.hpp"
@@ -191,6 +192,13 @@ StatusOr<Policy> ArenaPolicy(const Policy& policy, const ArenaOptions& options) 
         absl::StrCat("arena for ", resolved->ToString(), ": shards ", options.shards,
                      " is not 0 (one per 4 CPUs) or 1 to ", ArenaOptions::kMaxShards));
   }
+  if (options.return_idle_ms < 0 || options.return_idle_ms > ArenaOptions::kMaxReturnIdleMs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "arena for ", resolved->ToString(), ": return_idle_ms ", options.return_idle_ms,
+        " is not 0 (keep freed memory for reuse) or 1 to ", ArenaOptions::kMaxReturnIdleMs,
+        " milliseconds"));
+  }
+  if (options.return_idle_ms > 0) EnableMemoryReturn();  // before the heap exists
   return resolved;
 }
 }  // namespace
@@ -388,6 +396,11 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
     const unsigned size_class = arena_internal::MediumClassOf(size);
     if (void* p = FrontLargeTake(heap, size_class)) return p;
     if (void* p = LargeCacheTake(heap, size_class)) return p;
+    // What the large cache holds now is of other classes: back to jemalloc with it, so that
+    // this allocation is carved from those resident pages rather than from fresh ones (a loop
+    // of random large sizes otherwise holds the cache's bound resident on top of its live
+    // blocks).
+    if (LargeCacheBytes(heap) != 0) LargeCacheFlush(heap);
   }
   std::size_t reserve = size;
   if (effective_alignment > arena_internal::kLargeAlignThreshold &&
@@ -763,6 +776,7 @@ static bool KeepLarge(int heap, void* p, unsigned class_plus_one) noexcept {
 void DeallocateUncached(int heap, void* p, unsigned class_plus_one) noexcept {
   if (KeepLarge(heap, p, class_plus_one)) return;
   dallocx(p, thread_flags[heap]);  // a front cache exists, so the flags are set
+  NoteHeapActivity(heap);           // dirty pages to return
 }
 
 void DeallocateSizedSlow(void* p, std::size_t size, std::size_t alignment) noexcept {

@@ -44,6 +44,7 @@
 
 #include <atomic>
 
+#include "alloc/heap_activity.hpp"
 #include "base/clock.hpp"
 #include "numarena/internal/arena_fast_path.hpp"
 
@@ -122,8 +123,21 @@ std::size_t FlushClass(Depot& depot, unsigned size_class) {
   return freed;
 }
 
-// Once a second at most (the first put after it): classes nobody took from since the last
-// sweep go back to jemalloc.
+// Classes nobody took from since the last sweep and nobody put to for `idle_ns` go back to
+// jemalloc; returns the bytes.
+std::size_t Sweep(Depot& depot, std::int64_t now, std::int64_t idle_ns) {
+  std::size_t freed = 0;
+  for (unsigned c = kFirstDepotClass; c < static_cast<unsigned>(kFrontClasses); ++c) {
+    const unsigned index = c - kFirstDepotClass;
+    const bool taken = depot.taken[index].exchange(false, std::memory_order_relaxed);
+    const bool put_lately =
+        now - depot.last_put_ns[index].load(std::memory_order_relaxed) < idle_ns;
+    if (!taken && !put_lately) freed += FlushClass(depot, c);
+  }
+  return freed;
+}
+
+// Once a second at most (the first put after it), a sweep with a second's idle rule.
 // Returns the clock it read.
 std::int64_t MaybeSweep(Depot& depot) {
   const std::int64_t now = CoarseMonotonicNanos();  // a second's resolution is all a sweep needs
@@ -133,13 +147,7 @@ std::int64_t MaybeSweep(Depot& depot) {
                                                     std::memory_order_relaxed)) {
     return now;  // another thread sweeps
   }
-  for (unsigned c = kFirstDepotClass; c < static_cast<unsigned>(kFrontClasses); ++c) {
-    const unsigned index = c - kFirstDepotClass;
-    const bool taken = depot.taken[index].exchange(false, std::memory_order_relaxed);
-    const bool put_lately =
-        now - depot.last_put_ns[index].load(std::memory_order_relaxed) < kIdleNanos;
-    if (!taken && !put_lately) FlushClass(depot, c);
-  }
+  Sweep(depot, now, kIdleNanos);
   return now;
 }
 
@@ -155,6 +163,7 @@ void DepotPut(int heap, unsigned size_class, ObjectChain chain,
   }
   Depot& depot = g_depots[heap];
   const std::int64_t now = MaybeSweep(depot);
+  NoteHeapActivity(heap, now);  // kept here or freed to jemalloc below: memory to return later
   std::atomic<std::int64_t>& last_put = depot.last_put_ns[size_class - kFirstDepotClass];
   if (last_put.load(std::memory_order_relaxed) != now) {
     last_put.store(now, std::memory_order_relaxed);
@@ -224,6 +233,13 @@ std::size_t DepotFlush(int heap) noexcept {
     freed += FlushClass(depot, c);
   }
   return freed;
+}
+
+std::size_t DepotSweep(int heap, std::int64_t now_ns, std::int64_t idle_ns) noexcept {
+  if (heap < 0 || heap >= kMaxHeaps) return 0;
+  Depot& depot = g_depots[heap];
+  if (depot.bytes.load(std::memory_order_relaxed) == 0) return 0;
+  return Sweep(depot, now_ns, idle_ns);
 }
 
 void DepotDrop(int heap) noexcept {

@@ -69,6 +69,7 @@
 #include "alloc/depot.hpp"
 #include "alloc/heap_table.hpp"
 #include "alloc/large_cache.hpp"
+#include "alloc/heap_activity.hpp"
 #include "alloc/node_pages.hpp"
 #include "numarena/arena.hpp"
 
@@ -334,6 +335,7 @@ void DestroyFrontCaches() noexcept {
     cache->~FrontCache();
     dallocx(cache, UncachedFlags(heap));
     if (Heap* owner = HeapById(heap)) owner->front_caches.fetch_sub(1, std::memory_order_relaxed);
+    NoteHeapActivity(heap, CoarseNanos(), /*may_start_thread=*/false);  // the thread is exiting
   }
 }
 

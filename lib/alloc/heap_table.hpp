@@ -7,9 +7,10 @@
 //              numarena/arena.hpp
 //   tables:    arena_fast_path class_map
 //   pages:     span_failure node_memory_guard node_pages
-//   heaps:     heap_table class_record checked
+//   heaps:     heap_table class_record checked heap_activity
 //   caches:    depot large_cache front_cache
 //   lifecycle: jemalloc_heap
+//   return:    memory_return
 //   arena:     address_space arena
 //
 // A heap: jemalloc arenas whose extent hooks take spans from one NodePages provider.
@@ -74,6 +75,9 @@ struct Heap {
   // Front caches allocated from this heap (one per thread that uses it); statistics leave
   // them out of the bytes the arena's callers hold.
   std::atomic<int> front_caches{0};
+  // ArenaOptions::return_idle_ms: 0, or how long memory nobody uses stays before it goes back
+  // to the kernel (memory_return.hpp); each shard's dirty_decay_ms.
+  std::int64_t return_idle_ms = 0;
 };
 
 // The heap's shards that exist now, as jemalloc arena indexes.

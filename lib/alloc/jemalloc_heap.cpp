@@ -116,6 +116,17 @@ bool HookMerge(extent_hooks_t* hooks, void* addr_a, size_t, void* addr_b, size_t
   return !PagesOf(hooks)->SameRange(addr_a, addr_b);
 }
 
+// The jemalloc side of ArenaOptions::return_idle_ms (memory_return.cpp): dirty pages decay
+// over that time, and there is no muzzy state (the hooks provide no lazy purge).
+void SetReturnSchedule(unsigned arena_index, std::int64_t return_idle_ms) {
+  ssize_t dirty_ms = static_cast<ssize_t>(return_idle_ms), muzzy_ms = 0;
+  char key[48];
+  std::snprintf(key, sizeof key, "arena.%u.dirty_decay_ms", arena_index);
+  mallctl(key, nullptr, nullptr, &dirty_ms, sizeof dirty_ms);
+  std::snprintf(key, sizeof key, "arena.%u.muzzy_decay_ms", arena_index);
+  mallctl(key, nullptr, nullptr, &muzzy_ms, sizeof muzzy_ms);
+}
+
 // Makes one more jemalloc arena over `heap`'s hooks. Caller holds g_create_mutex.
 StatusOr<unsigned> CreateJemallocArena(Heap& heap, const std::string& what) {
   unsigned arena_index = 0;
@@ -127,7 +138,10 @@ StatusOr<unsigned> CreateJemallocArena(Heap& heap, const std::string& what) {
       err == 0 ? Status()
                : ThreadSpanFailure().ToStatus(absl::StrCat(what, ": jemalloc arenas.create"));
   ThreadSpanFailure().Clear();  // a failure left recorded would stop this thread's later spans
-  if (err == 0) return arena_index;
+  if (err == 0) {
+    if (heap.return_idle_ms > 0) SetReturnSchedule(arena_index, heap.return_idle_ms);
+    return arena_index;
+  }
   if (!reason.ok()) return reason;
   return ErrnoToStatus(err, absl::StrCat(what, ": mallctl(arenas.create)"));
 }
@@ -430,6 +444,7 @@ StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options)
                                HookPurgeForced, HookSplit,    HookMerge};
   heap->id = id;
   heap->pages = *pages;
+  heap->return_idle_ms = options.return_idle_ms;
   // ArenaOptions::shards; by default one per 4 CPUs: with the front cache and the depot in
   // front, jemalloc's arena locks are taken only on their misses.
   heap->shard_limit =
@@ -452,6 +467,14 @@ StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options)
   g_heaps[id].store(heap, std::memory_order_release);
   if (id == count) g_heap_count.store(id + 1, std::memory_order_release);
   return heap;
+}
+
+void ForEachLiveHeap(void (*visit)(Heap&, void*), void* context) noexcept {
+  LifecycleShared walk;
+  const int count = g_heap_count.load(std::memory_order_acquire);
+  for (int id = 0; id < count; ++id) {
+    if (Heap* heap = g_heaps[id].load(std::memory_order_acquire)) visit(*heap, context);
+  }
 }
 
 bool ThreadExiting() noexcept { return t_thread_exiting; }

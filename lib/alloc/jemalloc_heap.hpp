@@ -57,6 +57,10 @@ void EndHeapGrowWindow() noexcept;
 // with the heap kept, when jemalloc refuses to destroy an arena.
 [[nodiscard]] Status DestroyHeap(int id);
 
+// Calls visit(heap, context) for every heap, with no heap destroyed meanwhile (the walk holds
+// the lock DestroyHeap takes). Not from extent hooks.
+void ForEachLiveHeap(void (*visit)(Heap&, void*), void* context) noexcept;
+
 // Gives the kernel back the dirty pages of every heap that places pages on `node` (the
 // calling thread's cached objects of those heaps first, then arena.<i>.purge of each shard),
 // releasing their charges; returns the bytes released. For a commit the capacity gate or the

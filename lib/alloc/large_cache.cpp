@@ -27,6 +27,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "alloc/heap_activity.hpp"
 #include "numarena/internal/arena_fast_path.hpp"
 
 namespace numarena {
@@ -70,6 +71,7 @@ bool LargeCachePut(int heap, unsigned size_class, void* p, std::size_t bound_byt
     if (slot.load(std::memory_order_relaxed) == nullptr &&
         slot.compare_exchange_strong(expected, p, std::memory_order_release,
                                      std::memory_order_relaxed)) {
+      NoteHeapActivity(heap);
       return true;
     }
   }
@@ -85,6 +87,7 @@ void* LargeCacheTake(int heap, unsigned size_class) noexcept {
     if (slot.load(std::memory_order_relaxed) == nullptr) continue;
     if (void* p = slot.exchange(nullptr, std::memory_order_acquire)) {
       cache.bytes.fetch_sub(MediumClassBytes(size_class), std::memory_order_relaxed);
+      NoteHeapActivity(heap);
       return p;
     }
   }

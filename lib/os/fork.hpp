@@ -43,6 +43,7 @@ enum class ForkStage : int {
   kBudgets,        // budget: the list of budgets and their refresh locks
   kProviderLocks,  // alloc: the page providers' locks (taken in jemalloc hooks); child only
   kCallbackLocks,  // budget: the hook and listener lists' locks (taken in hooks); child only
+  kMemoryReturn,   // alloc: the memory returner's thread state and wake-up lock; child only
   kCount,
 };
 

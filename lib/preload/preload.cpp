@@ -34,6 +34,10 @@
 // the wrong place would hide the mistake. `numarena run` checks both before it starts the
 // program, so under it these messages come from the launcher instead.
 //
+// NUMARENA_RETURN_IDLE_MS=D (default 1000; 0 turns it off): freed memory that nobody reuses
+// for D milliseconds goes back to the kernel, by a thread of numarena's started at the first
+// large free or cache overflow (ArenaOptions::return_idle_ms; docs/run.md, "Memory return").
+//
 // NUMARENA_METRICS_PORT=P (or a range P-Q) starts a thread that serves numarena's metrics
 // (Prometheus text) at http://127.0.0.1:P/metrics (NUMARENA_METRICS_LISTEN changes the
 // address); preload_metrics.hpp says how.
@@ -208,6 +212,26 @@ std::size_t UsableSize(void* p) {
   _exit(127);
 }
 
+// Freed memory nobody reuses for this long goes back to the kernel, without calls
+// (ArenaOptions::return_idle_ms; NUMARENA_RETURN_IDLE_MS overrides, 0 turns it off).
+constexpr std::int64_t kDefaultReturnIdleMs = 1000;
+
+// NUMARENA_RETURN_IDLE_MS: decimal milliseconds, 0 to ArenaOptions::kMaxReturnIdleMs. Returns
+// what is wrong, or "".
+std::string ParseReturnIdleMs(const char* text, std::int64_t* out) {
+  std::int64_t value = 0;
+  for (const char* c = text; *c != '\0' && value <= ArenaOptions::kMaxReturnIdleMs; ++c) {
+    value = *c >= '0' && *c <= '9' ? value * 10 + (*c - '0') : -1;
+    if (value < 0) break;
+  }
+  if (value < 0 || value > ArenaOptions::kMaxReturnIdleMs) {
+    return "expected milliseconds, 0 (keep freed memory for reuse) to " +
+           std::to_string(ArenaOptions::kMaxReturnIdleMs);
+  }
+  *out = value;
+  return "";
+}
+
 // The metrics thread's allocations go to glibc for its whole life (preload_metrics.hpp).
 void MarkThreadInside() { ++t_depth; }
 
@@ -256,7 +280,15 @@ void Initialize() {
       Die(std::string(room.message()));
     }
   }
-  auto arena = Arena::ForPolicy(*policy);
+  ArenaOptions options;
+  options.return_idle_ms = kDefaultReturnIdleMs;
+  if (const char* text = std::getenv("NUMARENA_RETURN_IDLE_MS"); text != nullptr && *text) {
+    if (std::string problem = ParseReturnIdleMs(text, &options.return_idle_ms);
+        !problem.empty()) {
+      Die(std::string("NUMARENA_RETURN_IDLE_MS='") + Excerpt(text) + "': " + problem);
+    }
+  }
+  auto arena = Arena::ForPolicy(*policy, options);
   if (!arena.ok()) {
     Die(std::string("NUMARENA_POLICY='") + Excerpt(policy_text) +
         "': " + Excerpt(arena.status().message(), 1000));

@@ -30,7 +30,7 @@ TEST_CASE("every fork stage with a prepare or child step is set before anything 
   for (ForkStage stage : {ForkStage::kResources, ForkStage::kArenaRegistry, ForkStage::kNodeHeaps,
                           ForkStage::kHeapCreation, ForkStage::kHeapLifecycle,
                           ForkStage::kCheckedTable, ForkStage::kBudgets, ForkStage::kProviderLocks,
-                          ForkStage::kCallbackLocks}) {
+                          ForkStage::kCallbackLocks, ForkStage::kMemoryReturn}) {
     INFO("stage " << static_cast<int>(stage));
     const os::ForkStageHandlers* handlers = os::ForkStageOf(stage);
     REQUIRE(handlers != nullptr);

@@ -60,7 +60,9 @@ constexpr const char* kDescription =
     ". A block freed twice in a row aborts the program, as under glibc; NUMARENA_CHECK=1 in the "
     "environment turns on checked mode, which also finds other double frees, frees of pointers "
     "numarena never returned and sized frees with the wrong size, at several times the cost "
-    "per call. Exit status: the program's; 2 for a usage error, a bad policy or budget, or an "
+    "per call. Freed memory nobody reuses for 1 s goes back to the kernel, by a thread of "
+    "numarena's, even while the program makes no calls; NUMARENA_RETURN_IDLE_MS=N sets the time "
+    "in milliseconds, 0 keeps it for reuse and starts no thread. Exit status: the program's; 2 for a usage error, a bad policy or budget, or an "
     "address-space limit (ulimit -v) too small for numarena's reservations; 127 when PROGRAM "
     "cannot be run.";
 

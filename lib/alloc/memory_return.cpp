@@ -1,0 +1,100 @@
+// Memory return: freed memory that nobody reuses goes back to the kernel on a schedule.
+//
+// Freed objects stay with numarena for reuse: in the threads' front caches, in each heap's
+// depot and large cache, and, once handed to jemalloc, as jemalloc's dirty pages. jemalloc
+// returns dirty pages by decay, but only when a call into the arena ticks it, and numarena's
+// caches let go of an idle class only at the next put; a program that frees a burst and goes
+// idle (a server between requests) makes no calls, so without more it keeps its peak resident
+// for ever. The peers return it: glibc at free, jemalloc by decay (10 s, with a background
+// thread or at the next calls), tcmalloc by a background release, mimalloc after a purge delay
+// at its next calls.
+//
+// The schedule is ArenaOptions::return_idle_ms = D (0: off, the memory stays until purge(), a
+// refusal for lack of room, or jemalloc's decay at later calls). For a heap with D > 0:
+//   - its jemalloc arenas decay dirty pages over D (dirty_decay_ms = D, no muzzy state: numarena
+//     provides no lazy purge);
+//   - every D / 4 (10 ms to 1 s) a pass (ReturnIdleMemory) ticks that decay without any call
+//     from the program, and returns the depot's classes that nobody took from or put to for D;
+//   - a heap that moved no memory to or from its shared caches or jemalloc for D is idle: its
+//     depot and large cache go back to jemalloc and every dirty page of its shards to the
+//     kernel at once.
+// So memory freed in a burst is back with the kernel between D and about 1.25 D after the
+// program stops freeing. What a thread's own front cache holds is not returned while the
+// thread sleeps (only the thread itself may touch its lists, without locks): at most a few
+// MiB per (thread, heap), design.md's bounds; it goes back at the thread's exit or purge().
+//
+// Placement: returning is purging. jemalloc's purge calls the heap's hooks, which drop the pages
+// with MADV_DONTNEED and keep the mapping and its mbind policy, so a page faulted in again
+// later lands on the heap's node as the first time did (tests/lab/arena_cache_lab.cpp checks it
+// page by page).
+//
+// The thread that runs the passes, and the activity stamps they read, are heap_activity.cpp's.
+#include "alloc/memory_return.hpp"
+
+#include <jemalloc/jemalloc.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "alloc/depot.hpp"
+#include "alloc/heap_activity.hpp"
+#include "alloc/jemalloc_heap.hpp"
+#include "alloc/large_cache.hpp"
+
+namespace numarena {
+namespace {
+
+constexpr std::int64_t kNanosPerMilli = 1'000'000;
+constexpr std::int64_t kMaxPeriodNanos = 1000 * kNanosPerMilli;
+
+std::int64_t ReturnIdleNanos(const Heap& heap) { return heap.return_idle_ms * kNanosPerMilli; }
+
+void ForEachShardKey(const Heap& heap, const char* action) {
+  ForEachShard(heap, [action](unsigned arena_index) {
+    char key[48];
+    std::snprintf(key, sizeof key, "arena.%u.%s", arena_index, action);
+    mallctl(key, nullptr, nullptr, nullptr, 0);
+  });
+}
+
+struct Pass {
+  std::int64_t now_ns;
+  std::int64_t shortest_period_ns = kMaxPeriodNanos;
+  bool more = false;
+};
+
+void ReturnFromHeap(Heap& heap, void* context) {
+  Pass& pass = *static_cast<Pass*>(context);
+  const std::int64_t idle_ns = ReturnIdleNanos(heap);
+  if (idle_ns <= 0) return;
+  pass.shortest_period_ns = std::min(pass.shortest_period_ns, MemoryReturnPeriod(idle_ns));
+  const std::int64_t since = pass.now_ns - LastHeapActivity(heap.id);
+  if (since >= idle_ns) {
+    LargeCacheFlush(heap.id);
+    DepotFlush(heap.id);
+    ForEachShardKey(heap, "purge");
+  } else {
+    DepotSweep(heap.id, pass.now_ns, idle_ns);
+    ForEachShardKey(heap, "decay");
+  }
+  if (since < 2 * idle_ns || DepotBytes(heap.id) + LargeCacheBytes(heap.id) > 0) {
+    pass.more = true;
+  }
+}
+
+bool RunPass(std::int64_t now_ns, std::int64_t* period_ns) noexcept {
+  return ReturnIdleMemory(now_ns, period_ns);
+}
+
+}  // namespace
+
+bool ReturnIdleMemory(std::int64_t now_ns, std::int64_t* period_ns) noexcept {
+  Pass pass{now_ns};
+  ForEachLiveHeap(ReturnFromHeap, &pass);
+  if (period_ns != nullptr) *period_ns = pass.shortest_period_ns;
+  return pass.more;
+}
+
+void EnableMemoryReturn() noexcept { SetMemoryReturnPass(&RunPass); }
+
+}  // namespace numarena

@@ -1,0 +1,183 @@
+// Memory return (ArenaOptions::return_idle_ms, lib/alloc/memory_return.cpp) on the host: a pass
+// over the heaps returns an idle arena's caches and dirty pages and leaves a busy one alone; the
+// returner thread does it without any call from the program, in a fork() child too; and a loop
+// of random large sizes does not hold the large cache's bound on top of its live block.
+// Passes are run with a clock the test gives (now + hours), so nothing here depends on how fast
+// the machine is; the thread's tests wait for an outcome, with a deadline minutes away.
+// Placement of pages faulted in again after a return: tests/lab/memory_return_lab.cpp.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "alloc/memory_return.hpp"
+#include "numarena/arena.hpp"
+
+#if defined(__SANITIZE_THREAD__)
+// The fork test's child starts the returner thread: TSan must let a child of a multi-threaded
+// process make threads.
+extern "C" const char* __tsan_default_options() { return "die_after_fork=0:detect_deadlocks=0"; }
+#endif
+
+namespace numarena {
+namespace {
+
+constexpr std::size_t kKiB = 1024;
+constexpr std::size_t kMiB = kKiB * 1024;
+constexpr std::int64_t kHourNanos = std::int64_t{3600} * 1'000'000'000;
+
+// An arena of its own (a weighted policy of one node, with a weight no other test uses).
+Arena* Get(unsigned weight, std::int64_t return_idle_ms) {
+  ArenaOptions options;
+  options.return_idle_ms = return_idle_ms;
+  auto arena = Arena::ForPolicy(Policy::WeightedInterleave({{0, weight}}), options);
+  INFO(arena.status().ToString());
+  REQUIRE(arena.ok());
+  return *arena;
+}
+
+// A burst freed at once: 96 objects of 160 KiB (most go to the depot: a thread's front cache
+// keeps 4 MiB of them) and 6 of 8-24 MiB (the large cache), every page written.
+void BurstAndFree(Arena* arena) {
+  std::vector<std::pair<void*, std::size_t>> blocks;
+  for (int i = 0; i < 96; ++i) blocks.emplace_back(arena->allocate(160 * kKiB), 160 * kKiB);
+  for (std::size_t mib : {8, 12, 16, 20, 24, 10}) {
+    blocks.emplace_back(arena->allocate(mib * kMiB), mib * kMiB);
+  }
+  for (auto [p, size] : blocks) {
+    REQUIRE(p != nullptr);
+    std::memset(p, 0x5a, size);
+  }
+  for (auto [p, size] : blocks) deallocate(p);
+}
+
+TEST_CASE("a pass returns an idle arena's shared caches and dirty pages") {
+  // An hour: the returner thread never finds this arena idle by the real clock.
+  Arena* arena = Get(61, kHourNanos / 1'000'000);
+  BurstAndFree(arena);
+  const ArenaStats before = arena->stats();
+  INFO("cached " << before.cached << " committed " << before.committed);
+  REQUIRE(before.cached >= 60 * kMiB);
+  ReturnIdleMemory(CoarseNanos() + 2 * kHourNanos);
+  const ArenaStats after = arena->stats();
+  INFO("after: cached " << after.cached << " committed " << after.committed);
+  CHECK(after.cached == 0);
+  // What the caches held and jemalloc's dirty pages went back: only the thread's own front
+  // cache (4 MiB of 160 KiB objects) and the arena's metadata stay committed.
+  CHECK(before.committed - after.committed >= 70 * kMiB);
+}
+
+TEST_CASE("a pass leaves the caches of an arena in use alone") {
+  Arena* arena = Get(62, kHourNanos / 1'000'000);
+  BurstAndFree(arena);
+  const ArenaStats before = arena->stats();
+  REQUIRE(before.cached >= 60 * kMiB);
+  // The clock of the frees: they were moments ago.
+  ReturnIdleMemory(CoarseNanos());
+  CHECK(arena->stats().cached == before.cached);
+  arena->purge();
+}
+
+TEST_CASE("an arena without return_idle_ms keeps its caches at a pass") {
+  Arena* arena = Get(63, 0);
+  BurstAndFree(arena);
+  const ArenaStats before = arena->stats();
+  REQUIRE(before.cached >= 60 * kMiB);
+  ReturnIdleMemory(CoarseNanos() + 2 * kHourNanos);
+  CHECK(arena->stats().cached == before.cached);
+  arena->purge();
+  CHECK(arena->stats().cached == 0);
+}
+
+TEST_CASE("return_idle_ms outside 0 to an hour is refused") {
+  for (std::int64_t ms : {std::int64_t{-1}, ArenaOptions::kMaxReturnIdleMs + 1}) {
+    ArenaOptions options;
+    options.return_idle_ms = ms;
+    auto arena = Arena::ForPolicy(Policy::WeightedInterleave({{0, 64}}), options);
+    REQUIRE_FALSE(arena.ok());
+    CHECK(arena.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(arena.status().message()), Catch::Contains("return_idle_ms"));
+  }
+}
+
+// Polls `returned` every 20 ms for up to two minutes (the thread's schedule is 50 ms here; the
+// deadline only bounds a failure on a host slowed down many times).
+template <typename Predicate>
+bool EventuallyTrue(Predicate returned) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (returned()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return returned();
+}
+
+TEST_CASE("the returner thread returns an idle arena's burst with no call from the program") {
+  Arena* arena = Get(65, 50);
+  BurstAndFree(arena);
+  const std::size_t committed = arena->stats().committed;
+  CHECK(MemoryReturnThreadStarted());
+  // No call into the arena from here on: only the thread can return it.
+  const bool returned = EventuallyTrue([&] {
+    const ArenaStats now = arena->stats();
+    return now.cached == 0 && committed - now.committed >= 70 * kMiB;
+  });
+  CHECK(returned);
+}
+
+TEST_CASE("a fork() child starts a returner thread of its own") {
+  Arena* arena = Get(66, 50);
+  BurstAndFree(arena);  // starts the parent's thread, if no test before did
+  REQUIRE(MemoryReturnThreadStarted());
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // The child has no thread until it frees a burst of its own.
+    if (MemoryReturnThreadStarted()) _exit(10);
+    BurstAndFree(arena);
+    if (!MemoryReturnThreadStarted()) _exit(11);
+    const std::size_t committed = arena->stats().committed;
+    const bool returned = EventuallyTrue([&] {
+      const ArenaStats now = arena->stats();
+      return now.cached == 0 && committed - now.committed >= 70 * kMiB;
+    });
+    _exit(returned ? 0 : 12);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);  // 10: inherited, 11: not started, 12: nothing returned
+}
+
+TEST_CASE("a loop of random 5-25 MiB blocks holds its live block and not the large cache's bound") {
+  // Each block freed waits in the large cache for its class; the next block is of another
+  // class most of the time. Before, each miss took fresh pages while the cache kept up to
+  // 256 MiB of other classes committed; now a miss hands them back to jemalloc first and is
+  // carved from their pages.
+  Arena* arena = Get(67, 0);
+  std::mt19937 random(3);
+  std::size_t most_committed = 0;
+  for (int i = 0; i < 100; ++i) {
+    const std::size_t size = 5 * kMiB + random() % (20 * kMiB);
+    void* p = arena->allocate(size);
+    REQUIRE(p != nullptr);
+    most_committed = std::max(most_committed, arena->stats().committed);
+    deallocate(p);
+  }
+  INFO("most committed " << most_committed);
+  // One live block of at most 25 MiB, the block freed before it (cached until this miss),
+  // jemalloc's metadata and its extent rounding.
+  CHECK(most_committed <= 80 * kMiB);
+  arena->purge();
+}
+
+}  // namespace
+}  // namespace numarena

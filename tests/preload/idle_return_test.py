@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Memory return under `numarena run` (NUMARENA_RETURN_IDLE_MS, docs/run.md).
+
+    idle_return_test.py NUMARENA_CLI IDLE_RETURN
+
+- A program that frees a 128 MiB burst and then makes no call at all gets its resident set
+  back to within 24 MiB of where it started (the default schedule, 1 s), with no call from it:
+  the wait is bounded by two minutes, so a slow host only makes it take longer.
+- NUMARENA_RETURN_IDLE_MS=0 keeps the freed memory (3 s idle: at least half of the burst is
+  still resident, as before memory return existed).
+- A bad value ends the program at start-up with a line naming the variable, status 127.
+Exit status 0 only when every check passes.
+"""
+import os
+import subprocess
+import sys
+
+failures = []
+
+
+def check(ok, what, detail=""):
+    print(("ok      " if ok else "FAILED  ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+        if detail:
+            print("        " + detail.replace("\n", "\n        "), flush=True)
+
+
+def run(args, extra_env=None):
+    env = dict(os.environ)
+    env.pop("NUMARENA_RETURN_IDLE_MS", None)
+    env.update(extra_env or {})
+    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+
+
+def main():
+    cli, program = sys.argv[1:3]
+    returned = run([cli, "run", "--membind", "0", "--", program, "returned", "120"])
+    check(returned.returncode == 0,
+          "a burst freed before an idle goes back to the kernel without calls",
+          returned.stdout + returned.stderr)
+    kept = run([cli, "run", "--membind", "0", "--", program, "kept", "3"],
+               {"NUMARENA_RETURN_IDLE_MS": "0"})
+    check(kept.returncode == 0, "NUMARENA_RETURN_IDLE_MS=0 keeps freed memory for reuse",
+          kept.stdout + kept.stderr)
+    for bad in ("abc", "-5", "3600001", "99999999999999999999"):
+        refused = run([cli, "run", "--membind", "0", "--", program, "kept", "0"],
+                      {"NUMARENA_RETURN_IDLE_MS": bad})
+        check(refused.returncode == 127 and
+              f"numarena preload: NUMARENA_RETURN_IDLE_MS='{bad}'" in refused.stderr and
+              "milliseconds" in refused.stderr,
+              f"NUMARENA_RETURN_IDLE_MS={bad} is refused at start-up with a clear line",
+              f"status {refused.returncode}: {refused.stderr}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
