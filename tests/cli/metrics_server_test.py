@@ -10,7 +10,8 @@ request sent with a half-close (shutdown(SHUT_WR) after it, with and without the
 that ends the headers) gets its answer. Then, for `numarena run`: the listening socket is
 on 127.0.0.1 only unless --metrics-listen says otherwise (read from /proc/PID/net/tcp*, so no
 second interface is needed), and with --metrics-port P-Q each process of the tree that execs
-serves its own port, and `numarena exporter --pid FIRST --tree` finds and sums all three.
+serves its own port, and `numarena exporter --pid FIRST --tree` finds and sums all three; a
+child made by fork() without exec serves the next port and holds none of its parent's.
 Every wait has a deadline; every process started is killed at the end.
 """
 import os
@@ -241,6 +242,60 @@ try:
     if os.path.exists(kids_file):
         os.unlink(kids_file)
     run.kill()
+
+    # A child made by fork() without exec serves its own figures on the next free port of the
+    # range, and keeps no copy of its parent's listening socket (which would hold the parent's
+    # port once the parent is gone).
+    ports = free_ports(3)
+    child_file = f"/tmp/numarena-metrics-fork-{os.getpid()}"
+    forker = ("import os, sys, time\n"
+              "pid = os.fork()\n"
+              "if pid == 0:\n"
+              "    time.sleep(120)\n"
+              "    os._exit(0)\n"
+              "open(sys.argv[1] + '.tmp', 'w').write(str(pid))\n"
+              "os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
+              "time.sleep(120)\n")
+    run = start([numarena, "run", "--local", "--metrics-port", f"{ports[0]}-{ports[-1]}", "--",
+                 sys.executable, "-c", forker, child_file])
+    deadline = time.monotonic() + 30
+    child = None
+    while time.monotonic() < deadline and child is None:
+        try:
+            child = int(open(child_file).read())
+        except FileNotFoundError:
+            time.sleep(0.1)
+    served = []
+    while child is not None and time.monotonic() < deadline and len(served) < 2:
+        served = []
+        for p in ports:
+            try:
+                scrape(p, 5)
+                served.append(p)
+            except OSError:
+                pass
+        time.sleep(0.2)
+    if child is None:
+        failures.append(f"fork without exec: the program wrote no child pid: {run.poll()}")
+    elif served != ports[:2]:
+        failures.append(f"fork without exec on {ports[0]}-{ports[-1]}: ports {served} answer, "
+                        f"want {ports[:2]} (the parent's and the child's)")
+    else:
+        owners = [listener_owner(p, [run.pid, child]) for p in ports[:2]]
+        if owners != [run.pid, child]:
+            failures.append(f"fork without exec: ports {ports[:2]} are held by {owners}, "
+                            f"want parent {run.pid} and child {child}")
+        if listener_owner(ports[0], [child]) is not None:
+            failures.append(f"fork without exec: the child {child} still holds the parent's "
+                            f"listening socket on {ports[0]}")
+        _, body = scrape(ports[1], 10)
+        if 'numarena_process_memory_bytes{command="python3"' not in body:
+            failures.append(f"the forked child's scrape has no process memory:\n{body[:2000]}")
+    if child is not None:
+        os.kill(child, 9)
+    if os.path.exists(child_file):
+        os.unlink(child_file)
+    run.kill()
 finally:
     for process in children:
         if process.poll() is None:
@@ -251,4 +306,5 @@ if failures:
     print("\n".join("FAILED: " + f for f in failures))
     sys.exit(1)
 print("metrics servers: scrapes beside 50 idle connections in < 2 s, half-closed requests "
-      "answered, 127.0.0.1 by default, one port per process of a tree, exporter --tree")
+      "answered, 127.0.0.1 by default, one port per process of a tree, exporter --tree, "
+      "a fork()ed child's own port")
