@@ -28,7 +28,9 @@
 // so memory glibc handed out before or around the override is freed by glibc.
 //
 // Initialisation runs in this library's constructor, after its dependencies' constructors
-// (libstdc++, Abseil, libnuma): numarena's C++ code needs them. A bad NUMARENA_POLICY or
+// (libstdc++, libnuma): numarena's C++ code needs them. (The Abseil linked into this library
+// is constant-initialised: its objects' only constructors are <iostream>'s ios_base::Init,
+// so their order beside this one does not matter.) A bad NUMARENA_POLICY or
 // NUMARENA_BUDGET, or an arena the kernel refuses, ends the process there with a message
 // ("numarena preload: ...") and exit status 127: running the program with its memory in
 // the wrong place would hide the mistake. `numarena run` checks both before it starts the

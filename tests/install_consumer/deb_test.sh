@@ -2,7 +2,8 @@
 # The Debian package set (cmake/NumarenaPackaging.cmake) of the build in $1: made with
 # `cpack -G DEB`, unpacked into a throwaway root with dpkg -x, and run from there.
 #   - the four packages exist, each with the package it must depend on (the library for
-#     -dev and python3-, the system libraries dpkg-shlibdeps found for the binaries);
+#     -dev and python3-, the system libraries dpkg-shlibdeps found for the binaries, and no
+#     libabsl for the library);
 #   - each file is in the package it belongs to (headers and CMake files in -dev, the
 #     tool and preload library in numarena, the module in python3-numarena);
 #   - from the root: `numarena --version`, `numarena run` (which finds the preload library
@@ -26,6 +27,10 @@ grep -q "libnumarena0 (= $version)" <<<"$(depends python3-numarena)" || fail "py
 for p in libnumarena0 numarena; do
   grep -q "libnuma1" <<<"$(depends $p)" || fail "$p does not depend on libnuma1: $(depends $p)"
 done
+# Abseil is inside libnumarena.so (cmake/abseil/build.sh); the numarena tool itself links
+# libnumarena.a with Debian's shared Abseil.
+! grep -q "libabsl" <<<"$(depends libnumarena0)" ||
+  fail "libnumarena0 depends on Debian's Abseil: $(depends libnumarena0)"
 
 contents() { dpkg-deb -c "$(deb "$1")" | sed 's/ -> .*//' | awk '{print $NF}'; }
 has() { contents "$1" | grep -qE "$2" || fail "$1 lacks $2"; }
