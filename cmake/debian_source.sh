@@ -5,14 +5,16 @@
 # trust anchor, the same ones apt checks through the signed Release/Sources files.
 #
 # The sourcing script sets, before calling these functions:
-#   PACKAGE   the library's name in messages ("jemalloc")
+#   PACKAGE   the library's name in messages ("jemalloc", "Abseil")
 #   DSC ORIG DEBIAN   the .dsc, the upstream tarball and the Debian tarball's file names
 #   SHA256    an associative array: file name -> pinned SHA-256
 #   POOL      the mirror folder that holds them ($MIRROR/pool/main/j/jemalloc)
 #   MIRROR    the mirror (from NUMARENA_DEBIAN_MIRROR)
 #   CACHE     the cache folder (downloads go to CACHE/downloads)
 #   REMEDY    what else the user can do when the download fails (one line, no full stop)
-# and defines die().
+#   BUILT     the cache folder of this build (it holds a file "done" once complete)
+#   CACHE_VARIABLE  the environment variable that moves CACHE (for messages)
+# and defines die() and copy_out() (copies BUILT's output to where the caller wants it).
 
 sha_of() { sha256sum "$1" | cut -d' ' -f1; }
 
@@ -21,11 +23,11 @@ debian_source_fetch() {
   local file="$1" path="$CACHE/downloads/$1"
   if [[ -f "$path" && "$(sha_of "$path")" == "${SHA256[$file]}" ]]; then return 0; fi
   rm -f "$path" "$path.part"
-  printf 'numarena %s build: downloading %s\n' "$PACKAGE" "$POOL/$file" >&2
+  printf 'numarena %s build: downloading %s\n' "${PACKAGE,,}" "$POOL/$file" >&2
   if ! curl -fsSL --retry 3 --connect-timeout 20 -o "$path.part" "$POOL/$file"; then
     rm -f "$path.part"
     die "could not download $POOL/$file.
-  libnumarena.so contains a $PACKAGE built from Debian's source package, which is fetched
+  libnumarena.so contains its own $PACKAGE, built from Debian's source package, fetched
   once and cached in $CACHE. Either give this machine network access to $MIRROR,
   set NUMARENA_DEBIAN_MIRROR to a reachable Debian mirror, put $DSC, $ORIG and $DEBIAN
   into $CACHE/downloads/, or $REMEDY."
@@ -68,4 +70,20 @@ debian_source_unpack() {
     done <"$src/debian/patches/series"
   fi
   printf '%s\n' "$src"
+}
+
+# debian_source_prepare TOP: when BUILT is complete, copy_out and exit. Otherwise, holding
+# CACHE/.lock (build folders that configure at once, build and build-asan, wait for one
+# another here; the second finds the first one's result), fetch the source package and unpack
+# it into a new WORK folder (removed at exit); sets WORK and SRC (WORK/TOP).
+debian_source_prepare() {
+  if [[ -f "$BUILT/done" ]]; then copy_out; exit 0; fi
+  mkdir -p "$CACHE" || die "cannot create $CACHE (set $CACHE_VARIABLE)"
+  exec 9>"$CACHE/.lock"
+  flock 9
+  if [[ -f "$BUILT/done" ]]; then copy_out; exit 0; fi
+  debian_source_fetch_all
+  WORK="$(mktemp -d "$CACHE/.build.XXXXXX")"
+  trap 'rm -rf "$WORK"' EXIT
+  SRC="$(debian_source_unpack "$WORK" "$1")"
 }

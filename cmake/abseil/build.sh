@@ -48,7 +48,7 @@ declare -A SHA256=(
 )
 MIRROR="${NUMARENA_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 POOL="$MIRROR/pool/main/a/abseil"
-PACKAGE=abseil
+PACKAGE=Abseil
 REMEDY="configure with -DNUMARENA_BUILD_SHARED=OFF (no libnumarena.so)"
 # shellcheck source=../debian_source.sh
 . "$(dirname "$0")/../debian_source.sh"
@@ -94,19 +94,8 @@ copy_out() {
   mv -f "$DEST/lib/libnumarena_absl_pic.a.tmp" "$DEST/lib/libnumarena_absl_pic.a"
 }
 
-if [[ -f "$BUILT/done" ]]; then copy_out; exit 0; fi
-
-mkdir -p "$CACHE" || die "cannot create $CACHE (set NUMARENA_ABSEIL_CACHE)"
-# Build folders that configure at once (build, build-asan) wait for one another here.
-exec 9>"$CACHE/.lock"
-flock 9
-if [[ -f "$BUILT/done" ]]; then copy_out; exit 0; fi
-
-debian_source_fetch_all
-
-WORK="$(mktemp -d "$CACHE/.build.XXXXXX")"
-trap 'rm -rf "$WORK"' EXIT
-SRC="$(debian_source_unpack "$WORK" "abseil-$ABSL_VERSION")"
+CACHE_VARIABLE=NUMARENA_ABSEIL_CACHE
+debian_source_prepare "abseil-$ABSL_VERSION"
 
 printf 'numarena abseil build: building Abseil %s-%s (once; cached in %s)\n' \
   "$ABSL_VERSION" "$DEB_REVISION" "$BUILT" >&2

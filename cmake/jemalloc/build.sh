@@ -84,21 +84,10 @@ copy_out() {
   mv -f "$DEST/include/jemalloc/jemalloc.h.tmp" "$DEST/include/jemalloc/jemalloc.h"
 }
 
-if [[ -f "$BUILT/done" ]]; then copy_out; exit 0; fi
-
-mkdir -p "$CACHE" || die "cannot create $CACHE (set NUMARENA_JEMALLOC_CACHE)"
-# Build folders that configure at once (build, build-asan) wait for one another here.
-exec 9>"$CACHE/.lock"
-flock 9
-if [[ -f "$BUILT/done" ]]; then copy_out; exit 0; fi
-
-debian_source_fetch_all
-
-WORK="$(mktemp -d "$CACHE/.build.XXXXXX")"
-trap 'rm -rf "$WORK"' EXIT
+CACHE_VARIABLE=NUMARENA_JEMALLOC_CACHE
 # Debian's patches touch configure.ac only for GNU Hurd, so the tarball's generated configure
 # (no autoconf needed) builds the same code on Linux.
-SRC="$(debian_source_unpack "$WORK" "jemalloc-$JE_VERSION")"
+debian_source_prepare "jemalloc-$JE_VERSION"
 
 printf 'numarena jemalloc build: configuring and building jemalloc %s-%s (once; cached in %s)\n' \
   "$JE_VERSION" "$DEB_REVISION" "$BUILT" >&2
