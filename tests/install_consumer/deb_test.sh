@@ -9,7 +9,10 @@
 #   - from the root: `numarena --version`, `numarena run` (which finds the preload library
 #     in the root beside it) and the Python module with importlib.metadata, loading the
 #     root's libnumarena.so.
-# $2: the install prefix the build was configured with. Exit 0 only when all hold.
+#   - everything installs under /usr, whatever prefix the build was configured with ($2,
+#     /usr/local by default), the Python module in /usr/lib/python3/dist-packages, where
+#     Debian's python3 looks.
+# Exit 0 only when all hold.
 set -euo pipefail
 build="$1"
 prefix="$2"
@@ -33,6 +36,11 @@ done
   fail "libnumarena0 depends on Debian's Abseil: $(depends libnumarena0)"
 
 contents() { dpkg-deb -c "$(deb "$1")" | sed 's/ -> .*//' | awk '{print $NF}'; }
+for p in libnumarena0 libnumarena-dev numarena python3-numarena; do
+  outside="$(contents "$p" | grep -v '/$' | grep -E -e '^\./usr/local/' -e '^\./([^u]|u[^s]|us[^r]|usr[^/])' || true)"
+  [[ -z "$outside" ]] || fail "$p installs outside /usr (configured prefix $prefix):
+$(head -n 5 <<<"$outside")"
+done
 has() { contents "$1" | grep -qE "$2" || fail "$1 lacks $2"; }
 lacks() { ! contents "$1" | grep -qE "$2" || fail "$1 holds $2"; }
 has libnumarena0 "/libnumarena\.so\.[0-9]+$"
@@ -44,12 +52,12 @@ has libnumarena-dev "/libnumarena\.a$"
 has numarena "/bin/numarena$"
 has numarena "/libnumarena_preload\.so$"
 has numarena "prometheus/numarena-dashboard\.json$"
-has python3-numarena "numarena/__init__\.pyi$"
+has python3-numarena "^\./usr/lib/python3/dist-packages/numarena/__init__\.pyi$"
 has python3-numarena "numarena-$version\.dist-info/METADATA$"
 
 root="$work/root"
 for p in "$work"/pkg/*.deb; do dpkg -x "$p" "$root"; done
-bin="$root$prefix/bin/numarena"
+bin="$root/usr/bin/numarena"
 [[ "$("$bin" --version)" == "numarena $version" ]] || fail "$bin --version: $("$bin" --version)"
 "$bin" run --local -- /bin/sh -c 'case "$LD_PRELOAD" in '"$root"'*) exit 0;; esac; exit 1' ||
   fail "numarena run from the root did not preload the root's library"
