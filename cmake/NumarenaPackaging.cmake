@@ -5,10 +5,12 @@
 #                      Prometheus rules and the Grafana dashboard
 #   python3-numarena   the Python module with its dist-info
 # Made from a built tree with `cpack -G DEB` in the build directory (or
-# `cpack --config CPackConfig.cmake -B DIR`). The packages install under the prefix the build
-# was configured with (CMAKE_INSTALL_PREFIX; configure with -DCMAKE_INSTALL_PREFIX=/usr for a
-# distribution's layout), because the Python module finds libnumarena.so by a path relative
-# to itself that the configure step fixed. Run-time dependencies on system libraries come from
+# `cpack --config CPackConfig.cmake -B DIR`). The packages install under /usr, whatever
+# prefix the build was configured with for `cmake --install` (/usr/local by default): every
+# installed path is relative to the prefix (the pkg-config and CMake files find it from where
+# they lie, the Python module finds libnumarena.so by a relative path, `numarena run` its
+# preload library from the binary), and the Python module goes to /usr's
+# lib/python3/dist-packages (CMakeLists.txt chooses that folder at install time). Run-time dependencies on system libraries come from
 # dpkg-shlibdeps; tests/install_consumer/deb_test.sh unpacks the set into a throwaway root and
 # runs it.
 set(CPACK_GENERATOR DEB)
@@ -17,7 +19,7 @@ set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_VENDOR "the numarena authors")
 set(CPACK_PACKAGE_CONTACT "the numarena authors <numarena@localhost>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "${PROJECT_DESCRIPTION}")
-set(CPACK_PACKAGING_INSTALL_PREFIX ${CMAKE_INSTALL_PREFIX})
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)

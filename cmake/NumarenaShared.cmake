@@ -13,8 +13,15 @@
 # (mallocx, sallocx, mallctl, malloc_conf, ... become nje_mallocx, ...; include/numarena/
 # arena.hpp's inline code too). Everything but numarena_* is hidden: --exclude-libs hides the
 # archives' symbols, cmake/numarena.map everything else (Abseil and libstdc++ template
-# instances included). Abseil, libnuma and libstdc++ stay Debian's shared libraries (Debian's
-# Abseil archives are not PIC), so they are the library's only dependencies besides libc.
+# instances included).
+#
+# Why it carries its own Abseil: Debian's libabsl_*.so.20220623 exist on Debian 12 only, so a
+# library that needs them loads on one distribution; Debian's libabsl_*.a are not PIC (and
+# some use local-exec TLS), so they cannot go into a shared object. cmake/abseil/build.sh
+# builds the components numarena uses from Debian's source package as PIC with hidden
+# visibility; the objects below are compiled against its headers. libnuma and libstdc++
+# stay shared, so with glibc they are the library's only dependencies
+# (tests/shared/check_self_contained.sh).
 # -z nodelete: dlclose() never unloads it -- jemalloc's thread-exit destructors and fork
 # handlers, and memory numarena handed out, must outlive any dlclose.
 
@@ -25,41 +32,50 @@ add_custom_command(
   OUTPUT ${NUMARENA_NJE_ARCHIVE} ${NUMARENA_NJE_HEADER}
   COMMAND ${CMAKE_COMMAND} -E env CC=${CMAKE_C_COMPILER}
           ${PROJECT_SOURCE_DIR}/cmake/jemalloc/build.sh ${NUMARENA_NJE_DIR}
-  DEPENDS ${PROJECT_SOURCE_DIR}/cmake/jemalloc/build.sh
+  DEPENDS ${PROJECT_SOURCE_DIR}/cmake/jemalloc/build.sh ${PROJECT_SOURCE_DIR}/cmake/debian_source.sh
   COMMENT "jemalloc for libnumarena.so (Debian's source, nje_ prefix, no initial-exec TLS)"
   VERBATIM)
 add_custom_target(numarena_jemalloc_nje DEPENDS ${NUMARENA_NJE_ARCHIVE} ${NUMARENA_NJE_HEADER})
 
+set(NUMARENA_ABSL_PIC_DIR ${PROJECT_BINARY_DIR}/abseil-pic)
+set(NUMARENA_ABSL_PIC_ARCHIVE ${NUMARENA_ABSL_PIC_DIR}/lib/libnumarena_absl_pic.a)
+add_custom_command(
+  OUTPUT ${NUMARENA_ABSL_PIC_ARCHIVE}
+  COMMAND ${CMAKE_COMMAND} -E env CXX=${CMAKE_CXX_COMPILER}
+          ${PROJECT_SOURCE_DIR}/cmake/abseil/build.sh ${NUMARENA_ABSL_PIC_DIR}
+  DEPENDS ${PROJECT_SOURCE_DIR}/cmake/abseil/build.sh ${PROJECT_SOURCE_DIR}/cmake/debian_source.sh
+  COMMENT "Abseil for libnumarena.so (Debian's source, PIC, hidden visibility)"
+  VERBATIM)
+add_custom_target(numarena_abseil_pic DEPENDS ${NUMARENA_ABSL_PIC_ARCHIVE})
+
 # The objects, compiled once against that jemalloc, for both shared objects built from them:
 # libnumarena.so here and libnumarena_preload.so (cmake/NumarenaPreload.cmake).
 # How every source compiled against the nje_ jemalloc is compiled (these objects, and the
-# preload library's own source). BEFORE: this jemalloc.h, never Debian's
-# /usr/include/jemalloc/jemalloc.h.
+# preload library's own source). BEFORE: this jemalloc.h and these Abseil headers, never
+# Debian's in /usr/include.
 function(numarena_compile_against_nje target)
-  add_dependencies(${target} numarena_jemalloc_nje)
-  target_include_directories(${target} BEFORE PRIVATE ${NUMARENA_NJE_DIR}/include)
+  add_dependencies(${target} numarena_jemalloc_nje numarena_abseil_pic)
+  target_include_directories(${target} BEFORE PRIVATE ${NUMARENA_NJE_DIR}/include
+                                                      ${NUMARENA_ABSL_PIC_DIR}/include)
   target_include_directories(${target}
     PRIVATE ${PROJECT_SOURCE_DIR}/include ${NUMARENA_GENERATED_INCLUDE_DIR}
             ${PROJECT_SOURCE_DIR}/lib)
   target_compile_definitions(${target} PRIVATE JEMALLOC_MANGLE)
   target_compile_features(${target} PRIVATE cxx_std_20)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-missing-field-initializers)
+  # Every extern thread_local these sources use (numarena's, Abseil's cordz_next_sample) is
+  # constant-initialised; without this, GCC calls each through a weak, undefined init function
+  # (_ZTH...), which the dynamic linker would look for in other libraries, another Abseil too.
+  target_compile_options(${target} PRIVATE -fno-extern-tls-init)
 endfunction()
 
 add_library(numarena_nje_objects OBJECT
   ${NUMARENA_CORE_SOURCES} ${NUMARENA_LAYER_SOURCES_ops} ${NUMARENA_LAYER_SOURCES_capi})
 numarena_compile_against_nje(numarena_nje_objects)
-# Only the include directories and definitions of these (header-only here) dependencies.
-target_link_libraries(numarena_nje_objects PRIVATE
-  absl::status absl::statusor absl::strings absl::str_format absl::synchronization
-  absl::flat_hash_map absl::hash)
 set_target_properties(numarena_nje_objects PROPERTIES POSITION_INDEPENDENT_CODE ON)
 # What a shared object made of these objects links.
 set(NUMARENA_NJE_LINK_LIBRARIES
-  ${NUMARENA_NJE_ARCHIVE}
-  absl::status absl::statusor absl::strings absl::str_format absl::synchronization
-  absl::flat_hash_map absl::hash
-  numa Threads::Threads)
+  ${NUMARENA_NJE_ARCHIVE} ${NUMARENA_ABSL_PIC_ARCHIVE} numa Threads::Threads)
 
 add_library(numarena_shared SHARED $<TARGET_OBJECTS:numarena_nje_objects>)
 add_library(numarena::shared ALIAS numarena_shared)

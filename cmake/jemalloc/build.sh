@@ -24,9 +24,8 @@
 # The build happens once per version and flags, in ${NUMARENA_JEMALLOC_CACHE:-~/.cache/
 # numarena-jemalloc}; later calls copy from there. The three source files are downloaded from
 # ${NUMARENA_DEBIAN_MIRROR:-http://deb.debian.org/debian} (or taken from CACHE/downloads if
-# already there) and must match the SHA-256 sums pinned below: the .dsc's own, and those the
-# .dsc lists for the tarballs (plain HTTP is fine: the sums are the trust anchor, the same
-# ones apt checks through the signed Release/Sources files). CC (default cc) builds it.
+# already there) and must match the SHA-256 sums pinned below (cmake/debian_source.sh).
+# CC (default cc) builds it.
 set -euo pipefail
 
 die() { printf 'numarena jemalloc build: %s\n' "$*" >&2; exit 1; }
@@ -46,6 +45,10 @@ declare -A SHA256=(
 )
 MIRROR="${NUMARENA_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 POOL="$MIRROR/pool/main/j/jemalloc"
+PACKAGE=jemalloc
+REMEDY="configure with -DNUMARENA_BUILD_SHARED=OFF (no libnumarena.so)"
+# shellcheck source=../debian_source.sh
+. "$(dirname "$0")/../debian_source.sh"
 
 # Debian's configure options for amd64/i386 (debian/rules: a fixed 4 KiB page, 2 MiB huge
 # pages, profiling), then ours. Other architectures get Debian's 64 KiB page and no prof.
@@ -81,63 +84,10 @@ copy_out() {
   mv -f "$DEST/include/jemalloc/jemalloc.h.tmp" "$DEST/include/jemalloc/jemalloc.h"
 }
 
-if [[ -f "$BUILT/done" ]]; then copy_out; exit 0; fi
-
-mkdir -p "$CACHE/downloads" || die "cannot create $CACHE (set NUMARENA_JEMALLOC_CACHE)"
-# Build folders that configure at once (build, build-asan) wait for one another here.
-exec 9>"$CACHE/.lock"
-flock 9
-if [[ -f "$BUILT/done" ]]; then copy_out; exit 0; fi
-
-sha_of() { sha256sum "$1" | cut -d' ' -f1; }
-
-# fetch FILE: into CACHE/downloads, checked against its pinned sum.
-fetch() {
-  local file="$1" path="$CACHE/downloads/$1"
-  if [[ -f "$path" && "$(sha_of "$path")" == "${SHA256[$file]}" ]]; then return 0; fi
-  rm -f "$path" "$path.part"
-  printf 'numarena jemalloc build: downloading %s\n' "$POOL/$file" >&2
-  if ! curl -fsSL --retry 3 --connect-timeout 20 -o "$path.part" "$POOL/$file"; then
-    rm -f "$path.part"
-    die "could not download $POOL/$file.
-  libnumarena.so contains a jemalloc built from Debian's source package, which is fetched
-  once and cached in $CACHE. Either give this machine network access to $MIRROR,
-  set NUMARENA_DEBIAN_MIRROR to a reachable Debian mirror, put $DSC, $ORIG and $DEBIAN
-  into $CACHE/downloads/, or configure with -DNUMARENA_BUILD_SHARED=OFF (no libnumarena.so)."
-  fi
-  local got; got="$(sha_of "$path.part")"
-  if [[ "$got" != "${SHA256[$file]}" ]]; then
-    rm -f "$path.part"
-    die "$POOL/$file has SHA-256 $got, expected ${SHA256[$file]}: refusing to build it"
-  fi
-  mv "$path.part" "$path"
-}
-
-fetch "$DSC"
-fetch "$ORIG"
-fetch "$DEBIAN"
-# The pinned tarball sums are the ones the (pinned) .dsc lists: a mistake in either shows.
-for file in "$ORIG" "$DEBIAN"; do
-  grep -Eq "^ ${SHA256[$file]} [0-9]+ $file\$" "$CACHE/downloads/$DSC" ||
-    die "$DSC does not list SHA-256 ${SHA256[$file]} for $file"
-done
-
-WORK="$(mktemp -d "$CACHE/.build.XXXXXX")"
-trap 'rm -rf "$WORK"' EXIT
-tar -xjf "$CACHE/downloads/$ORIG" -C "$WORK"
-SRC="$WORK/jemalloc-$JE_VERSION"
-[[ -d "$SRC" ]] || die "$ORIG did not unpack into jemalloc-$JE_VERSION/"
-tar -xJf "$CACHE/downloads/$DEBIAN" -C "$SRC"
-# Debian's patches, in series order (dpkg-source would apply them the same way). They touch
-# configure.ac only for GNU Hurd, so the tarball's generated configure (no autoconf needed)
-# builds the same code on Linux.
-if [[ -f "$SRC/debian/patches/series" ]]; then
-  while read -r patch _; do
-    [[ -z "$patch" || "$patch" == \#* ]] && continue
-    patch -d "$SRC" -p1 --quiet --forward < "$SRC/debian/patches/$patch" ||
-      die "Debian patch $patch does not apply"
-  done < "$SRC/debian/patches/series"
-fi
+CACHE_VARIABLE=NUMARENA_JEMALLOC_CACHE
+# Debian's patches touch configure.ac only for GNU Hurd, so the tarball's generated configure
+# (no autoconf needed) builds the same code on Linux.
+debian_source_prepare "jemalloc-$JE_VERSION"
 
 printf 'numarena jemalloc build: configuring and building jemalloc %s-%s (once; cached in %s)\n' \
   "$JE_VERSION" "$DEB_REVISION" "$BUILT" >&2

@@ -241,10 +241,17 @@ MetricsHttpServer::MetricsHttpServer(int listener, int port, std::string address
       options_(options) {}
 
 MetricsHttpServer::~MetricsHttpServer() {
-  close(listener_);
+  if (listener_ >= 0) close(listener_);
   if (wake_read_ >= 0) close(wake_read_);
   if (wake_write_ >= 0) close(wake_write_);
   if (!unix_path_.empty()) unlink(unix_path_.c_str());
+}
+
+void MetricsHttpServer::CloseInForkedChild() {
+  for (int* fd : {&listener_, &wake_read_, &wake_write_}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
 }
 
 void MetricsHttpServer::Stop() {

@@ -28,7 +28,9 @@
 // so memory glibc handed out before or around the override is freed by glibc.
 //
 // Initialisation runs in this library's constructor, after its dependencies' constructors
-// (libstdc++, Abseil, libnuma): numarena's C++ code needs them. A bad NUMARENA_POLICY or
+// (libstdc++, libnuma): numarena's C++ code needs them. (The Abseil linked into this library
+// is constant-initialised: its objects' only constructors are <iostream>'s ios_base::Init,
+// so their order beside this one does not matter.) A bad NUMARENA_POLICY or
 // NUMARENA_BUDGET, or an arena the kernel refuses, ends the process there with a message
 // ("numarena preload: ...") and exit status 127: running the program with its memory in
 // the wrong place would hide the mistake. `numarena run` checks both before it starts the
@@ -42,8 +44,11 @@
 // (Prometheus text) at http://127.0.0.1:P/metrics (NUMARENA_METRICS_LISTEN changes the
 // address); preload_metrics.hpp says how.
 //
-// fork: numarena's and jemalloc's pthread_atfork handlers keep the child's heap usable. exec:
-// the environment (LD_PRELOAD, NUMARENA_POLICY, NUMARENA_BUDGET) carries the override on.
+// fork: numarena's and jemalloc's pthread_atfork handlers keep the child's heap usable, and a
+// child of a process that serves metrics serves its own, on the next free port of the range,
+// from its first allocation on (AfterForkInChild says what runs in the child and when). exec:
+// the environment (LD_PRELOAD, NUMARENA_POLICY, NUMARENA_BUDGET, NUMARENA_METRICS_PORT)
+// carries the override on.
 //
 // The library is for LD_PRELOAD only (its thread-local depth counter uses initial-exec TLS,
 // which a library loaded later with dlopen may not get); load libnumarena.so for the C API.
@@ -92,7 +97,9 @@ void* __libc_memalign(std::size_t alignment, std::size_t size);
 namespace numarena::preload {
 namespace {
 
-enum State : int { kNotYet = 0, kInitializing = 1, kReady = 2 };
+// kForkedChild: in the child of a fork() whose metrics server is still to be restarted
+// (AfterForkInChild); its first allocation restarts it and makes the state kReady again.
+enum State : int { kNotYet = 0, kInitializing = 1, kReady = 2, kForkedChild = 3 };
 std::atomic<int> g_state{kNotYet};
 Arena* g_arena = nullptr;  // written once before g_state becomes kReady
 using UsableSizeFunction = std::size_t (*)(void*);
@@ -112,9 +119,14 @@ struct Inside {
   Inside& operator=(const Inside&) = delete;
 };
 
+bool ResumeInForkedChild();
+
 // True when this call may use the arena.
 inline bool UseArena() {
-  return __builtin_expect(t_depth == 0 && g_state.load(std::memory_order_acquire) == kReady, 1);
+  if (__builtin_expect(t_depth == 0 && g_state.load(std::memory_order_acquire) == kReady, 1)) {
+    return true;
+  }
+  return ResumeInForkedChild();
 }
 
 constexpr std::size_t kMinAlign = alignof(std::max_align_t);
@@ -235,6 +247,32 @@ std::string ParseReturnIdleMs(const char* text, std::int64_t* out) {
 // The metrics thread's allocations go to glibc for its whole life (preload_metrics.hpp).
 void MarkThreadInside() { ++t_depth; }
 
+// The atfork child handler, registered after numarena's and jemalloc's own (so it runs after
+// them, when the child's heap is usable again). Inside fork() it does only what is
+// async-signal-safe: close() of the child's copies of the parent's metrics sockets and an
+// atomic store. The restart itself (socket, bind, listen, pthread_create, allocations) waits
+// for the child's first allocation call, in ResumeInForkedChild: normally the child's own code
+// after fork() returned (an atfork child handler of another library registered after this one
+// that allocates would be the first instead). A child that only execs (as it should after a
+// fork in a threaded program) allocates nothing before exec and starts nothing.
+void AfterForkInChild() {
+  if (g_state.load(std::memory_order_relaxed) == kReady && AbandonMetricsInForkedChild()) {
+    g_state.store(kForkedChild, std::memory_order_release);
+  }
+}
+
+// A call UseArena() did not let through: in a forked child still to restart its metrics, the
+// first call that is not inside numarena restarts them, then uses the arena.
+[[gnu::noinline]] bool ResumeInForkedChild() {
+  if (t_depth != 0 || g_state.load(std::memory_order_acquire) != kForkedChild) return false;
+  int expected = kForkedChild;
+  if (g_state.compare_exchange_strong(expected, kReady, std::memory_order_acq_rel)) {
+    Inside inside;  // its allocations (and those of the thread it starts) go to glibc
+    RestartMetricsInForkedChild();
+  }
+  return g_state.load(std::memory_order_acquire) == kReady;
+}
+
 void Initialize() {
   int expected = kNotYet;
   if (!g_state.compare_exchange_strong(expected, kInitializing)) return;
@@ -297,6 +335,12 @@ void Initialize() {
   g_state.store(kReady, std::memory_order_release);
   if (std::string problem = StartMetrics(g_arena, MarkThreadInside); !problem.empty()) {
     Die(problem);
+  }
+  if (int err = pthread_atfork(nullptr, nullptr, AfterForkInChild); err != 0) {
+    const std::string line = std::string("numarena preload: pthread_atfork failed (") +
+                             std::strerror(err) + "): a fork()ed child serves no metrics\n";
+    ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
+    (void)ignored;
   }
 }
 

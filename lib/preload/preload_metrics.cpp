@@ -23,6 +23,21 @@ struct MetricsThread {
   void (*mark_thread_inside)();
 };
 
+// What StartMetrics read, kept for a forked child's restart (the child's environment may
+// have changed since; the process's settings are the ones it started with).
+struct MetricsSettings {
+  int first_port = 0, last_port = 0;
+  std::string port_text;  // as given, for messages
+  std::string host;
+  MetricsHttpServer::Handler render;
+  void (*mark_thread_inside)() = nullptr;
+};
+
+// Both set once by StartMetrics, and in a forked child by the functions below; never freed
+// (the server serves for the life of the process).
+MetricsSettings* g_settings = nullptr;
+MetricsThread* g_serving = nullptr;
+
 void* ServeMetrics(void* raw) {
   auto* thread = static_cast<MetricsThread*>(raw);
   thread->mark_thread_inside();
@@ -67,20 +82,56 @@ void Say(const std::string& message) {
   (void)ignored;
 }
 
+// Listens on the first free port of the range and starts the thread that serves it. Returns
+// what is wrong with an address that cannot be read; "" otherwise (every port taken is said
+// on stderr: the program runs on).
+std::string ListenAndServe(const MetricsSettings& settings) {
+  StatusOr<std::unique_ptr<MetricsHttpServer>> server = absl::UnavailableError("no port tried");
+  for (int port = settings.first_port; port <= settings.last_port; ++port) {
+    server = MetricsHttpServer::Listen(MetricsListenAddress(settings.host, port), settings.render);
+    if (server.ok()) break;
+    if (absl::IsInvalidArgument(server.status())) {
+      return "NUMARENA_METRICS_LISTEN='" + settings.host.substr(0, 64) + "': " +
+             std::string(server.status().message());
+    }
+  }
+  if (!server.ok()) {
+    Say("serves no metrics: " +
+        (settings.first_port == settings.last_port
+             ? std::string(server.status().message())
+             : "every port of " + settings.port_text + " is taken (the last: " +
+                   std::string(server.status().message()) + ")"));
+    return "";
+  }
+  auto* thread = new MetricsThread{*std::move(server), settings.mark_thread_inside};
+  pthread_t id;
+  pthread_attr_t attributes;
+  if (pthread_attr_init(&attributes) != 0 ||
+      pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED) != 0 ||
+      pthread_create(&id, &attributes, ServeMetrics, thread) != 0) {
+    Say("serves no metrics: no thread for them");
+    delete thread;
+    return "";
+  }
+  g_serving = thread;
+  return "";
+}
+
 }  // namespace
 
 std::string StartMetrics(Arena* arena, void (*mark_thread_inside)()) {
   const char* port_text = std::getenv("NUMARENA_METRICS_PORT");
   if (port_text == nullptr || *port_text == '\0') return "";
-  int first = 0, last = 0;
-  if (!ParsePortRange(port_text, &first, &last)) {
+  auto settings = std::make_unique<MetricsSettings>();
+  if (!ParsePortRange(port_text, &settings->first_port, &settings->last_port)) {
     return std::string("NUMARENA_METRICS_PORT='") + std::string(port_text).substr(0, 64) +
            "': a port (1-65535) or a range P-Q";
   }
+  settings->port_text = port_text;
   const char* listen = std::getenv("NUMARENA_METRICS_LISTEN");
-  const std::string host = listen != nullptr && *listen != '\0' ? listen : "127.0.0.1";
+  settings->host = listen != nullptr && *listen != '\0' ? listen : "127.0.0.1";
   std::vector<std::string> devices = SplitCommas(std::getenv("NUMARENA_METRICS_DEVICES"));
-  auto render = [arena, devices]() -> StatusOr<std::string> {
+  settings->render = [arena, devices]() -> StatusOr<std::string> {
     MetricsSources sources;
     sources.arenas = {arena};
     sources.served_devices = devices;
@@ -91,33 +142,23 @@ std::string StartMetrics(Arena* arena, void (*mark_thread_inside)()) {
     }
     return RenderMetrics(sources);
   };
-  StatusOr<std::unique_ptr<MetricsHttpServer>> server = absl::UnavailableError("no port tried");
-  for (int port = first; port <= last; ++port) {
-    server = MetricsHttpServer::Listen(MetricsListenAddress(host, port), render);
-    if (server.ok()) break;
-    if (absl::IsInvalidArgument(server.status())) {
-      return "NUMARENA_METRICS_LISTEN='" + host.substr(0, 64) + "': " +
-             std::string(server.status().message());
-    }
+  settings->mark_thread_inside = mark_thread_inside;
+  g_settings = settings.release();
+  return ListenAndServe(*g_settings);
+}
+
+bool AbandonMetricsInForkedChild() {
+  if (g_settings == nullptr) return false;
+  if (g_serving != nullptr) {
+    g_serving->server->CloseInForkedChild();
+    g_serving = nullptr;  // leaked: its thread is not in this process
   }
-  if (!server.ok()) {
-    Say("serves no metrics: " +
-        (first == last ? std::string(server.status().message())
-                       : "every port of " + std::string(port_text) + " is taken (the last: " +
-                             std::string(server.status().message()) + ")"));
-    return "";
-  }
-  // Lives as long as the process: the thread serves until the process ends.
-  auto* thread = new MetricsThread{*std::move(server), mark_thread_inside};
-  pthread_t id;
-  pthread_attr_t attributes;
-  if (pthread_attr_init(&attributes) != 0 ||
-      pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED) != 0 ||
-      pthread_create(&id, &attributes, ServeMetrics, thread) != 0) {
-    Say("serves no metrics: no thread for them");
-    delete thread;
-  }
-  return "";
+  return true;
+}
+
+void RestartMetricsInForkedChild() {
+  // The address was read when the parent started: nothing can be wrong with it now.
+  if (g_settings != nullptr) (void)ListenAndServe(*g_settings);
 }
 
 }  // namespace numarena::preload

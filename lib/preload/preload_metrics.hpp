@@ -21,4 +21,18 @@ namespace numarena::preload {
 // when every port is taken it says so on stderr and returns "" (the program runs on).
 std::string StartMetrics(Arena* arena, void (*mark_thread_inside)());
 
+// A child made by fork() without exec has none of the parent's threads, so no metrics thread,
+// but it has copies of the parent's listening socket. These two give it its own endpoint:
+//
+// AbandonMetricsInForkedChild: for the atfork child handler, inside fork(). Closes the
+// child's copies of the parent's server sockets (close() only: async-signal-safe, no lock, no
+// allocation) and leaks the server object. Returns whether the process serves metrics
+// (NUMARENA_METRICS_PORT was set), i.e. whether the child should restart them.
+bool AbandonMetricsInForkedChild();
+// RestartMetricsInForkedChild: later, from the child's ordinary code (preload.cpp calls it
+// from the child's first allocation): listens on the first free port of the range again,
+// which the parent's port is not, and starts the thread that serves it. Says on stderr when
+// every port is taken, as at start-up.
+void RestartMetricsInForkedChild();
+
 }  // namespace numarena::preload

@@ -10,7 +10,8 @@ request sent with a half-close (shutdown(SHUT_WR) after it, with and without the
 that ends the headers) gets its answer. Then, for `numarena run`: the listening socket is
 on 127.0.0.1 only unless --metrics-listen says otherwise (read from /proc/PID/net/tcp*, so no
 second interface is needed), and with --metrics-port P-Q each process of the tree that execs
-serves its own port, and `numarena exporter --pid FIRST --tree` finds and sums all three.
+serves its own port, and `numarena exporter --pid FIRST --tree` finds and sums all three; a
+child made by fork() without exec serves the next port and holds none of its parent's.
 Every wait has a deadline; every process started is killed at the end.
 """
 import os
@@ -119,6 +120,45 @@ def check_misbehaving_clients(port, what):
         failures.append(f"{what}: POST got {answer[:80]!r}, want 405")
 
 
+def answering(ports, want, deadline):
+    """The ports of `ports` that answer a scrape, once `want` of them do or at the deadline."""
+    served = []
+    while time.monotonic() < deadline:
+        served = []
+        for p in ports:
+            try:
+                scrape(p, 5)
+                served.append(p)
+            except OSError:
+                pass
+        if len(served) >= want:
+            break
+        time.sleep(0.2)
+    return served
+
+
+def run_program_with_children(ports, make_kids, deadline):
+    """`numarena run --metrics-port FIRST-LAST` of a python3 that runs `make_kids` (which sets
+    `kids` to the pids of the children it makes), writes them to a file and sleeps. Returns the
+    run's process and the pids ([] when none were written by the deadline)."""
+    pid_file = f"/tmp/numarena-metrics-kids-{os.getpid()}-{ports[0]}"
+    program = ("import os, subprocess, sys, time\n" + make_kids +
+               "open(sys.argv[1] + '.tmp', 'w').write(' '.join(str(k) for k in kids))\n"
+               "os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
+               "time.sleep(120)\n")
+    run = start([numarena, "run", "--local", "--metrics-port", f"{ports[0]}-{ports[-1]}", "--",
+                 sys.executable, "-c", program, pid_file])
+    kids = []
+    while time.monotonic() < deadline and not kids:
+        try:
+            kids = [int(k) for k in open(pid_file).read().split()]
+        except FileNotFoundError:
+            time.sleep(0.1)
+    if os.path.exists(pid_file):
+        os.unlink(pid_file)
+    return run, kids
+
+
 def listening_addresses(pid, port):
     """The local addresses (hex, as /proc/net/tcp writes them) of the sockets listening on
     `port` (state 0A) in pid's network namespace."""
@@ -192,32 +232,11 @@ try:
     # A tree of three processes (the program and two children it execs) on a range of four
     # ports: each serves its own port.
     ports = free_ports(4)
-    kids_file = f"/tmp/numarena-metrics-tree-{os.getpid()}"
-    tree = ("import subprocess, sys, time\n"
-            "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']) "
-            "for _ in range(2)]\n"
-            "open(sys.argv[1] + '.tmp', 'w').write(' '.join(str(k.pid) for k in kids))\n"
-            "import os; os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
-            "time.sleep(120)\n")
-    run = start([numarena, "run", "--local", "--metrics-port", f"{ports[0]}-{ports[-1]}", "--",
-                 sys.executable, "-c", tree, kids_file])
-    served = []
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and len(served) < 3:
-        served = []
-        for p in ports:
-            try:
-                scrape(p, 5)
-                served.append(p)
-            except OSError:
-                pass
-        time.sleep(0.2)
-    kids = []
-    while time.monotonic() < deadline and not kids:
-        try:
-            kids = [int(k) for k in open(kids_file).read().split()]
-        except FileNotFoundError:
-            time.sleep(0.1)
+    run, kids = run_program_with_children(
+        ports, "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])"
+        ".pid for _ in range(2)]\n", deadline)
+    served = answering(ports, 3, deadline)
     if served != ports[:3]:
         failures.append(f"--metrics-port {ports[0]}-{ports[-1]} with three processes: "
                         f"ports {served} answer, want {ports[:3]}")
@@ -238,8 +257,36 @@ try:
     exporter.kill()
     for kid in kids:
         os.kill(kid, 9)
-    if os.path.exists(kids_file):
-        os.unlink(kids_file)
+    run.kill()
+
+    # A child made by fork() without exec serves its own figures on the next free port of the
+    # range, and keeps no copy of its parent's listening socket (which would hold the parent's
+    # port once the parent is gone).
+    ports = free_ports(3)
+    deadline = time.monotonic() + 30
+    run, kids = run_program_with_children(
+        ports, "kids = [os.fork()]\nif kids[0] == 0:\n    time.sleep(120)\n    os._exit(0)\n",
+        deadline)
+    served = answering(ports, 2, deadline) if kids else []
+    if not kids:
+        failures.append(f"fork without exec: the program wrote no child pid: {run.poll()}")
+    elif served != ports[:2]:
+        failures.append(f"fork without exec on {ports[0]}-{ports[-1]}: ports {served} answer, "
+                        f"want {ports[:2]} (the parent's and the child's)")
+    else:
+        child = kids[0]
+        owners = [listener_owner(p, [run.pid, child]) for p in ports[:2]]
+        if owners != [run.pid, child]:
+            failures.append(f"fork without exec: ports {ports[:2]} are held by {owners}, "
+                            f"want parent {run.pid} and child {child}")
+        if listener_owner(ports[0], [child]) is not None:
+            failures.append(f"fork without exec: the child {child} still holds the parent's "
+                            f"listening socket on {ports[0]}")
+        _, body = scrape(ports[1], 10)
+        if 'numarena_process_memory_bytes{command="python3"' not in body:
+            failures.append(f"the forked child's scrape has no process memory:\n{body[:2000]}")
+    for kid in kids:
+        os.kill(kid, 9)
     run.kill()
 finally:
     for process in children:
@@ -251,4 +298,5 @@ if failures:
     print("\n".join("FAILED: " + f for f in failures))
     sys.exit(1)
 print("metrics servers: scrapes beside 50 idle connections in < 2 s, half-closed requests "
-      "answered, 127.0.0.1 by default, one port per process of a tree, exporter --tree")
+      "answered, 127.0.0.1 by default, one port per process of a tree, exporter --tree, "
+      "a fork()ed child's own port")

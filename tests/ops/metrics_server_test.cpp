@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <unistd.h>
@@ -192,6 +193,39 @@ TEST_CASE("metrics server: addresses, a Unix socket, a stale socket file, a take
   CHECK(absl::IsUnavailable(MetricsHttpServer::Listen("unix:" + path, Text("")).status()));
   CHECK(lstat(path.c_str(), &info) == 0);
   std::remove(path.c_str());
+}
+
+TEST_CASE("metrics server: a forked child closes its copy of the listening socket",
+          "[metrics]") {
+  auto server = MetricsHttpServer::Listen("127.0.0.1:0", Text(""));
+  REQUIRE(server.ok());
+  const int port = (*server)->port();
+  int closed[2], hold[2];
+  REQUIRE(pipe(closed) == 0);
+  REQUIRE(pipe(hold) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    (*server)->CloseInForkedChild();
+    (void)server->release();  // spent in the child: leaked, as the method asks
+    close(hold[1]);
+    const char byte = 1;
+    ssize_t ignored = write(closed[1], &byte, 1);
+    char wait_for_parent;
+    ignored = read(hold[0], &wait_for_parent, 1);  // alive until the parent has checked
+    (void)ignored;
+    _exit(0);
+  }
+  char byte;
+  REQUIRE(read(closed[0], &byte, 1) == 1);
+  server->reset();  // the parent's copy; the child, still alive, must hold none
+  auto again = MetricsHttpServer::Listen("127.0.0.1:" + std::to_string(port), Text(""));
+  CHECK(again.ok());
+  close(hold[1]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status));
+  for (int fd : {closed[0], closed[1], hold[0]}) close(fd);
 }
 
 }  // namespace

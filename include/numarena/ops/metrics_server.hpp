@@ -62,6 +62,15 @@ class MetricsHttpServer {
   // Makes Serve() return soon. Async-signal-safe (one write() to a pipe), any thread.
   void Stop();
 
+  // For the child of a fork(), where the thread that ran Serve() does not exist: closes the
+  // child's copies of the listening socket and the wake pipe (close() only, async-signal-safe),
+  // so that the child does not keep the parent's port open once the parent is gone. A Unix
+  // socket's file is left to the parent. The object is spent afterwards: never serve it, and
+  // leak it rather than destroy it in the child (Serve()'s state belonged to a thread that is
+  // not there). Connections Serve() had accepted stay open in the child until it exits or
+  // execs (they are close-on-exec); the parent answers and closes its side of them as usual.
+  void CloseInForkedChild();
+
   // The TCP port listened on (the kernel's pick for port 0); 0 for a Unix socket.
   int port() const { return port_; }
   // What Listen() was given, with the picked port ("127.0.0.1:39211", "unix:/run/x.sock").

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# What a numarena shared object needs from the system and what it shows it:
+#   - DT_NEEDED: glibc's libraries, libstdc++ (with libgcc_s) and libnuma only: jemalloc
+#     and Abseil are linked in, so the library loads on any distribution with those;
+#   - no Abseil symbol in its dynamic symbol table, defined or undefined;
+#   - with --preload: it exports numarena_* and the allocation functions it replaces
+#     (malloc & co., operator new/delete), nothing else.
+#
+#   check_self_contained.sh PATH/lib.so [--preload]
+set -euo pipefail
+lib="$1"
+preload="${2:-}"
+fail=0
+complain() { printf 'check_self_contained: %s: %s\n' "$lib" "$*" >&2; fail=1; }
+
+allowed_needed='^(libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|ld-linux-x86-64\.so\.2|ld-linux-aarch64\.so\.1|libstdc\+\+\.so\.6|libgcc_s\.so\.1|libnuma\.so\.1)$'
+needed="$(readelf -dW "$lib" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')"
+[[ -n "$needed" ]] || complain "readelf shows no DT_NEEDED at all"
+stray="$(grep -Ev "$allowed_needed" <<<"$needed" || true)"
+[[ -z "$stray" ]] || complain "needs libraries beyond glibc, libstdc++ and libnuma:
+$stray"
+
+dynamic_symbols="$(nm -D "$lib" | awk '{print $NF}')"
+absl="$(grep -E '4absl|absl_' <<<"$dynamic_symbols" | head -n 5 || true)"
+[[ -z "$absl" ]] || complain "Abseil symbols in the dynamic symbol table:
+$absl"
+
+if [[ "$preload" == --preload ]]; then
+  # nm -D --defined-only: "ADDRESS TYPE NAME[@@VERSION]"; demangled, so operator new/delete
+  # read as such.
+  replaced='^(malloc|free|calloc|realloc|memalign|aligned_alloc|posix_memalign|valloc|pvalloc|malloc_usable_size|operator (new|delete)(\[\])?\(.*\))$'
+  extra="$(nm -D -C --defined-only "$lib" | awk '$2 != "A" {$1 = ""; $2 = ""; sub(/^  /, ""); print}' |
+           sed 's/@.*//' | grep -Ev '^numarena_' | grep -Ev "$replaced" || true)"
+  [[ -z "$extra" ]] || complain "exports more than numarena_* and the allocation functions:
+$(head -n 20 <<<"$extra")"
+  for name in malloc free calloc realloc posix_memalign; do
+    nm -D --defined-only "$lib" | awk '{print $3}' | grep -qx "$name" ||
+      complain "does not export $name"
+  done
+fi
+
+if ((fail)); then exit 1; fi
+printf 'check_self_contained: %s needs only %s\n' "$lib" "$(tr '\n' ' ' <<<"$needed")"
