@@ -190,6 +190,20 @@ else:
     if "CUDA_VISIBLE_DEVICES=2\n" not in unit:
         failures.append(f"the unit does not make GPU 2 visible:\n{unit}")
 
+# docs/operators.md shows one output as the tool prints it now.
+docs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs",
+                    "operators.md")
+with open(docs) as f:
+    text = f.read()
+marker = "<!-- advise-example: --gpu 2 --for vllm (ops-4gpu) -->\n```sh\n$ numarena advise --gpu 2 --for vllm\n"
+if marker not in text:
+    failures.append("docs/operators.md lost its advise example block")
+else:
+    shown = text.split(marker, 1)[1].split("```", 1)[0]
+    printed = advise("ops-4gpu", ["--gpu", "2", "--for", "vllm"])
+    if shown != printed:
+        failures.append(f"docs/operators.md shows\n{shown}\nbut advise prints\n{printed}")
+
 if failures:
     print("\n".join("FAILED: " + f for f in failures))
     sys.exit(1)
