@@ -67,9 +67,9 @@
 #include <new>
 
 #include "alloc/depot.hpp"
+#include "alloc/heap_activity.hpp"
 #include "alloc/heap_table.hpp"
 #include "alloc/large_cache.hpp"
-#include "alloc/heap_activity.hpp"
 #include "alloc/node_pages.hpp"
 #include "numarena/arena.hpp"
 

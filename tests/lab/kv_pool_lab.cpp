@@ -199,6 +199,19 @@ void RequireAllOnTheirNodes(CxlPool& c) {
   }
 }
 
+// Audits that move pages back (the operator's override of the pool's kReport), a few calls,
+// until no hot block is misplaced; each call must move every page it tries.
+void CorrectMisplacedHotBlocks(CxlPool& c) {
+  numarena::KvAuditOptions correct;
+  correct.mode = numarena::KvKernelMoves::kCorrect;
+  for (int call = 0; call < 4 && c.pool->Stats().hot_blocks_misplaced > 0; ++call) {
+    auto audit = c.pool->AuditPlacement(correct);
+    REQUIRE(audit.ok());
+    INFO(audit->not_moved.message());
+    CHECK(audit->pages_not_moved == 0);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("snc4: head-first placement puts every block of group g on its home node") {
@@ -482,14 +495,7 @@ TEST_CASE("cxl on 6.12: the kernel's own demotion of hot blocks is found and und
   CHECK(c.pool->Stats().hot_pages_misplaced == demoted);
   CHECK(PagesOffNode(*c.pool, c.blocks, KvTier::kHot) == demoted);
   // Undone by audits that move pages back (the operator's override of the pool's kReport).
-  numarena::KvAuditOptions correct;
-  correct.mode = numarena::KvKernelMoves::kCorrect;
-  for (int call = 0; call < 4 && c.pool->Stats().hot_blocks_misplaced > 0; ++call) {
-    auto audit = c.pool->AuditPlacement(correct);
-    REQUIRE(audit.ok());
-    INFO(audit->not_moved.message());
-    CHECK(audit->pages_not_moved == 0);
-  }
+  CorrectMisplacedHotBlocks(c);
   const auto st = c.pool->Stats();
   CHECK(st.hot_blocks_misplaced == 0);
   CHECK(st.pages_moved_back > 0);
@@ -553,14 +559,7 @@ TEST_CASE("cxl on 6.12: pressure on a DRAM node demotes hot blocks, audits bring
   }
   // The pressure is gone (the allocation freed): audits that move pages back bring every
   // page of every block home.
-  numarena::KvAuditOptions correct;
-  correct.mode = numarena::KvKernelMoves::kCorrect;
-  for (int call = 0; call < 4 && c.pool->Stats().hot_blocks_misplaced > 0; ++call) {
-    auto audit = c.pool->AuditPlacement(correct);
-    REQUIRE(audit.ok());
-    INFO(audit->not_moved.message());
-    CHECK(audit->pages_not_moved == 0);
-  }
+  CorrectMisplacedHotBlocks(c);
   CHECK(c.pool->Stats().hot_blocks_misplaced == 0);
   RequireAllOnTheirNodes(c);
   CHECK(kvtest::CountBadRows(*c.pool, c.seq, c.tokens) == 0);

@@ -15,15 +15,8 @@ import os
 import subprocess
 import sys
 
-failures = []
-
-
-def check(ok, what, detail=""):
-    print(("ok      " if ok else "FAILED  ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-        if detail:
-            print("        " + detail.replace("\n", "\n        "), flush=True)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checks import check, failed  # noqa: E402
 
 
 def run(args, extra_env=None):
@@ -51,7 +44,7 @@ def main():
               "milliseconds" in refused.stderr,
               f"NUMARENA_RETURN_IDLE_MS={bad} is refused at start-up with a clear line",
               f"status {refused.returncode}: {refused.stderr}")
-    return 1 if failures else 0
+    return 1 if failed() else 0
 
 
 if __name__ == "__main__":

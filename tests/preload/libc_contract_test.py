@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`numarena run` keeps the C library's contract where a program can see it (issue 34).
+"""`numarena run` keeps the C library's contract where a program can see it (docs/run.md).
 
     libc_contract_test.py NUMARENA_CLI PRELOAD_LIBRARY LIBC_CONTRACT
 
@@ -14,20 +14,14 @@
   its quota until malloc says no, frees everything and asks for 128 B-4 KiB gets it all.
 Exit status 0 only when every check passes.
 """
+import os
 import resource
 import signal
 import subprocess
 import sys
 
-failures = []
-
-
-def check(ok, what, detail=""):
-    print(("ok      " if ok else "FAILED  ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-        if detail:
-            print("        " + detail.replace("\n", "\n        "), flush=True)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checks import check, failed  # noqa: E402
 
 
 def run(args, env=None, limit_as=None):
@@ -113,8 +107,8 @@ def main():
               "quota, freed everything and asked for 128 B-4 KiB at once got them all",
               f"exit {result.returncode}: {result.stdout}{result.stderr}")
 
-    print(f"{len(failures)} failed" if failures else "all passed")
-    return 1 if failures else 0
+    print(f"{failed()} failed" if failed() else "all passed")
+    return 1 if failed() else 0
 
 
 if __name__ == "__main__":
