@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""issue 35's override benchmark: real, unmodified programs under each malloc a server operator
+"""The override benchmark: real, unmodified programs under each malloc a server operator
 would preload (glibc's own, and Debian's jemalloc, mimalloc and tcmalloc as LD_PRELOAD) and
 under `numarena run --membind 0` and `numarena run --local`. Every run is a process of its own;
 the harness measures its wall time and its peak RSS (wait4's ru_maxrss, which covers the
@@ -7,8 +7,8 @@ program's children too: gcc's cc1) from bench/override/spawn.c, a static launche
 harness's own resident set is not counted.
 
 Programs (the "workloads" of the JSON):
-  - override_shapes (bench/override/shapes.cpp): one small program per shape of the issue's
-    table (random small sizes on 2 threads, producer/consumer, larson with unsized and sized
+  - override_shapes (bench/override/shapes.cpp): one small program per allocation shape
+    (random small sizes on 2 threads, producer/consumer, larson with unsized and sized
     delete, 5-25 MiB blocks, tiny objects, many short-lived threads, false sharing);
   - Debian programs: python3 (bench/override/py_alloc.py: objects and 8 MiB bytearrays),
     `sort` on generated lines, `sqlite3` on a generated SQL workload, `gcc -O2` of a generated
@@ -33,7 +33,7 @@ that its allocator really is in the process (or, for glibc, that none of the oth
 timings mean nothing. Exit status 0 when every run exited 0; 1 when one failed (the JSON is
 written all the same, the failed run with its exit status and stderr); 2 on bad arguments or a
 missing allocator library. tools/plot_results.py override reads the JSON: ratios to the best
-peer and the issue's goal lines.
+peer and the goal lines (docs/benchmarks.md).
 """
 
 import argparse

@@ -784,7 +784,7 @@ OVERRIDE_GEOMEAN_RATIO = 1.0     # geometric mean of those ratios
 OVERRIDE_RSS_RATIO = 1.2         # each program's peak RSS, numarena / lowest peer
 OVERRIDE_FIXED_COST_KIB = 2048   # /bin/true's peak RSS over glibc's
 OVERRIDE_IDLE_RATIO = 1.2        # RSS after a freed burst and 2 s idle, numarena / best peer
-# The inference programs' own lines (issue 35): (time ratio, peak RSS ratio).
+# The inference programs' own goal lines: (time ratio, peak RSS ratio).
 OVERRIDE_INFERENCE_RATIOS = {"llama.cpp": (1.05, 1.1), "pytorch decode": (1.05, 1.1)}
 
 
