@@ -4,6 +4,7 @@
 #include <jemalloc/jemalloc.h>
 #include <pthread.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -47,8 +48,18 @@ void Child() {
 void Install() {
   // jemalloc registers its handler when it initializes; any call that needs it initialized
   // does. Ours must come after it (see fork.hpp), whether or not jemalloc is the process's
-  // malloc (under ASan and TSan it is not, and initializes on first use).
-  (void)nallocx(1, 0);
+  // malloc (under ASan and TSan it is not, and initializes on first use; the preload and
+  // libnumarena.so run their constructors before their own jemalloc's). The call must be one
+  // the compiler keeps: jemalloc declares nallocx pure, and a pure call whose result is unused
+  // is deleted. mallctl is not, and initializes jemalloc before it reads anything.
+  const char* version = nullptr;
+  std::size_t length = sizeof(version);
+  if (int err = mallctl("version", &version, &length, nullptr, 0); err != 0) {
+    std::fprintf(stderr,
+                 "numarena: jemalloc did not initialize (%s); a child of fork() may hang on "
+                 "numarena's or jemalloc's locks\n",
+                 std::strerror(err));
+  }
   if (int err = pthread_atfork(Prepare, Parent, Child); err != 0) {
     std::fprintf(stderr,
                  "numarena: pthread_atfork failed (%s); a child of fork() may hang on "
