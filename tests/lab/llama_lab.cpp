@@ -10,9 +10,10 @@
 // needs) and one tar file of tools/llama (driver, package.json, node_modules without docs and
 // sources), unpacked here at its host path; the model is copied in beside it.
 //
-// lab-topologies: 2s snc4
-// (not tiny: each topology costs CI about 5 minutes of VM time, and the over-budget case
-// already runs on the smallest node of every topology it runs in)
+// lab-topologies: snc4
+// (one topology: each costs CI two to three minutes of VM time. snc4 has the most nodes for
+// the interleave case and nodes far from each other for the bind case; the over-budget case
+// runs on its smallest node)
 // lab-files: numarena_cli numarena_preload
 // lab-timeout: 900 (six to eight Node.js start-ups under TCG: about 200 s idle, more loaded)
 #include <fcntl.h>
