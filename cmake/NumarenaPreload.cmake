@@ -2,7 +2,7 @@
 # through LD_PRELOAD (`numarena run`, tools/numarena/run.cpp; how it works: lib/preload/
 # preload.cpp). Included from lib/CMakeLists.txt after cmake/NumarenaShared.cmake, whose
 # objects (compiled against the private nje_ jemalloc, without initial-exec TLS) it links:
-# the sources are not compiled a third time.
+# only the two files of its hot path are compiled a third time (below).
 #
 # Not in sanitizer builds: a sanitizer runtime replaces malloc itself and must be the first
 # library loaded, so a program under both would use neither as intended.
@@ -10,8 +10,24 @@ if(NOT NUMARENA_SANITIZE STREQUAL "")
   return()
 endif()
 
+# Initial-exec TLS for the override's own hot path. libnumarena.so's objects use the general
+# dynamic model (a dlopen'd library cannot count on static TLS space), so each thread-local
+# read there is a call to __tls_get_addr: 12 of the 129 instructions of a --local malloc and
+# of the 83 of a free (bench/override/count_instructions.py). A preloaded library is loaded
+# at start-up, with static TLS for all of it (this one is flagged STATIC_TLS already, for
+# preload.cpp's depth counter), so the files whose code runs on every call are compiled again
+# for it with -ftls-model=initial-exec (a target's option: as a source file property it would
+# reach libnumarena.so's copy in the same folder): preload.cpp (free and the bound malloc,
+# inlined from arena.hpp) and arena.cpp (--local's malloc), whose numarena_nje_objects copy
+# is left out of this library.
+add_library(numarena_preload_hot_path OBJECT
+  ${CMAKE_CURRENT_SOURCE_DIR}/alloc/arena.cpp ${CMAKE_CURRENT_SOURCE_DIR}/preload/preload.cpp)
+numarena_compile_against_nje(numarena_preload_hot_path)
+set_target_properties(numarena_preload_hot_path PROPERTIES POSITION_INDEPENDENT_CODE ON)
+target_compile_options(numarena_preload_hot_path PRIVATE -ftls-model=initial-exec)
 add_library(numarena_preload SHARED
-  $<TARGET_OBJECTS:numarena_nje_objects> ${CMAKE_CURRENT_SOURCE_DIR}/preload/preload.cpp
+  $<FILTER:$<TARGET_OBJECTS:numarena_nje_objects>,EXCLUDE,/alloc/arena\.cpp\.o$>
+  $<TARGET_OBJECTS:numarena_preload_hot_path>
   ${CMAKE_CURRENT_SOURCE_DIR}/preload/preload_metrics.cpp)
 numarena_compile_against_nje(numarena_preload)
 target_link_libraries(numarena_preload PRIVATE ${NUMARENA_NJE_LINK_LIBRARIES} ${CMAKE_DL_LIBS})
