@@ -365,17 +365,10 @@ class Arena {
 //
 // Frees any pointer numarena allocated, on any thread; nullptr is ignored (see Misuse above).
 inline void deallocate(void* p) noexcept {
-  int heap = arena_internal::HeapOf(p);
+  const int heap = arena_internal::HeapOf(p);
   if (heap >= 0) {
-    if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
-      const unsigned class_plus_one = arena_internal::RecordedClassPlusOne(p);
-      if (class_plus_one - 1 < unsigned{arena_internal::kFrontClasses}) {
-        arena_internal::FrontPush(heap, cache, class_plus_one - 1, p);
-        return;
-      }
-      arena_internal::DeallocateUncached(heap, p, class_plus_one);
-      return;
-    }
+    arena_internal::DeallocateFromHeap(heap, p);
+    return;
   }
   arena_internal::DeallocateSlow(p);
 }

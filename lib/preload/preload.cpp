@@ -179,9 +179,11 @@ inline void* Allocate(std::size_t size, std::size_t alignment) {
 
 inline void Free(void* p) {
   if (p == nullptr) return;
-  if (owns(p)) {
+  // The ownership test is the heap lookup: it is done once, not again inside deallocate.
+  const int heap = numarena::arena_internal::HeapOf(p);
+  if (heap >= 0) {
     Inside inside;
-    numarena::deallocate(p);
+    numarena::arena_internal::DeallocateFromHeap(heap, p);
     return;
   }
   __libc_free(p);

@@ -261,6 +261,22 @@ inline void* AllocateFromThreadCaches(int heap, std::size_t size) noexcept {
 // A free that the front cache does not take: a class of 2 MiB or more (the heap's large
 // cache, lib/alloc/large_cache.hpp) or an unrecorded one. Cold.
 void DeallocateUncached(int heap, void* p, unsigned class_plus_one) noexcept;
+
+// Frees `p`, which HeapOf says belongs to `heap` (>= 0): into this thread's front list of its
+// recorded class, else the uncached or slow path. numarena::deallocate's body once the heap is
+// known; the override calls it with the heap its ownership test found.
+inline void DeallocateFromHeap(int heap, void* p) noexcept {
+  if (FrontCache* cache = front_caches[heap]) {
+    const unsigned class_plus_one = RecordedClassPlusOne(p);
+    if (class_plus_one - 1 < unsigned{kFrontClasses}) {
+      FrontPush(heap, cache, class_plus_one - 1, p);
+      return;
+    }
+    DeallocateUncached(heap, p, class_plus_one);
+    return;
+  }
+  DeallocateSlow(p);
+}
 }  // namespace arena_internal
 
 }  // namespace numarena
