@@ -760,15 +760,7 @@ void DeallocateSlow(void* p) noexcept {
     return;
   }
   const int flags = EnsureThreadCache(heap);  // makes this thread's front cache for the heap
-  if (FrontCache* cache = front_caches[heap]) {
-    const unsigned class_plus_one = RecordedClassPlusOne(p);
-    if (class_plus_one - 1 < unsigned{kFrontClasses}) {
-      FrontPush(heap, cache, class_plus_one - 1, p);
-      return;
-    }
-    DeallocateUncached(heap, p, class_plus_one);
-    return;
-  }
+  if (FreeToThreadCaches(heap, p)) return;
   dallocx(p, flags);
 }
 

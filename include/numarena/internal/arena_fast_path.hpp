@@ -262,20 +262,25 @@ inline void* AllocateFromThreadCaches(int heap, std::size_t size) noexcept {
 // cache, lib/alloc/large_cache.hpp) or an unrecorded one. Cold.
 void DeallocateUncached(int heap, void* p, unsigned class_plus_one) noexcept;
 
-// Frees `p`, which HeapOf says belongs to `heap` (>= 0): into this thread's front list of its
-// recorded class, else the uncached or slow path. numarena::deallocate's body once the heap is
-// known; the override calls it with the heap its ownership test found.
-inline void DeallocateFromHeap(int heap, void* p) noexcept {
-  if (FrontCache* cache = front_caches[heap]) {
-    const unsigned class_plus_one = RecordedClassPlusOne(p);
-    if (class_plus_one - 1 < unsigned{kFrontClasses}) {
-      FrontPush(heap, cache, class_plus_one - 1, p);
-      return;
-    }
+// Frees `p`, which HeapOf says belongs to `heap` (>= 0), through this thread's caches for the
+// heap: into the front list of its recorded class, else the uncached path. False (and nothing
+// done) when the thread has no front cache for the heap yet.
+inline bool FreeToThreadCaches(int heap, void* p) noexcept {
+  FrontCache* cache = front_caches[heap];
+  if (cache == nullptr) return false;
+  const unsigned class_plus_one = RecordedClassPlusOne(p);
+  if (class_plus_one - 1 < unsigned{kFrontClasses}) {
+    FrontPush(heap, cache, class_plus_one - 1, p);
+  } else {
     DeallocateUncached(heap, p, class_plus_one);
-    return;
   }
-  DeallocateSlow(p);
+  return true;
+}
+
+// numarena::deallocate's body once the heap is known; the override calls it with the heap its
+// ownership test found.
+inline void DeallocateFromHeap(int heap, void* p) noexcept {
+  if (!FreeToThreadCaches(heap, p)) DeallocateSlow(p);
 }
 }  // namespace arena_internal
 
