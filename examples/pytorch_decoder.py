@@ -224,8 +224,9 @@ def serve(model, cache, prompts, generate):
     return outputs, ttft, tpot
 
 
-def main(argv):
-    args = parse_args(argv)
+def build(args):
+    """Places the process's tensors as --tensors says and makes the model (its weights as
+    --weights says) and the batch's prompts: (model, prompts, the weights' policy)."""
     weights_policy = args.weights
     if weights_policy is None:
         nodes = [n.id for n in numarena.nodes() if n.allowed and n.mem_total_bytes]
@@ -236,6 +237,12 @@ def main(argv):
     g = torch.Generator().manual_seed(args.seed + 1)
     prompts = [torch.randint(args.vocab, (args.prompt,), generator=g).tolist()
                for _ in range(args.batch)]
+    return model, prompts, weights_policy
+
+
+def main(argv):
+    args = parse_args(argv)
+    model, prompts, weights_policy = build(args)
     with torch.inference_mode():
         outputs, ttft, tpot = serve(model, PagedCache(model, args), prompts, args.generate)
         matches = None

@@ -45,6 +45,17 @@ if(TARGET numarena_torch_shared)
                      --check --layers 2 --batch 2 --prompt 40 --generate 6 --tensors local)
     set_tests_properties("example: pytorch decoder on numarena" PROPERTIES
                          LABELS "python;torch;examples" TIMEOUT 180)
+    # The decoder's benchmark driver (bench/pytorch_decoder_bench.py) end to end: every
+    # configuration's worker, the lockstep turns, the report's ratios, its refusals. Needs the
+    # numarena CLI (`numarena run`) and the peers' libraries (tools/dev.sh installs them).
+    if(TARGET numarena_cli)
+      add_test(NAME "bench: pytorch_decoder_bench.py runs every configuration in lockstep"
+               COMMAND ${NUMARENA_TORCH_PYTHON}
+                       ${PROJECT_SOURCE_DIR}/tests/bench/pytorch_decoder_bench_smoke_test.py
+                       ${CMAKE_BINARY_DIR})
+      set_tests_properties("bench: pytorch_decoder_bench.py runs every configuration in lockstep"
+                           PROPERTIES LABELS "python;torch;preload" TIMEOUT 300)
+    endif()
   else()
     message(STATUS "numarena.torch's Python tests skipped: no python3 imports torch "
                    "(apt-get install python3-torch)")
