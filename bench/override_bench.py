@@ -22,8 +22,10 @@ Programs (the "workloads" of the JSON):
   - idle RSS: override_shapes idle-rss frees a burst and idles, then reports its VmRSS.
 
 Rounds alternate: each round runs every workload once under every configuration, the order of
-the configurations rotated by one per round, so a slow spell of a shared machine falls on
-different allocators. Before the runs, `cat /proc/self/maps` under each configuration shows
+the configurations rotated by one per round and reversed every other round, so a slow spell of
+a shared machine falls on different allocators, and no configuration always runs right after
+the same one (a rotation alone keeps the cyclic order: the first numarena run after a peer's
+paid the kernel's zeroing of huge pages in every round, bench/RESULTS.md, "big-blocks"). Before the runs, `cat /proc/self/maps` under each configuration shows
 that its allocator really is in the process (or, for glibc, that none of the others is).
 
     bench/override_bench.py --numarena build/tools/numarena --shapes build/bench/override_shapes
@@ -289,6 +291,8 @@ def main():
         for r in range(rounds):
             for name, kind, argv, stdin_path in chosen:
                 order = configs[r % len(configs):] + configs[:r % len(configs)]
+                if r % 2 == 1:
+                    order.reverse()
                 for config in order:
                     run = run_one(spawn, config, argv, stdin_path)
                     if kind == "idle":

@@ -118,6 +118,9 @@ struct ArenaStats {
   int jemalloc_arenas = 0;
 };
 
+namespace arena_internal {
+struct OverrideFastPath;  // lib/preload/override_fast_path.hpp
+}  // namespace arena_internal
 
 class Arena {
  public:
@@ -299,6 +302,9 @@ class Arena {
 
  private:
   friend class ArenaRegistry;
+  // The malloc override's allocation fast path (lib/preload/override_fast_path.hpp) reads the
+  // members allocate's fast path reads, to pop without calling anything.
+  friend struct arena_internal::OverrideFastPath;
   Arena(const Policy& policy, const ArenaOptions& options);
   ~Arena();
 

@@ -411,6 +411,11 @@ void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) no
   FrontPush(heap, cache, size_class, p);  // room now: no second overflow
 }
 
+void FrontPushRefused(int heap, FrontCache* cache, unsigned size_class, void* p) noexcept {
+  if (cache->lists[size_class].head == p) FrontDoubleFree(heap, size_class, p);
+  FrontOverflow(heap, cache, size_class, p);
+}
+
 void* FrontRefill(int heap, FrontCache* cache, unsigned size_class) noexcept {
   ResetFillHistory(cache->lists[size_class]);  // the list ran empty
   const ObjectChain chain = DepotTake(heap, size_class);

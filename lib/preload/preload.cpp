@@ -71,6 +71,7 @@
 #include "numarena/numarena.h"
 #include "numarena/policy.hpp"
 #include "numarena/topology.hpp"
+#include "preload/override_fast_path.hpp"
 #include "preload/preload_metrics.hpp"
 
 // numarena's headers include the private jemalloc's header, which (JEMALLOC_MANGLE) maps these
@@ -177,13 +178,33 @@ inline void* Allocate(std::size_t size, std::size_t alignment) {
   return alignment <= kMinAlign ? __libc_malloc(size) : __libc_memalign(alignment, size);
 }
 
+// malloc's and operator new's first try: a pop from the thread's front list, outside the
+// reentrancy guard and with no call (override_fast_path.hpp says why); nullptr: take the
+// guarded path.
+[[gnu::always_inline]] inline void* TryAllocateFast(std::size_t size) {
+  if (t_depth != 0 || g_state.load(std::memory_order_acquire) != kReady) return nullptr;
+  return arena_internal::OverrideFastPath::TryPop(*g_arena, size);
+}
+
+// malloc after TryAllocateFast: out of line, so that malloc's fast path saves no registers.
+[[gnu::noinline]] void* MallocSlow(std::size_t size) { return Allocate(size, kMinAlign); }
+
+// A numarena object that the front list did not take (or a free from inside numarena): the
+// guarded path. Out of line, for the same reason.
+[[gnu::noinline]] void FreeToHeap(int heap, void* p) {
+  Inside inside;
+  arena_internal::DeallocateFromHeap(heap, p);
+}
+
 inline void Free(void* p) {
   if (p == nullptr) return;
   // The ownership test is the heap lookup: it is done once, not again inside deallocate.
-  const int heap = numarena::arena_internal::HeapOf(p);
+  const int heap = arena_internal::HeapOf(p);
   if (heap >= 0) {
-    Inside inside;
-    numarena::arena_internal::DeallocateFromHeap(heap, p);
+    // The push alone first, unguarded (it calls nothing); only outside numarena's own code,
+    // which may be in the middle of this thread's lists.
+    if (t_depth == 0 && arena_internal::TryFreeToFrontList(heap, p)) return;
+    FreeToHeap(heap, p);
     return;
   }
   __libc_free(p);
@@ -349,7 +370,8 @@ void Initialize() {
 __attribute__((constructor)) void InitializeOnLoad() { Initialize(); }
 
 // operator new: the standard's loop (call the new_handler until it gives up or throws).
-void* New(std::size_t size, std::size_t alignment) {
+// Out of line: operator new(size) tries TryAllocateFast first and tail-calls this.
+[[gnu::noinline]] void* New(std::size_t size, std::size_t alignment) {
   for (;;) {
     if (void* p = Allocate(size, alignment)) return p;
     std::new_handler handler = std::get_new_handler();
@@ -378,7 +400,8 @@ using numarena::preload::NewNoThrow;
 extern "C" {
 
 __attribute__((visibility("default"))) void* malloc(size_t size) {
-  return Allocate(size, kMinAlign);
+  if (void* p = numarena::preload::TryAllocateFast(size)) return p;
+  return numarena::preload::MallocSlow(size);
 }
 
 __attribute__((visibility("default"))) void free(void* ptr) { Free(ptr); }
@@ -456,8 +479,14 @@ __attribute__((visibility("default"))) size_t malloc_usable_size(void* ptr) {
 // that passes a size or alignment that does not match its new (a common bug that glibc
 // tolerates) must not corrupt numarena's size-class lists.
 #define NUMARENA_EXPORT __attribute__((visibility("default")))
-NUMARENA_EXPORT void* operator new(std::size_t size) { return New(size, kMinAlign); }
-NUMARENA_EXPORT void* operator new[](std::size_t size) { return New(size, kMinAlign); }
+NUMARENA_EXPORT void* operator new(std::size_t size) {
+  if (void* p = numarena::preload::TryAllocateFast(size)) return p;
+  return New(size, kMinAlign);
+}
+NUMARENA_EXPORT void* operator new[](std::size_t size) {
+  if (void* p = numarena::preload::TryAllocateFast(size)) return p;
+  return New(size, kMinAlign);
+}
 NUMARENA_EXPORT void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
   return NewNoThrow(size, kMinAlign);
 }

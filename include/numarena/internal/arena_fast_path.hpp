@@ -210,27 +210,35 @@ void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) no
 // it on stderr and aborts (what glibc does for the same mistake). Cold.
 [[noreturn]] void FrontDoubleFree(int heap, unsigned size_class, void* p) noexcept;
 
-inline void FrontPush(int heap, FrontCache* cache, unsigned size_class, void* p) noexcept {
+// Pushes `p` onto this cache's list of `size_class` when the list (and, for a medium class,
+// the cache's medium bound) has room and `p` is not already the list's head; false, with
+// nothing done, otherwise. Calls nothing: the malloc override's free runs it before its
+// reentrancy guard (lib/preload/override_fast_path.hpp).
+inline bool TryFrontPush(FrontCache* cache, unsigned size_class, void* p) noexcept {
   FrontList& list = cache->lists[size_class];
   // A block freed twice in a row on one thread would be the list's head: pushed again, the
   // list would loop and hand it out twice. The head is loaded below anyway.
-  if (list.head == p) [[unlikely]] FrontDoubleFree(heap, size_class, p);
+  if (list.head == p || list.count >= list.limit) return false;
   if (size_class > kClassOf4K) {
     const std::size_t bytes = front_class_bytes[size_class];
-    if (list.count >= list.limit || cache->medium_bytes + bytes > cache->medium_limit)
-        [[unlikely]] {
-      FrontOverflow(heap, cache, size_class, p);
-      return;
-    }
+    if (cache->medium_bytes + bytes > cache->medium_limit) return false;
     cache->medium_bytes += bytes;
-  } else if (list.count >= list.limit) [[unlikely]] {
-    FrontOverflow(heap, cache, size_class, p);
-    return;
   }
   *static_cast<void**>(p) = list.head;
   list.head = p;
   ++list.count;
   ++list.pushes;
+  return true;
+}
+
+// What TryFrontPush refused: `p` already the list's head (FrontDoubleFree) or no room
+// (FrontOverflow). Cold.
+void FrontPushRefused(int heap, FrontCache* cache, unsigned size_class, void* p) noexcept;
+
+inline void FrontPush(int heap, FrontCache* cache, unsigned size_class, void* p) noexcept {
+  if (!TryFrontPush(cache, size_class, p)) [[unlikely]] {
+    FrontPushRefused(heap, cache, size_class, p);
+  }
 }
 
 // The first class the heap's depot holds (16 B: a chain's first object keeps its tail in its
@@ -275,6 +283,18 @@ inline bool FreeToThreadCaches(int heap, void* p) noexcept {
     DeallocateUncached(heap, p, class_plus_one);
   }
   return true;
+}
+
+// FreeToThreadCaches's common case alone: `p` (HeapOf says `heap`) pushed onto this thread's
+// front list of its recorded class (TryFrontPush); false, with nothing done, when the thread
+// has no front cache for the heap, the class is not one the lists hold, or the list refuses.
+// Calls nothing (the malloc override's free, before its reentrancy guard).
+inline bool TryFreeToFrontList(int heap, void* p) noexcept {
+  FrontCache* cache = front_caches[heap];
+  if (cache == nullptr) return false;
+  const unsigned class_plus_one = RecordedClassPlusOne(p);
+  return class_plus_one - 1 < unsigned{kFrontClasses} &&
+         TryFrontPush(cache, class_plus_one - 1, p);
 }
 
 // numarena::deallocate's body once the heap is known; the override calls it with the heap its

@@ -1,0 +1,64 @@
+// The malloc override's fast paths: malloc and operator new pop from the calling thread's front
+// list, free and operator delete push onto it, and neither calls anything on the way.
+//
+// Why apart from Arena::allocate and numarena::deallocate, which do the same pop and push: the
+// override wraps those in a reentrancy guard (numarena's own slow paths allocate, and those
+// allocations must go to glibc), and a guard around code that may call out makes GCC save and
+// restore the callee-saved registers on every call, hit or miss. A pop or a push cannot
+// allocate, lock or report, so it needs no guard; done first, with no call in it, it is a leaf
+// (measured with bench/override/count_instructions.py; bench/RESULTS.md, "Instruction
+// counts"), and everything else (a miss, a first call, an aligned request, a full list) goes on
+// to the guarded path exactly as before.
+//
+// Include order: numarena/arena.hpp, then os/current_node.hpp; used by preload.cpp only.
+#pragma once
+
+#include <cstddef>
+
+#include "numarena/arena.hpp"
+#include "numarena/internal/arena_fast_path.hpp"
+#include "os/current_node.hpp"
+
+namespace numarena::arena_internal {
+
+struct OverrideFastPath {
+  // An object of at least `size` bytes, default alignment, popped from the calling thread's
+  // front list of the heap `arena.allocate(size)` would use now, or nullptr when the pop alone
+  // cannot serve it: a size the front cache does not hold, a Local arena whose thread's CPU is
+  // not in the CPU-to-node table yet or whose node has no heap yet, no front cache yet, an
+  // empty list. Never calls anything, so it neither allocates, locks nor sets an error.
+  [[gnu::always_inline]] static void* TryPop(const Arena& arena, std::size_t size) noexcept {
+    const std::size_t request = RequestSize(size, alignof(std::max_align_t));
+    if (request - 1 >= Arena::kFastLimit) return nullptr;
+    int heap;
+    if (arena.has_fast_path_) {
+      heap = arena.primary_heap_;
+    } else if (arena.local_fast_path_) {
+      heap = LocalHeap(arena);
+      if (heap < 0) return nullptr;
+    } else {
+      return nullptr;
+    }
+    FrontCache* cache = front_caches[heap];
+    if (cache == nullptr) return nullptr;
+    return FrontPop(cache, ClassOfRequest(request));
+  }
+
+ private:
+  // Arena::CurrentNodeHeap without its getcpu fallback: the heap of the calling thread's node
+  // when the thread's rseq area names a CPU the table knows and that node has a heap, else -1
+  // (the guarded path asks getcpu, and creates the heap).
+  [[gnu::always_inline]] static int LocalHeap(const Arena& arena) noexcept {
+    using os::current_node_internal::cpu_node_plus_one;
+    using os::current_node_internal::kTableCpus;
+    const unsigned cpu = os::current_node_internal::RseqCpuId();
+    if (cpu >= kTableCpus) return -1;
+    const unsigned node_plus_one = cpu_node_plus_one[cpu].load(std::memory_order_relaxed);
+    if (node_plus_one == 0 || node_plus_one > static_cast<unsigned>(arena.node_heap_count_)) {
+      return -1;
+    }
+    return arena.node_heaps_[node_plus_one - 1].load(std::memory_order_acquire);
+  }
+};
+
+}  // namespace numarena::arena_internal
