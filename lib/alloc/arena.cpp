@@ -399,8 +399,14 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
     // What the large cache holds now is of other classes: back to jemalloc with it, so that
     // this allocation is carved from those resident pages rather than from fresh ones (a loop
     // of random large sizes otherwise holds the cache's bound resident on top of its live
-    // blocks).
-    if (LargeCacheBytes(heap) != 0) LargeCacheFlush(heap);
+    // blocks). When even the largest of them is smaller than this allocation, jemalloc
+    // cannot carve it from them (freed extents that are not neighbours do not merge) and
+    // would map new pages beside them: they go back to the kernel first, so the loop's
+    // resident set stays its live blocks (bench/RESULTS.md, big-blocks).
+    if (LargeCacheBytes(heap) != 0) {
+      const std::size_t largest = LargeCacheFlushForMiss(heap);
+      if (largest != 0 && largest < size) PurgeHeapDirty(heap);
+    }
   }
   std::size_t reserve = size;
   if (effective_alignment > arena_internal::kLargeAlignThreshold &&

@@ -29,8 +29,20 @@
 // bench/RESULTS.md, "Code history"). Without it, large extents follow the arena's normal
 // decay like every other size, and arena purge() (or a budget's reclaim) still returns them
 // on demand.
+//
+// narenas:1, for the jemalloc that libnumarena.so and the malloc override carry (built with
+// JEMALLOC_MANGLE, cmake/NumarenaShared.cmake): it serves numarena alone, and numarena asks
+// for its own arenas (MALLOCX_ARENA), so jemalloc's automatic arenas (4 per CPU by default)
+// hold nothing but its own metadata. Each costs ~4 KiB of statistics that numarena's first
+// mallctl() commits, for every one: 0.13 MiB of the override's fixed cost on 2 CPUs, 2 MiB
+// on 128. Where numarena links Debian's jemalloc, that jemalloc may be the program's malloc,
+// so its arenas stay as the program's jemalloc configures them.
 extern "C" {
+#if defined(JEMALLOC_MANGLE)
+__attribute__((weak)) const char* malloc_conf = "oversize_threshold:0,narenas:1";
+#else
 __attribute__((weak)) const char* malloc_conf = "oversize_threshold:0";
+#endif
 }
 
 namespace numarena {
@@ -519,6 +531,16 @@ std::size_t PurgeDirtyOnNode(int node) noexcept {
   // fresh reading, not on the guard's figures from before the purge.
   NodeMemoryGuard::Invalidate(node);
   return before - after;
+}
+
+void PurgeHeapDirty(int heap) noexcept {
+  const Heap* live = HeapById(heap);
+  if (live == nullptr) return;
+  ForEachShard(*live, [](unsigned arena_index) {
+    char key[48];
+    std::snprintf(key, sizeof key, "arena.%u.purge", arena_index);
+    mallctl(key, nullptr, nullptr, nullptr, 0);
+  });
 }
 
 int EnsureThreadCache(int heap) noexcept {

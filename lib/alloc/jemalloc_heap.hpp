@@ -71,6 +71,12 @@ void ForEachLiveHeap(void (*visit)(Heap&, void*), void* context) noexcept;
 // Not from extent hooks.
 std::size_t PurgeDirtyOnNode(int node) noexcept;
 
+// Gives the kernel back the dirty pages of `heap`'s shards (arena.<i>.purge of each), nothing
+// else: for a large allocation that the large objects just freed to jemalloc cannot hold
+// (Arena::AllocateOnHeap), whose pages would otherwise stay resident beside the new ones.
+// The heap must be live. Not from extent hooks.
+void PurgeHeapDirty(int heap) noexcept;
+
 // This thread's mallocx flags for `heap` (arena_internal::thread_flags): its shard's
 // MALLOCX_ARENA and its own MALLOCX_TCACHE, creating both on first use. The tcache part is
 // MALLOCX_TCACHE_NONE when jemalloc's explicit cache table is full or the thread is exiting.

@@ -94,10 +94,18 @@ void* LargeCacheTake(int heap, unsigned size_class) noexcept {
   return nullptr;
 }
 
-std::size_t LargeCacheFlush(int heap) noexcept {
-  if (heap < 0 || heap >= arena_internal::kMaxHeaps) return 0;
+namespace {
+
+// Frees every object of `heap`'s cache to jemalloc; the bytes freed, and the largest object's.
+struct Flushed {
+  std::size_t bytes = 0;
+  std::size_t largest = 0;
+};
+
+Flushed Flush(int heap) noexcept {
+  Flushed flushed;
+  if (heap < 0 || heap >= arena_internal::kMaxHeaps) return flushed;
   LargeCache& cache = g_caches[heap];
-  std::size_t freed = 0;
   for (unsigned c = 0; c < kClasses; ++c) {
     for (std::atomic<void*>& slot : cache.slots[c]) {
       if (slot.load(std::memory_order_relaxed) == nullptr) continue;
@@ -105,12 +113,19 @@ std::size_t LargeCacheFlush(int heap) noexcept {
         const std::size_t bytes = MediumClassBytes(c + kFirstLargeClass);
         cache.bytes.fetch_sub(bytes, std::memory_order_relaxed);
         dallocx(p, MALLOCX_TCACHE_NONE);  // jemalloc frees to the arena that owns p
-        freed += bytes;
+        flushed.bytes += bytes;
+        flushed.largest = bytes;  // classes ascend
       }
     }
   }
-  return freed;
+  return flushed;
 }
+
+}  // namespace
+
+std::size_t LargeCacheFlush(int heap) noexcept { return Flush(heap).bytes; }
+
+std::size_t LargeCacheFlushForMiss(int heap) noexcept { return Flush(heap).largest; }
 
 void LargeCacheDrop(int heap) noexcept {
   if (heap < 0 || heap >= arena_internal::kMaxHeaps) return;

@@ -963,3 +963,38 @@ TEST_CASE("a thread keeps one freed 2-4 MiB object for itself, within the gate's
   arena->purge();
   CHECK(arena->stats().allocated == before);
 }
+
+TEST_CASE("a large allocation the cached blocks cannot hold sends them back to the kernel first") {
+  // A loop of random 5-25 MiB blocks held about 2.3 times its live block resident: each freed
+  // block went back to jemalloc at the next miss, and a larger request could not be carved
+  // from it (freed extents that are not neighbours do not merge), so the new block's pages
+  // came on top. Now a miss whose request is larger than every cached block purges the heap
+  // first; one that a cached block can hold leaves it for jemalloc to carve from.
+  LimitGate gate(512 * kMiB);
+  GateScope scope(&gate);
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 45}}));
+
+  void* small = arena->allocate(6 * kMiB);
+  REQUIRE(small != nullptr);
+  std::memset(small, 1, 6 * kMiB);
+  numarena::deallocate(small);  // kept by the large cache, still committed and charged
+  const std::size_t with_small = gate.used();
+  void* large = arena->allocate(12 * kMiB);
+  REQUIRE(large != nullptr);
+  std::memset(large, 2, 12 * kMiB);
+  // The 6 MiB block's pages went back before the 12 MiB block's were committed: the charge
+  // grew by about 12 - 6 MiB, not by 12 MiB.
+  CHECK(gate.used() <= with_small + 8 * kMiB);
+  CHECK(gate.used() + 4 * kMiB >= with_small + 6 * kMiB);
+
+  numarena::deallocate(large);  // cached
+  const std::size_t with_large = gate.used();
+  void* carved = arena->allocate(5 * kMiB);
+  REQUIRE(carved != nullptr);
+  std::memset(carved, 3, 5 * kMiB);
+  // The 12 MiB block can hold it: not purged, and nothing new committed.
+  CHECK(gate.used() >= with_large);
+  CHECK(gate.used() <= with_large + 2 * kMiB);
+  numarena::deallocate(carved);
+  arena->purge();
+}
