@@ -18,7 +18,10 @@
 // small list that filled by frees alone (no allocation since it last ran empty, was refilled
 // or overflowed, and at least half its limit of frees) doubles its limit, up to
 // kMaxGrownObjects, as long as the growth of all small lists of the cache stays within a byte
-// bound (Bounds::small_growth, 8 MiB); and a grown list that fills with allocations in
+// bound (Bounds::small_growth, 8 MiB) and the thread allocates from the list too (it ran
+// empty under an allocation since the limits were last reset: a thread that only frees a
+// class, the consumer of a producer/consumer pair, would hold a grown list that nothing of
+// its takes from, up to the bound per consumer, bench/RESULTS.md); and a grown list that fills with allocations in
 // between halves back toward its start limit. Only by frees alone: a thread that frees about
 // as many objects of a class as it allocates, in random order (larson-like, or remote frees
 // arriving), walks its list up and down, and a list refilled from the depot is full at once;
@@ -247,6 +250,7 @@ void ResetSmallLimits(int heap, FrontCache& cache) {
     if (list.count > list.limit) Drain(heap, cache, c, list.limit / 2);
   }
   cache.small_growth = 0;
+  cache.ran_empty = 0;
 }
 
 }  // namespace
@@ -380,7 +384,9 @@ void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) no
     const std::uint32_t grow = !small || list.limit >= kMaxGrownObjects
                                    ? 0
                                    : std::min(list.limit, kMaxGrownObjects - list.limit);
-    if (at_once && grow > 0 && cache->small_growth + grow * bytes <= bounds.small_growth) {
+    const bool allocates = (cache->ran_empty >> size_class & 1) != 0;
+    if (at_once && allocates && grow > 0 &&
+        cache->small_growth + grow * bytes <= bounds.small_growth) {
       list.limit += grow;
       cache->small_growth += grow * bytes;
       ResetFillHistory(list);

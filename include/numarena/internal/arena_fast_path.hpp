@@ -177,6 +177,10 @@ struct FrontCache {
   // cache (front_cache.cpp, FrontLargePut): nullptr, or an object of class large_class.
   void* large;
   std::uint32_t large_class;
+  // Bit c: list c ran empty under an allocation since the small limits were last reset. Only
+  // such a list may grow (front_cache.cpp): a thread that only frees a class (the consumer
+  // of a producer/consumer pair) would hold a grown list that nothing of its takes from.
+  std::uint64_t ran_empty;
 };
 // This thread's front cache per heap; nullptr until the thread's first slow-path call.
 extern thread_local constinit FrontCache* front_caches[kMaxHeaps];
@@ -258,6 +262,7 @@ inline void* AllocateFromThreadCaches(int heap, std::size_t size) noexcept {
   if (cache == nullptr) return nullptr;  // no cache yet: the slow path makes one
   const unsigned size_class = ClassOfRequest(size);
   if (void* p = FrontPop(cache, size_class)) return p;
+  cache->ran_empty |= std::uint64_t{1} << size_class;
   if (size_class >= kFirstDepotClass) {
     if (void* p = FrontRefill(heap, cache, size_class)) return p;
   }
