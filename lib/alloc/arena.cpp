@@ -101,13 +101,21 @@ T ReadArenaStat(unsigned arena_index, const char* name) {
   return value;
 }
 
-// Records the class of `p`, fresh from mallocx with any flags, in the class map (the slow
-// path's objects may be aligned, so the class is that of the usable size jemalloc gave).
-void RecordClass(void* p) {
+// Records the class of `p`, fresh from mallocx with any flags for `heap`, in the class map
+// (the slow path's objects may be aligned, so the class is that of the usable size jemalloc
+// gave), and notes in this thread's front cache for the heap that the thread allocates that
+// class (an allocation the caches did not serve: its list may grow, front_cache.cpp).
+void RecordClass(int heap, void* p) {
   const std::size_t usable = sallocx(p, 0);
-  arena_internal::RecordClass(p, usable <= arena_internal::kFrontMaxSize
-                                     ? arena_internal::front_class_of_usable[usable >> 3]
-                                     : arena_internal::MediumClassOf(usable));
+  const unsigned size_class = usable <= arena_internal::kFrontMaxSize
+                                  ? arena_internal::front_class_of_usable[usable >> 3]
+                                  : arena_internal::MediumClassOf(usable);
+  arena_internal::RecordClass(p, size_class);
+  if (size_class < unsigned{arena_internal::kFrontClasses}) {
+    if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
+      cache->ran_empty |= std::uint64_t{1} << size_class;
+    }
+  }
 }
 
 }  // namespace
@@ -425,7 +433,7 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
         if (__builtin_expect(arena_internal::HeapOf(p) != heap, 0)) {
           return RefuseForeignAllocation(p, size, error);
         }
-        if (cached_modes) RecordClass(p);
+        if (cached_modes) RecordClass(heap, p);
         return p;
       }
     }

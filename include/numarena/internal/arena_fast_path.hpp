@@ -177,9 +177,10 @@ struct FrontCache {
   // cache (front_cache.cpp, FrontLargePut): nullptr, or an object of class large_class.
   void* large;
   std::uint32_t large_class;
-  // Bit c: list c ran empty under an allocation since the small limits were last reset. Only
-  // such a list may grow (front_cache.cpp): a thread that only frees a class (the consumer
-  // of a producer/consumer pair) would hold a grown list that nothing of its takes from.
+  // Bit c: an allocation of class c missed list c (it ran empty, or the allocation took the
+  // slow path) since the small limits were last reset. Only such a list may grow
+  // (front_cache.cpp): a thread that only frees a class (the consumer of a producer/consumer
+  // pair) would hold a grown list that nothing of its takes from.
   std::uint64_t ran_empty;
 };
 // This thread's front cache per heap; nullptr until the thread's first slow-path call.
