@@ -59,6 +59,10 @@ PEER_LIBRARIES = {
 }
 PEERS = ("glibc", "jemalloc", "mimalloc", "tcmalloc")
 NODE = shutil.which("node") or "node"
+# Debian's interpreter, not whatever `python3` is first on PATH: a pyenv shim there is a shell
+# script that starts several processes before the interpreter, and the rows would measure
+# process start-up under each allocator instead of the interpreter's allocations.
+PYTHON = "/usr/bin/python3"
 NUMARENA_CONFIGS = ("numarena --membind 0", "numarena --local")
 SHAPES = ("random-small", "producer-consumer", "larson", "larson-sized", "big-blocks",
           "tiny-objects", "many-threads", "false-sharing")
@@ -169,9 +173,9 @@ def workloads(shapes_program, inputs, quick):
     result = [(shape, "shape", [shapes_program, shape, scale], None) for shape in SHAPES]
     result += [
         ("python3 objects", "program",
-         ["python3", script, "objects", "1" if quick else "15"], None),
+         [PYTHON, script, "objects", "1" if quick else "15"], None),
         ("python3 bytearrays", "program",
-         ["python3", script, "bytearrays", "64" if quick else "1024"], None),
+         [PYTHON, script, "bytearrays", "64" if quick else "1024"], None),
         ("sort", "program", ["sort", "-o", "/dev/null", inputs["sort"]], None),
         ("sqlite3", "program", ["sqlite3", ":memory:"], inputs["sql"]),
         ("gcc -O2", "program", ["gcc", "-O2", "-c", inputs["source"], "-o", "/dev/null"], None),
