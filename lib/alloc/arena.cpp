@@ -113,7 +113,7 @@ void RecordClass(int heap, void* p) {
   arena_internal::RecordClass(p, size_class);
   if (size_class < unsigned{arena_internal::kFrontClasses}) {
     if (arena_internal::FrontCache* cache = arena_internal::front_caches[heap]) {
-      cache->ran_empty |= std::uint64_t{1} << size_class;
+      arena_internal::NoteListMiss(cache, size_class);
     }
   }
 }

@@ -18,11 +18,11 @@
 // small list that filled by frees alone (no allocation since it last ran empty, was refilled
 // or overflowed, and at least half its limit of frees) doubles its limit, up to
 // kMaxGrownObjects, as long as the growth of all small lists of the cache stays within a byte
-// bound (Bounds::small_growth, 8 MiB) and the thread allocates from the list too (it ran
-// empty under an allocation since the limits were last reset: a thread that only frees a
-// class, the consumer of a producer/consumer pair, would hold a grown list that nothing of
-// its takes from, up to the bound per consumer, bench/RESULTS.md); and a grown list that fills with allocations in
-// between halves back toward its start limit. Only by frees alone: a thread that frees about
+// bound (Bounds::small_growth, 8 MiB) and the thread allocates that class too (an allocation
+// of it missed the list since the limits were last reset, FrontCache::ran_empty: a thread
+// that only frees a class, the consumer of a producer/consumer pair, would hold a grown list
+// that nothing of its takes from, up to the bound per consumer); and a grown list that fills
+// with allocations in between halves back toward its start limit. Only by frees alone: a thread that frees about
 // as many objects of a class as it allocates, in random order (larson-like, or remote frees
 // arriving), walks its list up and down, and a list refilled from the depot is full at once;
 // if every full list grew, the limits would ratchet up to the bound, all of it RSS per thread

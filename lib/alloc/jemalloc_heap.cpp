@@ -519,11 +519,7 @@ std::size_t PurgeDirtyOnNode(int node) noexcept {
       unsigned tcache_id = static_cast<unsigned>(tcache);
       mallctl("tcache.flush", nullptr, nullptr, &tcache_id, sizeof tcache_id);
     }
-    ForEachShard(*heap, [](unsigned arena_index) {
-      char key[48];
-      std::snprintf(key, sizeof key, "arena.%u.purge", arena_index);
-      mallctl(key, nullptr, nullptr, nullptr, 0);
-    });
+    ForEachShardCall(*heap, "purge");
     after += heap->pages->committed_bytes();
   }
   if (after >= before) return 0;
@@ -533,14 +529,16 @@ std::size_t PurgeDirtyOnNode(int node) noexcept {
   return before - after;
 }
 
-void PurgeHeapDirty(int heap) noexcept {
-  const Heap* live = HeapById(heap);
-  if (live == nullptr) return;
-  ForEachShard(*live, [](unsigned arena_index) {
+void ForEachShardCall(const Heap& heap, const char* action) noexcept {
+  ForEachShard(heap, [action](unsigned arena_index) {
     char key[48];
-    std::snprintf(key, sizeof key, "arena.%u.purge", arena_index);
+    std::snprintf(key, sizeof key, "arena.%u.%s", arena_index, action);
     mallctl(key, nullptr, nullptr, nullptr, 0);
   });
+}
+
+void PurgeHeapDirty(int heap) noexcept {
+  if (const Heap* live = HeapById(heap)) ForEachShardCall(*live, "purge");
 }
 
 int EnsureThreadCache(int heap) noexcept {

@@ -71,10 +71,15 @@ void ForEachLiveHeap(void (*visit)(Heap&, void*), void* context) noexcept;
 // Not from extent hooks.
 std::size_t PurgeDirtyOnNode(int node) noexcept;
 
-// Gives the kernel back the dirty pages of `heap`'s shards (arena.<i>.purge of each), nothing
-// else: for a large allocation that the large objects just freed to jemalloc cannot hold
+// Runs mallctl("arena.<i>.<action>") for every shard of `heap` that exists now ("purge":
+// its dirty pages go back to the kernel; "decay": those past their decay time). Not from
+// extent hooks.
+void ForEachShardCall(const Heap& heap, const char* action) noexcept;
+
+// ForEachShardCall(heap, "purge") and nothing else (no cache is flushed): for a large
+// allocation that the large objects just freed to jemalloc cannot hold
 // (Arena::AllocateOnHeap), whose pages would otherwise stay resident beside the new ones.
-// The heap must be live. Not from extent hooks.
+// Nothing when `heap` is not live.
 void PurgeHeapDirty(int heap) noexcept;
 
 // This thread's mallocx flags for `heap` (arena_internal::thread_flags): its shard's

@@ -23,9 +23,9 @@ void* LargeCacheTake(int heap, unsigned size_class) noexcept;
 // bytes freed.
 std::size_t LargeCacheFlush(int heap) noexcept;
 
-// LargeCacheFlush for an allocation of `size_class` that the cache could not serve: frees
-// every object to jemalloc and returns the bytes of the largest one (0 when the cache was
-// empty), which says whether jemalloc can carve the allocation from the freed pages.
+// LargeCacheFlush for a large allocation the cache could not serve: frees every object to
+// jemalloc and returns the bytes of the largest one (0 when the cache was empty), which says
+// whether jemalloc can carve the allocation from the freed pages.
 std::size_t LargeCacheFlushForMiss(int heap) noexcept;
 
 // Forgets every object in `heap`'s cache without freeing it: for a heap whose jemalloc

@@ -31,10 +31,7 @@
 // The thread that runs the passes, and the activity stamps they read, are heap_activity.cpp's.
 #include "alloc/memory_return.hpp"
 
-#include <jemalloc/jemalloc.h>
-
 #include <algorithm>
-#include <cstdio>
 
 #include "alloc/depot.hpp"
 #include "alloc/heap_activity.hpp"
@@ -48,14 +45,6 @@ constexpr std::int64_t kNanosPerMilli = 1'000'000;
 constexpr std::int64_t kMaxPeriodNanos = 1000 * kNanosPerMilli;
 
 std::int64_t ReturnIdleNanos(const Heap& heap) { return heap.return_idle_ms * kNanosPerMilli; }
-
-void ForEachShardKey(const Heap& heap, const char* action) {
-  ForEachShard(heap, [action](unsigned arena_index) {
-    char key[48];
-    std::snprintf(key, sizeof key, "arena.%u.%s", arena_index, action);
-    mallctl(key, nullptr, nullptr, nullptr, 0);
-  });
-}
 
 struct Pass {
   std::int64_t now_ns;
@@ -72,10 +61,10 @@ void ReturnFromHeap(Heap& heap, void* context) {
   if (since >= idle_ns) {
     LargeCacheFlush(heap.id);
     DepotFlush(heap.id);
-    ForEachShardKey(heap, "purge");
+    ForEachShardCall(heap, "purge");
   } else {
     DepotSweep(heap.id, pass.now_ns, idle_ns);
-    ForEachShardKey(heap, "decay");
+    ForEachShardCall(heap, "decay");
   }
   if (since < 2 * idle_ns || DepotBytes(heap.id) + LargeCacheBytes(heap.id) > 0) {
     pass.more = true;
