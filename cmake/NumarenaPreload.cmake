@@ -32,13 +32,19 @@ add_library(numarena_preload SHARED
 numarena_compile_against_nje(numarena_preload)
 target_link_libraries(numarena_preload PRIVATE ${NUMARENA_NJE_LINK_LIBRARIES} ${CMAKE_DL_LIBS})
 set(NUMARENA_PRELOAD_MAP ${PROJECT_SOURCE_DIR}/cmake/numarena_preload.map)
+# The functions every process runs at start-up and on its first allocations go side by side at
+# the front of the text (the objects are built with -ffunction-sections), so the kernel's 64 KiB
+# fault-around windows map ~5 windows of it into each process, not ~26 (tools/
+# preload_startup_order.py writes the list; an INSERT script adds to the default one).
+set(NUMARENA_PRELOAD_ORDER ${PROJECT_SOURCE_DIR}/cmake/preload_startup_order.ld)
 target_link_options(numarena_preload PRIVATE
-  -Wl,--exclude-libs,ALL -Wl,--version-script=${NUMARENA_PRELOAD_MAP} -Wl,--no-undefined)
+  -Wl,--exclude-libs,ALL -Wl,--version-script=${NUMARENA_PRELOAD_MAP} -Wl,--no-undefined
+  -Wl,-T,${NUMARENA_PRELOAD_ORDER})
 # Beside the `numarena` binary in the build tree, where `numarena run` looks first; installed
 # into the library folder, where it looks next (../<libdir> from the binary).
 set_target_properties(numarena_preload PROPERTIES
   OUTPUT_NAME numarena_preload
   LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tools
-  LINK_DEPENDS ${NUMARENA_PRELOAD_MAP})
+  LINK_DEPENDS "${NUMARENA_PRELOAD_MAP};${NUMARENA_PRELOAD_ORDER}")
 include(GNUInstallDirs)
 install(TARGETS numarena_preload LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

@@ -67,6 +67,9 @@ function(numarena_compile_against_nje target)
   # constant-initialised; without this, GCC calls each through a weak, undefined init function
   # (_ZTH...), which the dynamic linker would look for in other libraries, another Abseil too.
   target_compile_options(${target} PRIVATE -fno-extern-tls-init)
+  # Each function in its own section: libnumarena_preload.so's link places the functions every
+  # process runs at start-up side by side (cmake/preload_startup_order.ld).
+  target_compile_options(${target} PRIVATE -ffunction-sections)
 endfunction()
 
 add_library(numarena_nje_objects OBJECT

@@ -18,6 +18,9 @@
 #                             glibc/jemalloc/mimalloc/tcmalloc (LD_PRELOAD) and numarena run,
 #                             JSON into build/bench-results/override.json, then its ratios and
 #                             goal lines (ARGS go to bench/override_bench.py, e.g. --quick)
+#   tools/dev.sh startup-order  rewrite cmake/preload_startup_order.ld (the functions every
+#                             process runs at start-up, placed together in the preload
+#                             library) from the current build, relink, print the windows
 #   tools/dev.sh deps         only install what is missing (Debian packages; node-llama-cpp
 #                             into tools/llama/node_modules with npm ci, which needs Node >= 20)
 set -euo pipefail
@@ -279,8 +282,19 @@ case "$cmd" in
       --shapes "$ROOT/build/bench/override_shapes" --out "$R/override.json" "$@"
     /usr/bin/python3 "$ROOT/tools/plot_results.py" override "$R/override.json"
     ;;
+  startup-order)
+    install_deps
+    reset_if_other_generator "$ROOT/build"
+    configure "$ROOT/build"
+    cmake --build "$ROOT/build" -j "$JOBS" --target numarena_preload
+    /usr/bin/python3 "$ROOT/tools/preload_startup_order.py" \
+      --library "$ROOT/build/tools/libnumarena_preload.so"
+    cmake --build "$ROOT/build" -j "$JOBS" --target numarena_preload
+    /usr/bin/python3 "$ROOT/tools/preload_startup_order.py" \
+      --library "$ROOT/build/tools/libnumarena_preload.so" --check
+    ;;
   *)
-    sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

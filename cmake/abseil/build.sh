@@ -68,6 +68,9 @@ CMAKE_OPTIONS=(-DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_STANDARD=17 -DBUILD_SHARED_LI
 # (ABSL_CONST_INIT), and without it GCC reaches cordz_next_sample through a weak undefined
 # init function (_ZTH...) that the dynamic linker would look up in other libraries.
 BUILD_CXXFLAGS="-O2 -fstack-protector-strong -Wformat -Werror=format-security -Wdate-time -D_FORTIFY_SOURCE=2 -fno-extern-tls-init"
+# -ffunction-sections: each function in its own section, so that the preload library's link can
+# place the ones a process runs at start-up together (cmake/preload_startup_order.ld).
+BUILD_CXXFLAGS+=" -ffunction-sections"
 CXX="${CXX:-c++}"
 command -v "$CXX" >/dev/null || die "no C++ compiler '$CXX' (install build-essential)"
 command -v cmake >/dev/null || die "no cmake"

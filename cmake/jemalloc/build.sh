@@ -62,6 +62,9 @@ NUMARENA_OPTIONS=(--disable-initial-exec-tls --with-jemalloc-prefix=nje_
                   --disable-cxx --disable-shared --disable-doc)
 # Debian 12's dpkg-buildflags, without -ffile-prefix-map (it names the build folder).
 BUILD_CFLAGS="-g -O2 -fstack-protector-strong -Wformat -Werror=format-security"
+# Each function in its own section, so that the preload library's link can place the ones a
+# process runs at start-up together (cmake/preload_startup_order.ld).
+BUILD_CFLAGS+=" -ffunction-sections"
 BUILD_CPPFLAGS="-Wdate-time -D_FORTIFY_SOURCE=2"
 CC="${CC:-cc}"
 command -v "$CC" >/dev/null || die "no C compiler '$CC' (install build-essential)"

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""The preload library's start-up functions sit side by side (cmake/preload_startup_order.ld,
+written by tools/preload_startup_order.py).
+
+    startup_order_test.py LIBNUMARENA_PRELOAD ORDER_FILE
+
+- The library has the output section .text.numarena_startup, and at least 90 % of the
+  functions the order file names still exist in the library (a list gone stale fails here:
+  re-run the tool) and lie inside that section.
+- A short program under the library (/bin/sleep) has its text resident in no more 64 KiB
+  windows than the section spans plus three: the kernel maps file pages around each one a
+  process touches (fault-around), so functions run at start-up that lay across the whole text
+  made every process map ~1.3 MiB of it (16-27 windows), where the section needs ~6.
+Exit status 0 only when every check passes.
+"""
+import os
+import re
+import struct
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checks import check, failed  # noqa: E402
+
+WINDOW = 64 * 1024
+SECTION = ".text.numarena_startup"
+
+
+def startup_section(library):
+    out = subprocess.run(["readelf", "-SW", library], capture_output=True, text=True,
+                         check=True).stdout
+    for line in out.splitlines():
+        fields = line.replace("[ ", "[").split()
+        if SECTION in fields:
+            at = fields.index(SECTION)
+            return int(fields[at + 2], 16), int(fields[at + 4], 16)  # address, size
+    return None
+
+
+def function_addresses(library):
+    out = subprocess.run(["nm", "-S", library], capture_output=True, text=True,
+                         check=True).stdout
+    addresses = {}
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) == 4 and fields[2] in "tTwW":
+            addresses.setdefault(fields[3], []).append(int(fields[0], 16))
+    return addresses
+
+
+def resident_text_windows(pid, library):
+    """The 64 KiB windows (by file offset) of the library's executable mapping with a page
+    present, from /proc/PID/pagemap (bit 63)."""
+    windows = set()
+    with open("/proc/%d/maps" % pid) as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) < 6 or "x" not in fields[1]:
+                continue
+            if os.path.realpath(fields[5]) != library:
+                continue
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            offset = int(fields[2], 16)
+            with open("/proc/%d/pagemap" % pid, "rb") as pagemap:
+                pagemap.seek(start // 4096 * 8)
+                entries = pagemap.read((end - start) // 4096 * 8)
+            for page in range((end - start) // 4096):
+                if struct.unpack_from("<Q", entries, page * 8)[0] >> 63:
+                    windows.add((offset + page * 4096) // WINDOW)
+    return windows
+
+
+def main():
+    library, order_file = os.path.realpath(sys.argv[1]), sys.argv[2]
+    section = startup_section(library)
+    check(section is not None and section[1] >= 64 * 1024,
+          "%s has a %s section of at least 64 KiB (found %s)" % (library, SECTION, section))
+    if section is None:
+        return failed()
+    names = re.findall(r"^\s*\*\(\.text\.(\S+)", open(order_file).read(), re.M)
+    addresses = function_addresses(library)
+    present = [name for name in names if name in addresses]
+    check(len(names) >= 100 and len(present) >= 0.9 * len(names),
+          "%d of the order file's %d functions exist in the library (>= 90 %%)"
+          % (len(present), len(names)))
+    start, size = section
+    inside = [name for name in present
+              if all(start <= a < start + size for a in addresses[name])]
+    check(len(inside) >= 0.9 * len(present),
+          "%d of those %d lie inside %s" % (len(inside), len(present), SECTION))
+
+    spanned = (start + size - 1) // WINDOW - start // WINDOW + 1
+    env = dict(os.environ, LD_PRELOAD=library)
+    sleeper = subprocess.Popen(["/bin/sleep", "5"], env=env)
+    try:
+        time.sleep(1.0)  # past start-up: sleep's nanosleep runs no library code
+        windows = resident_text_windows(sleeper.pid, library)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    check(0 < len(windows) <= spanned + 3,
+          "/bin/sleep under the library has its text resident in %d 64 KiB windows "
+          "(the section spans %d; at most %d)" % (len(windows), spanned, spanned + 3))
+    return failed()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
