@@ -103,11 +103,13 @@ def functions_run(library, program, entries):
         steps += 1
         if steps % 256 == 0:
             base = library_base(pid, library)
+    # Only the byte at each entry changes, and every write re-reads its word, so that a
+    # function starting within 8 bytes of another never gets the other's byte written back.
     saved = {}
     for address in entries:
         where = base + address
         word = ptrace(PTRACE_PEEKTEXT, pid, where)
-        saved[where] = word
+        saved[where] = word & 0xFF
         ptrace(PTRACE_POKETEXT, pid, where, (word & ~0xFF) | 0xCC)
     entered, signal_number = set(), 0
     while True:
@@ -126,7 +128,8 @@ def functions_run(library, program, entries):
         where = ptrace(PTRACE_PEEKUSER, pid, RIP_OFFSET) - 1
         if where not in saved:
             continue
-        ptrace(PTRACE_POKETEXT, pid, where, saved.pop(where))
+        word = ptrace(PTRACE_PEEKTEXT, pid, where)
+        ptrace(PTRACE_POKETEXT, pid, where, (word & ~0xFF) | saved.pop(where))
         ptrace(PTRACE_POKEUSER, pid, RIP_OFFSET, where)
         entered.add(where - base)
     return {entries[address] for address in entered}

@@ -22,9 +22,10 @@
 // of it missed the list since the limits were last reset, FrontCache::ran_empty: a thread
 // that only frees a class, the consumer of a producer/consumer pair, would hold a grown list
 // that nothing of its takes from, up to the bound per consumer); and a grown list that fills
-// with allocations in between halves back toward its start limit. Only by frees alone: a thread that frees about
-// as many objects of a class as it allocates, in random order (larson-like, or remote frees
-// arriving), walks its list up and down, and a list refilled from the depot is full at once;
+// with allocations in between halves back toward its start limit. Only by frees alone: a
+// thread that frees about as many objects of a class as it allocates, in random order
+// (larson-like, or remote frees arriving), walks its list up and down, and a list refilled
+// from the depot is full at once;
 // if every full list grew, the limits would ratchet up to the bound, all of it RSS per thread
 // and heap. A grown list keeps its growth until it overflows again, so lists that an earlier
 // phase grew and that now sit idle hold part of the bound; 8 MiB leaves room beside them for

@@ -20,10 +20,12 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
 from checks import check, failed  # noqa: E402
+from preload_startup_order import WINDOW, text_symbols  # noqa: E402
 
-WINDOW = 64 * 1024
 SECTION = ".text.numarena_startup"
 
 
@@ -36,17 +38,6 @@ def startup_section(library):
             at = fields.index(SECTION)
             return int(fields[at + 2], 16), int(fields[at + 4], 16)  # address, size
     return None
-
-
-def function_addresses(library):
-    out = subprocess.run(["nm", "-S", library], capture_output=True, text=True,
-                         check=True).stdout
-    addresses = {}
-    for line in out.splitlines():
-        fields = line.split()
-        if len(fields) == 4 and fields[2] in "tTwW":
-            addresses.setdefault(fields[3], []).append(int(fields[0], 16))
-    return addresses
 
 
 def resident_text_windows(pid, library):
@@ -79,14 +70,14 @@ def main():
     if section is None:
         return failed()
     names = re.findall(r"^\s*\*\(\.text\.(\S+)", open(order_file).read(), re.M)
-    addresses = function_addresses(library)
-    present = [name for name in names if name in addresses]
+    symbols = text_symbols(library)
+    present = [name for name in names if name in symbols]
     check(len(names) >= 100 and len(present) >= 0.9 * len(names),
           "%d of the order file's %d functions exist in the library (>= 90 %%)"
           % (len(present), len(names)))
     start, size = section
     inside = [name for name in present
-              if all(start <= a < start + size for a in addresses[name])]
+              if all(start <= a < start + size for a, _ in symbols[name])]
     check(len(inside) >= 0.9 * len(present),
           "%d of those %d lie inside %s" % (len(inside), len(present), SECTION))
 

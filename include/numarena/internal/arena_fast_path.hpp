@@ -254,16 +254,16 @@ inline constexpr unsigned kFirstDepotClass = 1;
 // the list refilled from the same chain, or nullptr when the depot has none. Cold.
 void* FrontRefill(int heap, FrontCache* cache, unsigned size_class) noexcept;
 
-// `size` bytes (1 <= size <= kFrontMaxCached, default alignment) from this thread's caches
-// for `heap`: its front cache, the heap's depot, else jemalloc with the thread's flags.
-// nullptr when the thread has no flags for the heap yet or jemalloc failed (its hooks
-// recorded why).
 // Notes that an allocation of `size_class` (< kFrontClasses) missed this cache's list: the
 // thread allocates that class, so its list may grow (FrontCache::ran_empty).
 inline void NoteListMiss(FrontCache* cache, unsigned size_class) noexcept {
   cache->ran_empty |= std::uint64_t{1} << size_class;
 }
 
+// `size` bytes (1 <= size <= kFrontMaxCached, default alignment) from this thread's caches
+// for `heap`: its front cache, the heap's depot, else jemalloc with the thread's flags.
+// nullptr when the thread has no flags for the heap yet or jemalloc failed (its hooks
+// recorded why).
 inline void* AllocateFromThreadCaches(int heap, std::size_t size) noexcept {
   FrontCache* cache = front_caches[heap];
   if (cache == nullptr) return nullptr;  // no cache yet: the slow path makes one
