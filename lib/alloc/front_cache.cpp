@@ -240,7 +240,7 @@ void DrainToDepot(int heap, FrontCache& cache, unsigned size_class, std::uint32_
   if (size_class > kClassOf4K) {
     cache.medium_bytes -= chain.count * arena_internal::front_class_bytes[size_class];
   }
-  DepotPut(heap, size_class, chain, depot_bound);
+  DepotPut(heap, size_class, chain, depot_bound, DepotHomeSlot(&cache));
 }
 
 // Puts every small list back to its start limit, handing back what no longer fits.
@@ -411,7 +411,7 @@ void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) no
       DrainToDepot(heap, *cache, size_class, 0, bounds.depot);
     }
     if (bytes > cache->medium_limit) {  // larger than a pressed cache's whole bound
-      DepotPut(heap, size_class, ObjectChain{p, p, 1}, bounds.depot);
+      DepotPut(heap, size_class, ObjectChain{p, p, 1}, bounds.depot, DepotHomeSlot(cache));
       return;
     }
   }
@@ -425,7 +425,7 @@ void FrontPushRefused(int heap, FrontCache* cache, unsigned size_class, void* p)
 
 void* FrontRefill(int heap, FrontCache* cache, unsigned size_class) noexcept {
   ResetFillHistory(cache->lists[size_class]);  // the list ran empty
-  const ObjectChain chain = DepotTake(heap, size_class);
+  const ObjectChain chain = DepotTake(heap, size_class, DepotHomeSlot(cache));
   if (chain.count == 0) return nullptr;
   // The first object is the caller's. The list is empty (the caller's pop missed): as many of
   // the rest as its limit and the medium bound allow go to it, spliced in O(1) when all of
@@ -454,8 +454,9 @@ void* FrontRefill(int heap, FrontCache* cache, unsigned size_class) noexcept {
       *static_cast<void**>(last) = list.head;
       list.head = first;
     }
+    // Back where it came from: a chain taken from another thread's slot stays that thread's.
     DepotPut(heap, size_class, ObjectChain{leftover, chain.tail, rest - kept},
-             CacheBounds(heap).depot);
+             CacheBounds(heap).depot, chain.slot);
   }
   list.count += kept;
   if (size_class > kClassOf4K) cache->medium_bytes += kept * bytes;

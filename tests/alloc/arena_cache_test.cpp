@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "alloc/depot.hpp"
 #include "limit_gate.hpp"
 #include "numarena/arena.hpp"
 #include "numarena/budget.hpp"
@@ -395,6 +396,84 @@ TEST_CASE("what one thread frees, another thread of the heap takes back from the
   }
   CHECK(static_cast<std::size_t>(reused) * 160 * kKiB >= cached);
   for (void* p : made) numarena::deallocate(p, 160 * kKiB);
+  arena->purge();
+}
+
+TEST_CASE("a thread takes its own objects back from the depot before another thread's") {
+  // Two threads on two shards each free more objects of one class than their lists hold, so
+  // both have chains in the heap's depot; then one allocates them again and gets its own
+  // objects back: had it taken the other's, it would write into cache lines that the other
+  // thread's objects share (neighbours in the other shard's slabs), and the other shard's
+  // arena would get them back at the end while this one's allocated anew.
+  numarena::ArenaOptions options;
+  options.shards = 2;
+  auto made_arena = Arena::ForPolicy(Policy::WeightedInterleave({{0, 47}}), options);
+  REQUIRE(made_arena.ok());
+  Arena* arena = *made_arena;
+  // Medium objects: a small list would grow to hold the whole batch (it filled by frees).
+  constexpr std::size_t kBytes = 64 * kKiB;
+  constexpr int kObjects = 128;  // 8 MiB; the thread's 64 KiB list holds 16
+  void* probe = arena->allocate(kBytes);
+  const int heap = numarena::arena_internal::HeapOf(probe);
+  numarena::deallocate(probe);
+  REQUIRE(heap >= 0);
+  struct Worker {
+    std::set<void*> own;
+    std::set<void*> again;  // what thread 0 allocated after the frees
+    unsigned home = 0;
+    int reused_own = 0;
+    int reused_other = 0;
+  };
+  // Threads whose front caches share a home slot would share a chain: an attempt whose homes
+  // are the same (new threads get other caches) is not checked, and one of them must be.
+  bool checked = false;
+  for (int attempt = 0; attempt < 8 && !checked; ++attempt) {
+    arena->purge();  // an empty depot: what thread 0 gets back is from the two threads
+    Worker worker[2];
+    std::atomic<int> allocated{0};
+    std::atomic<int> step{0};
+    auto run = [&](int id) {
+      Worker& me = worker[id];
+      std::vector<void*> made(kObjects);
+      for (void*& p : made) {
+        p = arena->allocate(kBytes);
+        std::memset(p, id, kBytes);
+        me.own.insert(p);
+      }
+      me.home = numarena::DepotHomeSlot(numarena::arena_internal::front_caches[heap]);
+      allocated.fetch_add(1);
+      while (allocated.load() < 2) std::this_thread::yield();
+      // Thread 0 frees first, then thread 1, so a depot that kept one pile per class (or took
+      // the newest chain first) would give thread 0 thread 1's objects.
+      while (step.load() != id) std::this_thread::yield();
+      for (void* p : made) numarena::deallocate(p);
+      step.fetch_add(1);
+      while (step.load() < 2) std::this_thread::yield();
+      if (id == 0) {
+        for (void*& p : made) {
+          p = arena->allocate(kBytes);
+          me.again.insert(p);
+          me.reused_own += me.own.count(p) != 0 ? 1 : 0;
+          me.reused_other += worker[1].own.count(p) != 0 ? 1 : 0;
+        }
+        for (void* p : made) numarena::deallocate(p);
+      }
+      step.fetch_add(1);
+      while (step.load() < 4) std::this_thread::yield();  // both caches live until here
+    };
+    std::thread second(run, 1);
+    std::thread first(run, 0);
+    first.join();
+    second.join();
+    if (worker[0].home == worker[1].home) continue;
+    checked = true;
+    INFO("thread 0 reused " << worker[0].reused_own << " of its own objects and "
+                            << worker[0].reused_other << " of the other thread's");
+    CHECK(worker[0].again.size() == kObjects);
+    CHECK(worker[0].reused_other == 0);
+    CHECK(worker[0].reused_own == kObjects);
+  }
+  CHECK(checked);
   arena->purge();
 }
 
