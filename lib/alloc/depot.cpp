@@ -28,7 +28,7 @@
 // the first full one, so two threads that each free and allocate one class (a list's
 // balanced random walk between empty and full) took each other's objects as often as their
 // own: objects that lie between the other thread's in jemalloc's slabs when the two threads
-// have separate shards (ArenaOptions::shards; from 8 CPUs on by default), sharing cache lines
+// have separate shards (ArenaOptions::shards; one per CPU by default), sharing cache lines
 // that then move between the CPUs at every write, and freed at the end to the other shard's
 // arena while the taker's allocated anew. Two threads on two shards (random-small, 2 CPUs)
 // ran about 20 % faster with homes; on one shard the change is within the noise.
