@@ -19,25 +19,29 @@
 // chain as its first object's address with the chain's length in the top 16 bits (numarena's
 // objects lie below 2^47). The objects are linked through their first words, and the first
 // object's second word holds the last one, so chains are joined and spliced into a list in
-// O(1); hence classes from 16 B (kFirstDepotClass). Each front cache (thread) has a home slot
-// (DepotHomeSlot): putting a chain CASes it into the home slot when that is empty, and
-// otherwise absorbs the home slot's chain and tries again; taking exchanges the home slot
-// with 0, and only when it is empty another slot (what other threads freed), and what the
-// taker's list has no room for goes back to the slot it came from. So a thread's surplus
-// comes back to that thread first. Before, every put took the first empty slot and every take
-// the first full one, so two threads that each free and allocate one class (a list's
-// balanced random walk between empty and full) took each other's objects as often as their
-// own: objects that lie between the other thread's in jemalloc's slabs when the two threads
-// have separate shards (ArenaOptions::shards; one per CPU by default), sharing cache lines
-// that then move between the CPUs at every write, and freed at the end to the other shard's
-// arena while the taker's allocated anew. Two threads on two shards (random-small, 2 CPUs)
-// ran about 20 % faster with homes; on one shard the change is within the noise.
-// Lock-free and free of ABA (a slot is only ever exchanged whole), so
-// a fork() child finds the slots consistent whatever its parent's threads were doing, and a
-// thread racing a put may miss and ask jemalloc, which is only slower. The byte count moves
-// apart from the slots (a put counts its chain before it has a slot, a take uncounts after
-// its exchange), so the child counts what its slots hold anew (DepotRecountInForkChild); a
-// chain another thread held at the fork stays in the child's memory, unused.
+// O(1); hence classes from 16 B (kFirstDepotClass). Each front cache (thread) has a home
+// slot (DepotNewHome: caches made one after another get different ones). Putting a chain CASes
+// it into the home slot when that is empty, and otherwise takes the home slot's chain out,
+// joins it, and tries again; taking exchanges the home slot with 0, and only when that is
+// empty another slot (what other threads freed); what the taker's list has no room for goes
+// back to the slot it came from. So a thread's surplus comes back to that thread first.
+// Before, every put took the first empty slot and every take the first full one, so two
+// threads that each free and allocate one class (a list's balanced random walk between empty
+// and full) took each other's objects as often as their own: objects that lie between the
+// other thread's in jemalloc's slabs when the two have separate shards (ArenaOptions::shards,
+// one per CPU by default), sharing cache lines that then move between the CPUs at every
+// write, and freed at the end to the other shard's arena while the taker's allocated anew.
+// Two threads on two shards (random-small, 2 CPUs) ran about 20 % faster with homes; on one
+// shard the change is within the noise. The price: while a put holds the home slot's chain
+// to join it, a take finds the slot empty and asks jemalloc (slower, not wrong).
+//
+// Lock-free and free of ABA (a slot is only ever exchanged whole), so a fork() child finds
+// the slots consistent whatever its parent's threads were doing, and a thread racing a put
+// may miss and ask jemalloc, which is only slower. The byte count moves apart from the slots
+// (a put counts its chain before it has a slot, a take uncounts after its exchange), so the
+// child counts what its slots hold anew (DepotRecountInForkChild); a chain another thread
+// held at the fork (since the homes, possibly a home slot's whole pile, taken out to be
+// joined) stays in the child's memory, unused.
 //
 // Bounds. The objects stay live for jemalloc, committed, and charged to the capacity gate,
 // like the front caches' and the large cache's, and count in ArenaStats::cached. The caller
@@ -182,9 +186,9 @@ void PutElsewhere(Depot& depot, DepotClass& slots, unsigned home, const ObjectCh
 
 }  // namespace
 
-unsigned DepotHomeSlot(const void* front_cache) noexcept {
-  // Front caches are 2 KiB allocations: caches within 16 KiB of each other differ here.
-  return static_cast<unsigned>(reinterpret_cast<std::uintptr_t>(front_cache) >> 11) % kSlots;
+unsigned DepotNewHome() noexcept {
+  static std::atomic<unsigned> next{0};
+  return next.fetch_add(1, std::memory_order_relaxed);
 }
 
 void DepotPut(int heap, unsigned size_class, ObjectChain chain, std::size_t bound_bytes,

@@ -22,17 +22,18 @@ struct ObjectChain {
   std::uint32_t slot = 0;
 };
 
-// The depot slot (of kSlots per class; any value is taken modulo their number) that the
-// thread owning `front_cache` puts its chains to and takes from first, so that a thread takes
-// back its own objects before another thread's (see depot.cpp). Distinct for front caches
-// within 16 KiB of each other (they are 2 KiB allocations); any value is correct.
-unsigned DepotHomeSlot(const void* front_cache) noexcept;
+// A home slot for a new front cache (any value; the depot takes it modulo its slots per
+// class): the cache's thread puts its chains there and takes from there first, so that it
+// gets its own objects back before another thread's (see depot.cpp). Consecutive calls return
+// consecutive values, so front caches made one after another have different homes.
+unsigned DepotNewHome() noexcept;
 
 // Takes ownership of `chain` (live objects of `heap`, of class `size_class`): keeps it if the
 // heap's depot holds it within `bound_bytes`, and frees it to jemalloc otherwise. A depot
 // holding more than `bound_bytes` (the bound shrank: a capacity gate presses the heap's
-// nodes) is flushed first. The chain joins whatever slot `home` holds; only when other threads
-// keep filling that slot does it go to another empty one.
+// nodes) is flushed first. The chain joins whatever slot `home` holds. It goes to another
+// empty slot only when other threads keep filling the home slot; and when the two together
+// would be too long to describe, the home slot's chain moves to another empty slot.
 void DepotPut(int heap, unsigned size_class, ObjectChain chain, std::size_t bound_bytes,
               unsigned home) noexcept;
 

@@ -240,7 +240,7 @@ void DrainToDepot(int heap, FrontCache& cache, unsigned size_class, std::uint32_
   if (size_class > kClassOf4K) {
     cache.medium_bytes -= chain.count * arena_internal::front_class_bytes[size_class];
   }
-  DepotPut(heap, size_class, chain, depot_bound, DepotHomeSlot(&cache));
+  DepotPut(heap, size_class, chain, depot_bound, cache.depot_home);
 }
 
 // Puts every small list back to its start limit, handing back what no longer fits.
@@ -280,6 +280,7 @@ void CreateFrontCache(int heap) noexcept {
   cache->small_growth = 0;
   cache->large = nullptr;
   cache->large_class = 0;
+  cache->depot_home = DepotNewHome();
   arena_internal::front_caches[heap] = cache;
 }
 
@@ -411,7 +412,7 @@ void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) no
       DrainToDepot(heap, *cache, size_class, 0, bounds.depot);
     }
     if (bytes > cache->medium_limit) {  // larger than a pressed cache's whole bound
-      DepotPut(heap, size_class, ObjectChain{p, p, 1}, bounds.depot, DepotHomeSlot(cache));
+      DepotPut(heap, size_class, ObjectChain{p, p, 1}, bounds.depot, cache->depot_home);
       return;
     }
   }
@@ -425,7 +426,7 @@ void FrontPushRefused(int heap, FrontCache* cache, unsigned size_class, void* p)
 
 void* FrontRefill(int heap, FrontCache* cache, unsigned size_class) noexcept {
   ResetFillHistory(cache->lists[size_class]);  // the list ran empty
-  const ObjectChain chain = DepotTake(heap, size_class, DepotHomeSlot(cache));
+  const ObjectChain chain = DepotTake(heap, size_class, cache->depot_home);
   if (chain.count == 0) return nullptr;
   // The first object is the caller's. The list is empty (the caller's pop missed): as many of
   // the rest as its limit and the medium bound allow go to it, spliced in O(1) when all of

@@ -25,7 +25,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "alloc/depot.hpp"
 #include "limit_gate.hpp"
 #include "numarena/arena.hpp"
 #include "numarena/budget.hpp"
@@ -417,63 +416,65 @@ TEST_CASE("a thread takes its own objects back from the depot before another thr
   const int heap = numarena::arena_internal::HeapOf(probe);
   numarena::deallocate(probe);
   REQUIRE(heap >= 0);
+  arena->purge();  // an empty depot: what thread 0 gets back is from the two threads
   struct Worker {
     std::set<void*> own;
     std::set<void*> again;  // what thread 0 allocated after the frees
-    unsigned home = 0;
+    bool has_cache = false;
+    unsigned home = 0;  // its depot home slot
     int reused_own = 0;
     int reused_other = 0;
   };
-  // Threads whose front caches share a home slot would share a chain: an attempt whose homes
-  // are the same (new threads get other caches) is not checked, and one of them must be.
-  bool checked = false;
-  for (int attempt = 0; attempt < 8 && !checked; ++attempt) {
-    arena->purge();  // an empty depot: what thread 0 gets back is from the two threads
-    Worker worker[2];
-    std::atomic<int> allocated{0};
-    std::atomic<int> step{0};
-    auto run = [&](int id) {
-      Worker& me = worker[id];
-      std::vector<void*> made(kObjects);
+  // The two threads' front caches are made one after the other, so their homes differ.
+  Worker worker[2];
+  std::atomic<int> allocated{0};
+  std::atomic<int> step{0};
+  auto run = [&](int id) {
+    Worker& me = worker[id];
+    std::vector<void*> made(kObjects);
+    for (void*& p : made) {
+      p = arena->allocate(kBytes);
+      if (p != nullptr) std::memset(p, id, kBytes);
+      me.own.insert(p);
+    }
+    const numarena::arena_internal::FrontCache* cache =
+        numarena::arena_internal::front_caches[heap];
+    me.has_cache = cache != nullptr;
+    me.home = cache != nullptr ? cache->depot_home % 8 : 0;  // 8 slots per class
+    allocated.fetch_add(1);
+    while (allocated.load() < 2) std::this_thread::yield();
+    // Thread 0 frees first, then thread 1, so a depot that kept one pile per class (or took
+    // the newest chain first) would give thread 0 thread 1's objects.
+    while (step.load() != id) std::this_thread::yield();
+    for (void* p : made) numarena::deallocate(p);
+    step.fetch_add(1);
+    while (step.load() < 2) std::this_thread::yield();
+    if (id == 0) {
       for (void*& p : made) {
         p = arena->allocate(kBytes);
-        std::memset(p, id, kBytes);
-        me.own.insert(p);
+        me.again.insert(p);
+        me.reused_own += me.own.count(p) != 0 ? 1 : 0;
+        me.reused_other += worker[1].own.count(p) != 0 ? 1 : 0;
       }
-      me.home = numarena::DepotHomeSlot(numarena::arena_internal::front_caches[heap]);
-      allocated.fetch_add(1);
-      while (allocated.load() < 2) std::this_thread::yield();
-      // Thread 0 frees first, then thread 1, so a depot that kept one pile per class (or took
-      // the newest chain first) would give thread 0 thread 1's objects.
-      while (step.load() != id) std::this_thread::yield();
       for (void* p : made) numarena::deallocate(p);
-      step.fetch_add(1);
-      while (step.load() < 2) std::this_thread::yield();
-      if (id == 0) {
-        for (void*& p : made) {
-          p = arena->allocate(kBytes);
-          me.again.insert(p);
-          me.reused_own += me.own.count(p) != 0 ? 1 : 0;
-          me.reused_other += worker[1].own.count(p) != 0 ? 1 : 0;
-        }
-        for (void* p : made) numarena::deallocate(p);
-      }
-      step.fetch_add(1);
-      while (step.load() < 4) std::this_thread::yield();  // both caches live until here
-    };
-    std::thread second(run, 1);
-    std::thread first(run, 0);
-    first.join();
-    second.join();
-    if (worker[0].home == worker[1].home) continue;
-    checked = true;
-    INFO("thread 0 reused " << worker[0].reused_own << " of its own objects and "
-                            << worker[0].reused_other << " of the other thread's");
-    CHECK(worker[0].again.size() == kObjects);
-    CHECK(worker[0].reused_other == 0);
-    CHECK(worker[0].reused_own == kObjects);
-  }
-  CHECK(checked);
+    }
+    step.fetch_add(1);
+    while (step.load() < 4) std::this_thread::yield();  // both caches live until here
+  };
+  std::thread second(run, 1);
+  std::thread first(run, 0);
+  first.join();
+  second.join();
+  REQUIRE(worker[0].has_cache);
+  REQUIRE(worker[1].has_cache);
+  REQUIRE(worker[0].own.count(nullptr) == 0);
+  REQUIRE(worker[1].own.count(nullptr) == 0);
+  CHECK(worker[0].home != worker[1].home);
+  INFO("thread 0 reused " << worker[0].reused_own << " of its own objects and "
+                          << worker[0].reused_other << " of the other thread's");
+  CHECK(worker[0].again.size() == kObjects);
+  CHECK(worker[0].reused_other == 0);
+  CHECK(worker[0].reused_own == kObjects);
   arena->purge();
 }
 
@@ -516,14 +517,17 @@ TEST_CASE("waves of threads reuse what the waves before them freed") {
     }
     for (std::thread& thread : threads) thread.join();
   };
-  for (int w = 0; w < 3; ++w) wave(w);
-  const std::size_t after_three = arena->stats().committed;
-  for (int w = 3; w < 30; ++w) wave(w);
-  const std::size_t after_thirty = arena->stats().committed;
-  INFO("committed after 3 waves " << after_three / kKiB << " KiB, after 30 "
-                                  << after_thirty / kKiB << " KiB");
+  // The first waves settle the high-water mark (threads meet differently each run); from
+  // then on the committed memory stays about flat. With jemalloc's default rule it grew by
+  // 0.5-1 MiB per wave, in plain and TSan builds, wave after wave.
+  for (int w = 0; w < 10; ++w) wave(w);
+  const std::size_t settled = arena->stats().committed;
+  for (int w = 10; w < 50; ++w) wave(w);
+  const std::size_t after = arena->stats().committed;
+  INFO("committed after 10 waves " << settled / kKiB << " KiB, after 50 " << after / kKiB
+                                   << " KiB");
   CHECK(refused.load() == 0);
-  CHECK(after_thirty <= after_three + after_three / 2);
+  CHECK(after <= settled + 8 * kMiB);
   arena->purge();
 }
 

@@ -349,7 +349,7 @@ TEST_CASE("live threads get their own jemalloc arena shard while the arena has s
   CHECK(arena->stats().jemalloc_arenas == 2);
 }
 
-TEST_CASE("an arena has one shard per CPU (at most 8) by default, and the shards option is checked") {
+TEST_CASE("an arena has one shard per CPU (at most 8), and the shards option is checked") {
   // Default: threads beyond the shard count share; here every live thread joins a shard.
   Arena* arena = Get(Policy::WeightedInterleave({{0, 17}}));
   const int heap = numarena::arena_internal::HeapOf(arena->allocate(64));

@@ -177,6 +177,7 @@ struct FrontCache {
   // cache (front_cache.cpp, FrontLargePut): nullptr, or an object of class large_class.
   void* large;
   std::uint32_t large_class;
+  std::uint32_t depot_home;  // the heap's depot slot this cache puts to and takes from first
   // Bit c: an allocation of class c missed list c (it ran empty, or the allocation took the
   // slow path) since the small limits were last reset. Only such a list may grow
   // (front_cache.cpp): a thread that only frees a class (the consumer of a producer/consumer
