@@ -7,6 +7,7 @@ the process may not use are refused. Timings are not checked: they mean nothing 
 
     pytorch_decoder_bench_smoke_test.py BUILD_DIR
 """
+import importlib.util
 import json
 import os
 import subprocess
@@ -41,7 +42,18 @@ def check_against(report_part):
     check_ratio(report_part["peak_rss_kib"], with_quartiles=False)
 
 
+def check_quartiles_stay_in_range():
+    """Two per-turn ratios far apart (a loaded host) once gave a negative first quartile."""
+    spec = importlib.util.spec_from_file_location("pytorch_decoder_bench", DRIVER)
+    driver = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(driver)
+    for values in ([0.3, 3.4], [0.9, 1.0, 7.5], [2.0]):
+        q1, median, q3 = driver.quartiles(values)
+        assert min(values) <= q1 <= median <= q3 <= max(values), (values, q1, median, q3)
+
+
 def main():
+    check_quartiles_stay_in_range()
     build = sys.argv[1]
     done = run(build, "--turns", "2", *SMALL)
     assert done.returncode == 0, done.stderr[-3000:]
