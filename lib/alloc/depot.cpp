@@ -24,15 +24,13 @@
 // it into the home slot when that is empty, and otherwise takes the home slot's chain out,
 // joins it, and tries again; taking exchanges the home slot with 0, and only when that is
 // empty another slot (what other threads freed); what the taker's list has no room for goes
-// back to the slot it came from. So a thread's surplus comes back to that thread first.
-// Before, every put took the first empty slot and every take the first full one, so two
+// back to the slot it came from. So a thread's surplus comes back to that thread first: two
 // threads that each free and allocate one class (a list's balanced random walk between empty
-// and full) took each other's objects as often as their own: objects that lie between the
-// other thread's in jemalloc's slabs when the two have separate shards (ArenaOptions::shards,
-// one per CPU by default), sharing cache lines that then move between the CPUs at every
-// write, and freed at the end to the other shard's arena while the taker's allocated anew.
-// Two threads on two shards (random-small, 2 CPUs) ran about 20 % faster with homes; on one
-// shard the change is within the noise. The price: while a put holds the home slot's chain
+// and full) would otherwise take each other's objects as often as their own, objects that
+// lie between the other thread's in its shard's slabs (ArenaOptions::shards), sharing cache
+// lines that then move between the CPUs at every write, and that go back at the end to the
+// other shard's arena while the taker's allocated anew (random-small, two threads on two
+// shards: about 20 % faster with homes). The price: while a put holds the home slot's chain
 // to join it, a take finds the slot empty and asks jemalloc (slower, not wrong).
 //
 // Lock-free and free of ABA (a slot is only ever exchanged whole), so a fork() child finds
