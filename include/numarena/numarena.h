@@ -101,8 +101,7 @@ numarena_arena* numarena_arena_create(const char* policy);
  *   hugetlb_page_bytes  0 (ordinary pages, transparent huge pages for 2 MiB and more), or
  *                       2 MiB or 1 GiB: hugetlbfs pages of that size from the bound node's
  *                       own pool (NUMARENA_FAILED_PRECONDITION when it holds none).
- *   shards              jemalloc arenas per heap; 0: one per CPU, at least 1, at most 8;
- *                       1 to 8.
+ *   shards              jemalloc arenas per heap; 0: one per 4 CPUs, at least 1; 1 to 8.
  * Example:
  *   numarena_arena_options options = {sizeof options};
  *   options.shards = 2;

@@ -217,13 +217,12 @@ struct ArenaOptions {
   static constexpr std::size_t kHugetlb1G = std::size_t{1} << 30;
 
   // jemalloc arenas ("shards") per heap: threads that use the arena spread over them, a new
-  // thread joining the least used, so that threads whose requests miss numarena's caches do
-  // not all wait for one jemalloc arena's lock, and that threads on different shards do not
-  // get neighbouring objects from the same slabs (whose shared cache lines would move between
-  // their CPUs at every write). Each shard keeps partly used slabs of its own (so more shards
-  // keep more memory resident) and commits a 2 MiB metadata block.
-  // 0 (default): one per CPU, at least 1 and at most kMaxShards; 1 to kMaxShards: that many
-  // at most; more is InvalidArgument.
+  // thread joining the least used, so threads whose requests miss numarena's caches (new
+  // memory, objects of 2 MiB and more) do not all wait for one jemalloc arena's lock. Each
+  // shard keeps partly used slabs of its own (so more shards keep more memory resident) and
+  // commits a 2 MiB metadata block.
+  // 0 (default): one per 4 CPUs this process may run on, at least 1; 1 to kMaxShards: that
+  // many at most; more is InvalidArgument.
   int shards = 0;
   static constexpr int kMaxShards = 8;
 

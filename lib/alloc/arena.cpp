@@ -198,7 +198,7 @@ StatusOr<Policy> ArenaPolicy(const Policy& policy, const ArenaOptions& options) 
   if (options.shards < 0 || options.shards > ArenaOptions::kMaxShards) {
     return absl::InvalidArgumentError(
         absl::StrCat("arena for ", resolved->ToString(), ": shards ", options.shards,
-                     " is not 0 (one per CPU) or 1 to ", ArenaOptions::kMaxShards));
+                     " is not 0 (one per 4 CPUs) or 1 to ", ArenaOptions::kMaxShards));
   }
   if (options.return_idle_ms < 0 || options.return_idle_ms > ArenaOptions::kMaxReturnIdleMs) {
     return absl::InvalidArgumentError(absl::StrCat(

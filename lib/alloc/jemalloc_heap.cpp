@@ -37,27 +37,13 @@
 // mallctl() commits, for every one: 0.13 MiB of the override's fixed cost on 2 CPUs, 2 MiB
 // on 128. Where numarena links Debian's jemalloc, that jemalloc may be the program's malloc,
 // so its arenas stay as the program's jemalloc configures them.
-//
-// lg_extent_max_active_fit:24, in both builds: jemalloc reuses a freed (dirty) extent for a
-// request only if the extent is at most 2^6 times the request by default, and asks the hooks
-// for more memory otherwise. A numarena arena grows by whole ranges (2, 2.5, 3 ... MiB), and
-// when everything in one is freed (the threads of a wave exit) it merges back into one extent
-// of several MiB, which no later request of 4-64 KiB may split, so each wave touched fresh
-// pages while the freed ones waited for decay: waves of threads with short-lived 4-64 KiB
-// objects (many-threads at scale 2) peaked at 8-22 MiB with two shards and 7.7-14 MiB with
-// one, and at 7.2-7.8 MiB either way with this option. 2^24 times a page is more than any
-// range holds, so any freed extent that fits is reused. Where numarena links Debian's
-// jemalloc, this one option applies to the program's own arenas too (jemalloc has no
-// per-arena setting for it): they reuse freed memory sooner, which only lowers RSS.
-#define NUMARENA_JEMALLOC_CONF "oversize_threshold:0,lg_extent_max_active_fit:24"
 extern "C" {
 #if defined(JEMALLOC_MANGLE)
-__attribute__((weak)) const char* malloc_conf = NUMARENA_JEMALLOC_CONF ",narenas:1";
+__attribute__((weak)) const char* malloc_conf = "oversize_threshold:0,narenas:1";
 #else
-__attribute__((weak)) const char* malloc_conf = NUMARENA_JEMALLOC_CONF;
+__attribute__((weak)) const char* malloc_conf = "oversize_threshold:0";
 #endif
 }
-#undef NUMARENA_JEMALLOC_CONF
 
 namespace numarena {
 
@@ -471,19 +457,12 @@ StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options)
   heap->id = id;
   heap->pages = *pages;
   heap->return_idle_ms = options.return_idle_ms;
-  // ArenaOptions::shards; by default one per CPU, at most kMaxShards. Not for the locks (the
-  // front cache and the depot take them only on misses) but for the slabs: threads that share
-  // a jemalloc arena refill their lists from the same slabs, so their objects end up side by
-  // side, sharing cache lines that then move between their CPUs at every write. Two threads
-  // each writing their own small blocks (random-small, 2 CPUs) took 0.150 s with one shard
-  // and 0.115 s with two (mimalloc: 0.080), with no other shape slower and none holding more
-  // (measured on 2 CPUs only; 8 shards on a larger host keep more partly used slabs). This
-  // relies on the extent fit in malloc_conf above: without it each shard's freed ranges wait
-  // for decay, and more shards hold more.
+  // ArenaOptions::shards; by default one per 4 CPUs: with the front cache and the depot in
+  // front, jemalloc's arena locks are taken only on their misses.
   heap->shard_limit =
       options.shards > 0
           ? std::min(options.shards, kMaxShards)
-          : static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1,
+          : static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency() / 4, 1,
                                                   kMaxShards));
   for (std::atomic<int>& shard : heap->shard_arena) shard.store(-1, std::memory_order_relaxed);
   for (std::atomic<int>& threads : heap->shard_threads) threads.store(0, std::memory_order_relaxed);

@@ -399,7 +399,7 @@ class Arena:
     def create(cls, policy, *, shards=0, hugetlb_page_bytes=0):
         """A new arena of its own for a policy string, never shared (every call makes
         another), which destroy() takes down again. `shards` and `hugetlb_page_bytes` are
-        numarena::ArenaOptions: jemalloc arenas per heap (0: one per CPU, at most 8; 1 to 8), and 0
+        numarena::ArenaOptions: jemalloc arenas per heap (0: one per 4 CPUs; 1 to 8), and 0
         for ordinary pages or 2 MiB / 1 GiB for hugetlbfs pages from the bound node's own
         pool. Errors as for_policy; InvalidArgumentError for options out of range,
         FailedPreconditionError when the node's huge page pool is empty, and

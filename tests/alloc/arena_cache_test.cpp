@@ -478,59 +478,6 @@ TEST_CASE("a thread takes its own objects back from the depot before another thr
   arena->purge();
 }
 
-TEST_CASE("waves of threads reuse what the waves before them freed") {
-  // Each wave's threads allocate 4-64 KiB objects and exit, so everything they held goes back
-  // to jemalloc, where a range all of whose objects are freed merges into one extent of
-  // several MiB. jemalloc's default fit rule lets no request below 1/64 of an extent split it,
-  // so each wave took new ranges while the freed ones waited for decay (malloc_conf's
-  // lg_extent_max_active_fit, lib/alloc/jemalloc_heap.cpp). Now the waves reuse them.
-  numarena::ArenaOptions options;
-  options.shards = 2;
-  options.return_idle_ms = 0;  // no decay: what is freed stays for reuse
-  auto made = Arena::ForPolicy(Policy::WeightedInterleave({{0, 48}}), options);
-  REQUIRE(made.ok());
-  Arena* arena = *made;
-  std::atomic<int> refused{0};  // Catch's assertions are for the test's own thread
-  auto wave = [&](int seed) {
-    std::vector<std::thread> threads;
-    for (int t = 0; t < 8; ++t) {
-      threads.emplace_back([arena, seed, t, &refused] {
-        std::vector<void*> live;
-        unsigned state = static_cast<unsigned>(seed * 100 + t + 1);
-        for (int i = 0; i < 400; ++i) {
-          state = state * 1103515245u + 12345u;
-          const std::size_t bytes = 4 * kKiB + (state >> 8) % (60 * kKiB);
-          void* p = arena->allocate(bytes);
-          if (p == nullptr) {
-            refused.fetch_add(1);
-            break;
-          }
-          static_cast<unsigned char*>(p)[0] = 1;
-          live.push_back(p);
-          if (live.size() > 64) {
-            numarena::deallocate(live.front());
-            live.erase(live.begin());
-          }
-        }
-        for (void* p : live) numarena::deallocate(p);
-      });
-    }
-    for (std::thread& thread : threads) thread.join();
-  };
-  // The first waves settle the high-water mark (threads meet differently each run); from
-  // then on the committed memory stays about flat. With jemalloc's default rule it grew by
-  // 0.5-1 MiB per wave, in plain and TSan builds, wave after wave.
-  for (int w = 0; w < 10; ++w) wave(w);
-  const std::size_t settled = arena->stats().committed;
-  for (int w = 10; w < 50; ++w) wave(w);
-  const std::size_t after = arena->stats().committed;
-  INFO("committed after 10 waves " << settled / kKiB << " KiB, after 50 " << after / kKiB
-                                   << " KiB");
-  CHECK(refused.load() == 0);
-  CHECK(after <= settled + 8 * kMiB);
-  arena->purge();
-}
-
 TEST_CASE("a depot class nobody takes from for a second goes back to jemalloc") {
   Arena* arena = Get(Policy::WeightedInterleave({{0, 27}}));
   auto batch = [&](std::size_t size, int count) {
