@@ -89,6 +89,51 @@ void ForEachShard(const Heap& heap, F&& f) {
   }
 }
 
+// The shard count of a heap whose ArenaOptions::shards is 0, on a host with `cpus` CPUs: one
+// per 4 CPUs, at least 1 and at most kMaxShards.
+constexpr int DefaultShardCount(unsigned cpus) {
+  const unsigned quarter = cpus / 4;
+  return quarter < 1 ? 1 : quarter > kMaxShards ? kMaxShards : static_cast<int>(quarter);
+}
+
+// Bins per small size class in every jemalloc arena (jemalloc's bin_shards option) of the
+// jemalloc that libnumarena.so and the malloc override carry, on a host with `cpus` CPUs.
+//
+// Why: threads that share a bin refill from the same slabs, so their objects sit side by side
+// and each thread's writes take cache lines from the other (two threads replacing random small
+// blocks ran no faster on 2 CPUs than on one). jemalloc gives every thread one bin of each
+// class by the order in which threads first call it (thread k: bin k % count), and a heap
+// gives each thread the least used of its DefaultShardCount(cpus) arenas, in much the same
+// order (thread k: arena k % shards). With a count at least cpus / shards and coprime to
+// shards, the first shards x count threads each get an (arena, bin) pair of their own, so every
+// CPU's thread has its own slabs; a count that shares a factor with shards would give all the
+// threads of one arena the same bin (shards 4, count 4: arena k's threads k, k+4, ... all
+// take bin k). Each bin costs 224 bytes per class and arena (~8 KiB per arena per count);
+// jemalloc allows 1 to 64.
+constexpr unsigned BinShardCount(unsigned cpus) {
+  constexpr unsigned kMaxBins = 64;  // jemalloc's BIN_SHARDS_MAX
+  const auto shards = static_cast<unsigned>(DefaultShardCount(cpus));
+  const auto coprime = [shards](unsigned count) {
+    unsigned a = count, b = shards;
+    while (b != 0) {
+      const unsigned r = a % b;
+      a = b;
+      b = r;
+    }
+    return a == 1;
+  };
+  unsigned count = (cpus + shards - 1) / shards;
+  if (count < 1) count = 1;
+  if (count > kMaxBins) count = kMaxBins;
+  for (unsigned up = count; up <= kMaxBins; ++up) {
+    if (coprime(up)) return up;
+  }
+  for (unsigned down = count; down > 1; --down) {
+    if (coprime(down)) return down;
+  }
+  return 1;
+}
+
 // The heap with this id (nullptr when none).
 Heap* HeapById(int id);
 

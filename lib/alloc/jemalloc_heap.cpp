@@ -37,13 +37,35 @@
 // mallctl() commits, for every one: 0.13 MiB of the override's fixed cost on 2 CPUs, 2 MiB
 // on 128. Where numarena links Debian's jemalloc, that jemalloc may be the program's malloc,
 // so its arenas stay as the program's jemalloc configures them.
-extern "C" {
+//
+// bin_shards:1-14336:N, for the same jemalloc: N bins per small size class in every arena
+// (BinShardCount in heap_table.hpp says why and how many), so that threads on different CPUs
+// refill from slabs of their own. N depends on the host, so the option is written into
+// g_jemalloc_options by AddBinShards below, a constructor that runs before jemalloc's own
+// (which initializes it): priority 101 comes before the default priority in the library's
+// .init_array, and nothing calls this jemalloc before that (only numarena does, from its own
+// constructors on). Debian's jemalloc, where numarena links it, may be the program's malloc and
+// is initialized by then, so it keeps one bin per class.
 #if defined(JEMALLOC_MANGLE)
-__attribute__((weak)) const char* malloc_conf = "oversize_threshold:0,narenas:1";
-#else
-__attribute__((weak)) const char* malloc_conf = "oversize_threshold:0";
-#endif
+namespace {
+char g_jemalloc_options[96] = "oversize_threshold:0,narenas:1";
+
+__attribute__((constructor(101))) void AddBinShards() {
+  const std::size_t used = std::strlen(g_jemalloc_options);
+  std::snprintf(g_jemalloc_options + used, sizeof g_jemalloc_options - used,
+                ",bin_shards:1-14336:%u",
+                numarena::BinShardCount(std::thread::hardware_concurrency()));
 }
+}  // namespace
+
+extern "C" {
+__attribute__((weak)) const char* malloc_conf = g_jemalloc_options;
+}
+#else
+extern "C" {
+__attribute__((weak)) const char* malloc_conf = "oversize_threshold:0";
+}
+#endif
 
 namespace numarena {
 
@@ -169,6 +191,11 @@ unsigned JoinShard(Heap& heap) {
   // Once per (thread, heap): choosing under the lock keeps two threads that start together
   // from both picking the same free shard.
   CreateLock lock;
+  // jemalloc gives a thread its bins (BinShardCount) at the thread's first call into it; make
+  // that call here, under the lock, so that threads take bins in the order they take shards.
+  unsigned bound_arena = 0;
+  size_t bound_size = sizeof bound_arena;
+  mallctl("thread.arena", &bound_arena, &bound_size, nullptr, 0);
   int shard = 0;
   for (int s = 1; s < heap.shard_limit; ++s) {
     if (heap.shard_threads[s].load(std::memory_order_relaxed) <
@@ -459,11 +486,9 @@ StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options)
   heap->return_idle_ms = options.return_idle_ms;
   // ArenaOptions::shards; by default one per 4 CPUs: with the front cache and the depot in
   // front, jemalloc's arena locks are taken only on their misses.
-  heap->shard_limit =
-      options.shards > 0
-          ? std::min(options.shards, kMaxShards)
-          : static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency() / 4, 1,
-                                                  kMaxShards));
+  heap->shard_limit = options.shards > 0
+                          ? std::min(options.shards, kMaxShards)
+                          : DefaultShardCount(std::thread::hardware_concurrency());
   for (std::atomic<int>& shard : heap->shard_arena) shard.store(-1, std::memory_order_relaxed);
   for (std::atomic<int>& threads : heap->shard_threads) threads.store(0, std::memory_order_relaxed);
   StatusOr<unsigned> first =

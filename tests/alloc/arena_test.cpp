@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -355,6 +356,7 @@ TEST_CASE("an arena has one shard per 4 CPUs by default, and the shards option i
   const int heap = numarena::arena_internal::HeapOf(arena->allocate(64));
   const int expected = std::clamp<int>(static_cast<int>(std::thread::hardware_concurrency() / 4),
                                        1, numarena::ArenaOptions::kMaxShards);
+  CHECK(numarena::DefaultShardCount(std::thread::hardware_concurrency()) == expected);
   constexpr int kThreads = 12;
   std::atomic<int> assigned{0};
   std::set<int> seen;
@@ -431,6 +433,32 @@ TEST_CASE("the capacity gate refuses, is charged by priority and released on pur
   CHECK(after.committed <=
         static_cast<std::size_t>(after.jemalloc_arenas) * 2 * kMiB + after.tables + 16 * 1024);
   CHECK(after.tables <= 64 * 1024);
+}
+
+TEST_CASE("bin shards give each CPU's thread a pair of arena shard and bin of its own") {
+  // Threads take shards least used first (thread k: shard k % shards) and jemalloc gives them
+  // bins in turn (thread k: bin k % bins): on a host with `cpus` CPUs the first `cpus` threads
+  // must all get different pairs, so no two refill from the same slabs (heap_table.hpp).
+  for (unsigned cpus = 0; cpus <= 1024; ++cpus) {
+    INFO("cpus " << cpus);
+    const int shards = numarena::DefaultShardCount(cpus);
+    const unsigned bins = numarena::BinShardCount(cpus);
+    REQUIRE(shards >= 1);
+    REQUIRE(shards <= numarena::ArenaOptions::kMaxShards);
+    REQUIRE(bins >= 1);
+    REQUIRE(bins <= 64);  // jemalloc's limit: a larger bin_shards option is refused
+    const unsigned pairs = static_cast<unsigned>(shards) * bins;
+    std::set<std::pair<unsigned, unsigned>> taken;
+    for (unsigned thread = 0; thread < std::min(cpus, pairs); ++thread) {
+      CHECK(taken.emplace(thread % shards, thread % bins).second);
+    }
+    // Up to 504 CPUs (8 shards x 63 bins, the largest count coprime to 8 within 64).
+    if (cpus <= 63 * static_cast<unsigned>(shards)) CHECK(pairs >= cpus);
+  }
+  CHECK(numarena::BinShardCount(1) == 1);
+  CHECK(numarena::BinShardCount(2) == 2);
+  CHECK(numarena::BinShardCount(16) == 5);  // 4 shards: 4 bins would pair thread k with k+4
+  CHECK(numarena::BinShardCount(128) == 17);
 }
 
 TEST_CASE("memory freed into one shard makes room for another thread before a refusal") {
