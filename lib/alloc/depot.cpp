@@ -73,17 +73,36 @@ constexpr std::uint32_t kMaxChain = 0xffff;  // the length field's 16 bits
 constexpr unsigned kCountShift = 48;
 constexpr std::int64_t kIdleNanos = 1'000'000'000;
 
-struct alignas(64) DepotClass {
-  std::atomic<std::uintptr_t> slots[kSlots];  // 0, or a chain (see above)
+// One slot per cache line: a slot is mostly one thread's home, and two threads' homes on one
+// line would move that line between their CPUs at every put and take.
+struct alignas(64) DepotSlot {
+  std::atomic<std::uintptr_t> word;  // 0, or a chain (see above)
+};
+
+struct DepotClass {
+  DepotSlot slots[kSlots];
+};
+
+// Bytes the chains of one slot index hold, over all classes, on a line of its own for the
+// same reason: a put adds to its slot's count, a take subtracts from the slot it emptied.
+struct alignas(64) SlotBytes {
+  std::atomic<std::size_t> bytes;
 };
 
 struct Depot {
   DepotClass classes[kClasses];
+  SlotBytes slot_bytes[kSlots];
   std::atomic<bool> taken[kClasses];  // a take since the last sweep, per class
   std::atomic<std::int64_t> last_put_ns[kClasses];  // the coarse clock at the last put
-  std::atomic<std::size_t> bytes;
   std::atomic<std::int64_t> sweep_after_ns;
 };
+
+// What the depot holds: the sum of its slots' counts.
+std::size_t HeldBytes(const Depot& depot) {
+  std::size_t sum = 0;
+  for (const SlotBytes& slot : depot.slot_bytes) sum += slot.bytes.load(std::memory_order_relaxed);
+  return sum;
+}
 
 // Zero-initialized: untouched, and not resident, for heaps that never overflow a front cache.
 Depot g_depots[kMaxHeaps];
@@ -124,11 +143,13 @@ void FreeChain(const ObjectChain& chain, std::size_t bytes) {
 std::size_t FlushClass(Depot& depot, unsigned size_class) {
   const std::size_t bytes = ClassBytes(size_class);
   std::size_t freed = 0;
-  for (std::atomic<std::uintptr_t>& slot : depot.classes[size_class - kFirstDepotClass].slots) {
+  DepotClass& slots = depot.classes[size_class - kFirstDepotClass];
+  for (unsigned i = 0; i < kSlots; ++i) {
+    std::atomic<std::uintptr_t>& slot = slots.slots[i].word;
     if (slot.load(std::memory_order_relaxed) == 0) continue;
     if (const std::uintptr_t word = slot.exchange(0, std::memory_order_acquire)) {
       const ObjectChain chain = Unpack(word);
-      depot.bytes.fetch_sub(chain.count * bytes, std::memory_order_relaxed);
+      depot.slot_bytes[i].bytes.fetch_sub(chain.count * bytes, std::memory_order_relaxed);
       FreeChain(chain, bytes);
       freed += chain.count * bytes;
     }
@@ -164,21 +185,29 @@ std::int64_t MaybeSweep(Depot& depot) {
   return now;
 }
 
-// Puts `chain` (counted in the depot's bytes) into an empty slot other than `home`, or
-// frees it to jemalloc when every one is full.
+// Puts `chain` (counted in the home slot's bytes) into an empty slot other than `home`, or
+// frees it to jemalloc when every one is full. A slot's bytes count a chain from before the
+// chain is in the slot until after it has left (so a count is never below what its slots hold).
 void PutElsewhere(Depot& depot, DepotClass& slots, unsigned home, const ObjectChain& chain,
                   std::size_t bytes) {
   const std::uintptr_t word = Pack(chain);
+  const std::size_t chain_bytes = chain.count * bytes;
+  std::atomic<std::size_t>& home_bytes = depot.slot_bytes[home % kSlots].bytes;
   for (unsigned i = 1; i < kSlots; ++i) {
-    std::atomic<std::uintptr_t>& slot = slots.slots[(home + i) % kSlots];
+    const unsigned index = (home + i) % kSlots;
+    std::atomic<std::uintptr_t>& slot = slots.slots[index].word;
+    if (slot.load(std::memory_order_relaxed) != 0) continue;
+    std::atomic<std::size_t>& slot_bytes = depot.slot_bytes[index].bytes;
+    slot_bytes.fetch_add(chain_bytes, std::memory_order_relaxed);
     std::uintptr_t expected = 0;
-    if (slot.load(std::memory_order_relaxed) == 0 &&
-        slot.compare_exchange_strong(expected, word, std::memory_order_release,
+    if (slot.compare_exchange_strong(expected, word, std::memory_order_release,
                                      std::memory_order_relaxed)) {
+      home_bytes.fetch_sub(chain_bytes, std::memory_order_relaxed);
       return;
     }
+    slot_bytes.fetch_sub(chain_bytes, std::memory_order_relaxed);
   }
-  depot.bytes.fetch_sub(chain.count * bytes, std::memory_order_relaxed);
+  home_bytes.fetch_sub(chain_bytes, std::memory_order_relaxed);
   FreeChain(chain, bytes);
 }
 
@@ -204,17 +233,31 @@ void DepotPut(int heap, unsigned size_class, ObjectChain chain, std::size_t boun
   if (last_put.load(std::memory_order_relaxed) != now) {
     last_put.store(now, std::memory_order_relaxed);
   }
-  if (depot.bytes.load(std::memory_order_relaxed) > bound_bytes) DepotFlush(heap);
-  // count * bytes: a chain holds at most kMaxChain objects of at most 1.75 MiB.
-  const std::size_t chain_bytes = chain.count * bytes;
-  if (bound_bytes == 0 ||
-      depot.bytes.fetch_add(chain_bytes, std::memory_order_relaxed) + chain_bytes > bound_bytes) {
-    if (bound_bytes != 0) depot.bytes.fetch_sub(chain_bytes, std::memory_order_relaxed);
+  if (bound_bytes == 0) {  // the gate presses the heap's node: nothing stays
+    if (HeldBytes(depot) != 0) DepotFlush(heap);
     FreeChain(chain, bytes);
     return;
   }
+  // The bound, checked against the home slot's count first: while that is within its share
+  // (bound / kSlots), the whole depot is within the bound without reading the other slots'
+  // counts, which other threads keep writing. Over its share the sum decides, so two puts
+  // racing past that check may each fit alone and together go over by a chain.
+  // count * bytes: a chain holds at most kMaxChain objects of at most 1.75 MiB.
+  const std::size_t chain_bytes = chain.count * bytes;
+  std::atomic<std::size_t>& home_bytes = depot.slot_bytes[home % kSlots].bytes;
+  if (home_bytes.fetch_add(chain_bytes, std::memory_order_relaxed) + chain_bytes >
+      bound_bytes / kSlots) {
+    const std::size_t held = HeldBytes(depot);
+    if (held > bound_bytes) {
+      home_bytes.fetch_sub(chain_bytes, std::memory_order_relaxed);
+      // Over the bound without this chain too: the bound shrank, so all of it goes.
+      if (held - chain_bytes > bound_bytes) DepotFlush(heap);
+      FreeChain(chain, bytes);
+      return;
+    }
+  }
   DepotClass& slots = depot.classes[size_class - kFirstDepotClass];
-  std::atomic<std::uintptr_t>& home_slot = slots.slots[home % kSlots];
+  std::atomic<std::uintptr_t>& home_slot = slots.slots[home % kSlots].word;
   for (unsigned round = 0; round < kSlots; ++round) {
     std::uintptr_t expected = 0;
     if (home_slot.compare_exchange_strong(expected, Pack(chain), std::memory_order_release,
@@ -243,12 +286,14 @@ ObjectChain DepotTake(int heap, unsigned size_class, unsigned home) noexcept {
   Depot& depot = g_depots[heap];
   DepotClass& slots = depot.classes[size_class - kFirstDepotClass];
   for (unsigned i = 0; i < kSlots; ++i) {
-    std::atomic<std::uintptr_t>& slot = slots.slots[(home + i) % kSlots];
+    const unsigned index = (home + i) % kSlots;
+    std::atomic<std::uintptr_t>& slot = slots.slots[index].word;
     if (slot.load(std::memory_order_relaxed) == 0) continue;
     if (const std::uintptr_t word = slot.exchange(0, std::memory_order_acquire)) {
       ObjectChain chain = Unpack(word);
-      chain.slot = (home + i) % kSlots;
-      depot.bytes.fetch_sub(chain.count * ClassBytes(size_class), std::memory_order_relaxed);
+      chain.slot = index;
+      depot.slot_bytes[index].bytes.fetch_sub(chain.count * ClassBytes(size_class),
+                                              std::memory_order_relaxed);
       std::atomic<bool>& taken = depot.taken[size_class - kFirstDepotClass];
       if (!taken.load(std::memory_order_relaxed)) taken.store(true, std::memory_order_relaxed);
       return chain;
@@ -260,7 +305,7 @@ ObjectChain DepotTake(int heap, unsigned size_class, unsigned home) noexcept {
 std::size_t DepotFlush(int heap) noexcept {
   if (heap < 0 || heap >= kMaxHeaps) return 0;
   Depot& depot = g_depots[heap];
-  if (depot.bytes.load(std::memory_order_relaxed) == 0) return 0;
+  if (HeldBytes(depot) == 0) return 0;
   std::size_t freed = 0;
   for (unsigned c = kFirstDepotClass; c < static_cast<unsigned>(kFrontClasses); ++c) {
     freed += FlushClass(depot, c);
@@ -271,7 +316,7 @@ std::size_t DepotFlush(int heap) noexcept {
 std::size_t DepotSweep(int heap, std::int64_t now_ns, std::int64_t idle_ns) noexcept {
   if (heap < 0 || heap >= kMaxHeaps) return 0;
   Depot& depot = g_depots[heap];
-  if (depot.bytes.load(std::memory_order_relaxed) == 0) return 0;
+  if (HeldBytes(depot) == 0) return 0;
   return Sweep(depot, now_ns, idle_ns);
 }
 
@@ -279,29 +324,30 @@ void DepotDrop(int heap) noexcept {
   if (heap < 0 || heap >= kMaxHeaps) return;
   Depot& depot = g_depots[heap];
   for (DepotClass& slots : depot.classes) {
-    for (std::atomic<std::uintptr_t>& slot : slots.slots) slot.store(0, std::memory_order_relaxed);
+    for (DepotSlot& slot : slots.slots) slot.word.store(0, std::memory_order_relaxed);
   }
   for (std::atomic<bool>& taken : depot.taken) taken.store(false, std::memory_order_relaxed);
   for (std::atomic<std::int64_t>& put : depot.last_put_ns) put.store(0, std::memory_order_relaxed);
-  depot.bytes.store(0, std::memory_order_relaxed);
+  for (SlotBytes& slot : depot.slot_bytes) slot.bytes.store(0, std::memory_order_relaxed);
 }
 
 std::size_t DepotBytes(int heap) noexcept {
   if (heap < 0 || heap >= kMaxHeaps) return 0;
-  return g_depots[heap].bytes.load(std::memory_order_relaxed);
+  return HeldBytes(g_depots[heap]);
 }
 
 void DepotRecountInForkChild() noexcept {
   for (Depot& depot : g_depots) {
-    if (depot.bytes.load(std::memory_order_relaxed) == 0) continue;  // then no slot is full
-    std::size_t bytes = 0;
-    for (unsigned c = kFirstDepotClass; c < static_cast<unsigned>(kFrontClasses); ++c) {
-      for (const std::atomic<std::uintptr_t>& slot : depot.classes[c - kFirstDepotClass].slots) {
-        const std::uintptr_t word = slot.load(std::memory_order_relaxed);
+    if (HeldBytes(depot) == 0) continue;  // then no slot is full
+    for (unsigned i = 0; i < kSlots; ++i) {
+      std::size_t bytes = 0;
+      for (unsigned c = kFirstDepotClass; c < static_cast<unsigned>(kFrontClasses); ++c) {
+        const std::uintptr_t word =
+            depot.classes[c - kFirstDepotClass].slots[i].word.load(std::memory_order_relaxed);
         if (word != 0) bytes += Unpack(word).count * ClassBytes(c);
       }
+      depot.slot_bytes[i].bytes.store(bytes, std::memory_order_relaxed);
     }
-    depot.bytes.store(bytes, std::memory_order_relaxed);
   }
 }
 

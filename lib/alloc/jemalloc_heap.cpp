@@ -38,6 +38,12 @@
 // on 128. Where numarena links Debian's jemalloc, that jemalloc may be the program's malloc,
 // so its arenas stay as the program's jemalloc configures them.
 //
+// tcache:false, for the same jemalloc: numarena never uses jemalloc's automatic thread cache
+// (every call passes MALLOCX_TCACHE_NONE, or an explicit cache in checked mode, which this
+// leaves alone), but jemalloc would still set one up for each thread at the thread's first
+// call: 32 KiB taken zeroed from arena 0, so a madvise() per thread once that range was used
+// and freed by an earlier thread.
+//
 // bin_shards:1-14336:N, for the same jemalloc: N bins per small size class in every arena
 // (BinShardCount in heap_table.hpp says why and how many), so that threads on different CPUs
 // refill from slabs of their own. N depends on the host, so the option is written into
@@ -48,7 +54,7 @@
 // is initialized by then, so it keeps one bin per class.
 #if defined(JEMALLOC_MANGLE)
 namespace {
-char g_jemalloc_options[96] = "oversize_threshold:0,narenas:1";
+char g_jemalloc_options[96] = "oversize_threshold:0,narenas:1,tcache:false";
 
 __attribute__((constructor(101))) void AddBinShards() {
   const std::size_t used = std::strlen(g_jemalloc_options);

@@ -53,6 +53,7 @@
 // The library is for LD_PRELOAD only (its thread-local depth counter uses initial-exec TLS,
 // which a library loaded later with dlopen may not get); load libnumarena.so for the C API.
 #include <dlfcn.h>
+#include <malloc.h>
 #include <errno.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -300,6 +301,12 @@ void Initialize() {
   int expected = kNotYet;
   if (!g_state.compare_exchange_strong(expected, kInitializing)) return;
   Inside inside;
+  // glibc's allocator serves only what is listed at the top of this file (numarena's own
+  // allocations while a thread is inside, mostly one per thread: the registration of its
+  // thread_local destructors). By default glibc gives each new thread that allocates an arena
+  // of its own, a 64 MiB reservation with its first 132 KiB committed and four system calls:
+  // one arena for all of it is enough.
+  mallopt(M_ARENA_MAX, 1);
   g_libc_usable_size = reinterpret_cast<UsableSizeFunction>(dlsym(RTLD_NEXT, "malloc_usable_size"));
   using AlignedAllocFunction = void* (*)(std::size_t, std::size_t);
   if (auto libc_aligned_alloc =
