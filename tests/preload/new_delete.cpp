@@ -69,6 +69,22 @@ int main() {
   }
   Check(threw, "new of 4 EiB throws std::bad_alloc");
   Check(::operator new(absurd, std::nothrow) == nullptr, "nothrow new of 4 EiB is nullptr");
+
+  // The new_handler this program sets (through its own libstdc++) is the one operator new
+  // calls, until it uninstalls itself; then new throws.
+  static int handler_calls = 0;
+  std::set_new_handler([] {
+    if (++handler_calls == 3) std::set_new_handler(nullptr);
+  });
+  threw = false;
+  try {
+    void* p = ::operator new(absurd);
+    ::operator delete(p);
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  Check(threw && handler_calls == 3,
+        "new of 4 EiB calls the program's new_handler until it is uninstalled, then throws");
   Check(::operator new[](absurd, std::align_val_t{64}, std::nothrow) == nullptr,
         "nothrow aligned new[] of 4 EiB is nullptr");
 

@@ -103,6 +103,9 @@ def main(path):
     # costs ~4 KiB of statistics at numarena's first mallctl (lib/alloc/jemalloc_heap.cpp).
     check("opt.narenas: 1\n" in stats,
           "numarena's malloc_conf (narenas:1) is not in effect in the private jemalloc")
+    # No automatic thread cache: numarena never uses it (lib/alloc/jemalloc_heap.cpp).
+    check("opt.tcache: false\n" in stats,
+          "numarena's malloc_conf (tcache:false) is not in effect in the private jemalloc")
     check("opt.stats_print: true" in stats, "NJE_MALLOC_CONF was not read")
     check("opt.tcache_max: 8192\n" not in stats, "the private jemalloc read MALLOC_CONF")
 
