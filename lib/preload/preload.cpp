@@ -379,15 +379,19 @@ __attribute__((constructor)) void InitializeOnLoad() { Initialize(); }
 // The program's new_handler. This library carries a copy of libstdc++ of its own (linked
 // statically and hidden, cmake/NumarenaPreload.cmake), whose std::get_new_handler() knows only
 // handlers set through that copy; a program's std::set_new_handler() goes to the libstdc++
-// the program loaded, so that one is asked, found by name in the process's global scope
-// (where this library's hidden copy is not). A process without a libstdc++ of its own (C, or
-// C++ not loaded yet) cannot have set one: then this library's copy answers (nullptr).
+// the program loaded, so that one is asked: libstdc++.so.6 if the process has loaded it,
+// globally or not (a Python extension's is loaded RTLD_LOCAL; the handle is kept, and
+// libstdc++ is never unloaded anyway). A process without it (C, or C++ not loaded yet) cannot
+// have set one: then this library's copy answers (nullptr).
 std::new_handler ProgramNewHandler() {
   using Getter = std::new_handler (*)();
   static std::atomic<Getter> program_getter{nullptr};
   Getter getter = program_getter.load(std::memory_order_acquire);
   if (getter == nullptr) {
-    getter = reinterpret_cast<Getter>(dlsym(RTLD_DEFAULT, "_ZSt15get_new_handlerv"));
+    void* libstdcxx = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_NOLOAD);
+    if (libstdcxx != nullptr) {
+      getter = reinterpret_cast<Getter>(dlsym(libstdcxx, "_ZSt15get_new_handlerv"));
+    }
     if (getter == nullptr) return std::get_new_handler();
     program_getter.store(getter, std::memory_order_release);
   }
