@@ -46,7 +46,7 @@ set(NUMARENA_PRELOAD_ORDER ${PROJECT_SOURCE_DIR}/cmake/preload_startup_order.ld)
 # (lib/preload/preload.cpp, ProgramNewHandler); exceptions it throws are caught by the
 # program's (type_info compares by name), as tests/preload/new_delete.cpp checks.
 target_link_options(numarena_preload PRIVATE
-  -static-libstdc++ -Wl,--exclude-libs,ALL -Wl,--version-script=${NUMARENA_PRELOAD_MAP} -Wl,--no-undefined
+  -static-libstdc++ -Wl,-z,pack-relative-relocs -Wl,--exclude-libs,ALL -Wl,--version-script=${NUMARENA_PRELOAD_MAP} -Wl,--no-undefined
   -Wl,-T,${NUMARENA_PRELOAD_ORDER})
 # Beside the `numarena` binary in the build tree, where `numarena run` looks first; installed
 # into the library folder, where it looks next (../<libdir> from the binary).
