@@ -362,6 +362,11 @@ void Initialize() {
         "': " + Excerpt(arena.status().message(), 1000));
   }
   g_arena = *arena;
+#ifdef NUMARENA_HAVE_GLIBC_RSEQ
+  // The fast path's copy of where a thread's CPU id is (override_fast_path.hpp); 4: the
+  // offset of struct rseq's cpu_id.
+  if (__rseq_size != 0) arena_internal::rseq_cpu_id_offset = __rseq_offset + 4;
+#endif
   g_state.store(kReady, std::memory_order_release);
   if (std::string problem = StartMetrics(g_arena, MarkThreadInside); !problem.empty()) {
     Die(problem);
