@@ -429,6 +429,9 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
     // above 2 MiB makes jemalloc reserve about size + alignment, so that is what must fit.
     if (reserve < arena_internal::kLargeAlignThreshold ||
         HeapById(heap)->pages->CouldEverFit(reserve, &failure)) {
+      // A large request's class rounds it up: huge pages only where the request's own bytes
+      // are (node_pages.hpp).
+      HugeAdviceLimit huge_limit(size >= NodePages::kHugePage ? size : 0);
       if (void* p = mallocx(size, flags)) {
         if (__builtin_expect(arena_internal::HeapOf(p) != heap, 0)) {
           return RefuseForeignAllocation(p, size, error);

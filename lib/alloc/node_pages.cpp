@@ -27,6 +27,9 @@ namespace {
 
 std::atomic<CapacityGate*> g_gate{nullptr};
 
+// HugeAdviceLimit's bound for this thread's commits (0: none).
+thread_local constinit std::size_t t_huge_advice_limit = 0;
+
 // Providers live as long as their heap (for the process, unless the heap is destroyed:
 // DestroyHeap discards its provider); this table keeps them reachable for the fork child.
 std::atomic<NodePages*> g_providers[arena_internal::kMaxHeaps];
@@ -598,6 +601,13 @@ int NodePages::NodeIndexOfPage(const Range& range, std::uintptr_t page) const no
   }
 }
 
+HugeAdviceLimit::HugeAdviceLimit(std::size_t request_bytes) noexcept
+    : saved_(t_huge_advice_limit) {
+  t_huge_advice_limit = request_bytes;
+}
+
+HugeAdviceLimit::~HugeAdviceLimit() { t_huge_advice_limit = saved_; }
+
 void NodePages::AdviseLargeCommit(std::uintptr_t begin, std::uintptr_t end, bool huge) noexcept {
   if (hugetlb_ || interleaved_) return;
   std::uintptr_t inner_begin = AlignUp(begin, kHugePage);
@@ -759,7 +769,10 @@ bool NodePages::Commit(void* addr, std::size_t size, bool advise_huge) noexcept 
                           std::memory_order_relaxed);
   }
   committed_bytes_.fetch_add(new_pages * page_, std::memory_order_relaxed);
-  if (advise_huge && size >= kHugePage) AdviseLargeCommit(begin, end, /*huge=*/true);
+  if (advise_huge && size >= kHugePage) {
+    const std::size_t limit = t_huge_advice_limit;
+    AdviseLargeCommit(begin, limit != 0 && limit < size ? begin + limit : end, /*huge=*/true);
+  }
   // An object's extent, all of it new and on one node: the guard follows it until written.
   // (Not jemalloc's metadata blocks, committed at carving with advise_huge false: a few KiB
   // of their 2 MiB are ever written.)

@@ -7,16 +7,21 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
-#include <utility>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "alloc/jemalloc_heap.hpp"
@@ -433,6 +438,39 @@ TEST_CASE("the capacity gate refuses, is charged by priority and released on pur
   CHECK(after.committed <=
         static_cast<std::size_t>(after.jemalloc_arenas) * 2 * kMiB + after.tables + 16 * 1024);
   CHECK(after.tables <= 64 * 1024);
+}
+
+TEST_CASE("a large request rounded up to its class leaves the rounding out of huge pages") {
+  // 8 MiB + 1 byte takes a 10 MiB class. Written in full, the request must not make the
+  // class's last 2 MiB resident, which a transparent huge page over it would (every page of
+  // that 2 MiB would count for the request's last byte). THP must be on for madvise() ranges,
+  // else base pages hide the difference.
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes;
+  std::getline(thp, modes);
+  if (modes.find("[never]") != std::string::npos || modes.empty()) {
+    WARN("skipped: transparent huge pages are off (" << modes << ")");
+    return;
+  }
+  // A heap of its own (a shard count no other test uses), so its large class is carved fresh.
+  Arena* arena = WithShards(Policy::Bind(0), 7);
+  const std::size_t request = 8 * kMiB + 1;
+  auto* p = static_cast<unsigned char*>(arena->allocate(request));
+  REQUIRE(p != nullptr);
+  const std::size_t usable = numarena::usable_size(p);
+  REQUIRE(usable >= 10 * kMiB);
+  std::memset(p, 0x5a, request);
+  const long page = sysconf(_SC_PAGESIZE);
+  // From the page after the request's last byte to the end of the class.
+  auto first = (reinterpret_cast<std::uintptr_t>(p) + request + page - 1) / page * page + page;
+  const auto last = reinterpret_cast<std::uintptr_t>(p) + usable / page * page;
+  std::vector<unsigned char> resident((last - first) / page);
+  REQUIRE(mincore(reinterpret_cast<void*>(first), last - first, resident.data()) == 0);
+  std::size_t resident_pages = 0;
+  for (unsigned char page_state : resident) resident_pages += page_state & 1;
+  INFO(resident_pages << " of the " << resident.size() << " pages past the request are resident");
+  CHECK(resident_pages == 0);
+  numarena::deallocate(p);
 }
 
 TEST_CASE("bin shards give each CPU's thread a pair of arena shard and bin of its own") {
