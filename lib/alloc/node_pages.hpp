@@ -200,12 +200,13 @@ class NodePages {
   std::atomic<std::uint64_t> refusals_{0};
 };
 
-// While one is alive on a thread, that thread's commits of 2 MiB or more ask for transparent
-// huge pages only over their first `request_bytes` (whole huge pages inside them): the bytes a
-// large request will use. jemalloc rounds a large request up to its size class (up to 25 %
-// more: 8 MiB + 1 byte takes a 10 MiB extent), and a huge page over the rounding would be
-// faulted in whole by the request's last bytes (Python's bytearray(8 MiB) is 8 MiB + 1: each
-// one held 10 MiB, not 8). 0: no limit. Nests (the previous limit comes back).
+// While one is alive on a thread, that thread's commits of 2 MiB or more know the large
+// request they are for (`request_bytes`; 0: none). jemalloc rounds a large request up to its
+// size class (up to 25 % more: 8 MiB + 1 byte takes a 10 MiB extent), and a huge page over the
+// rounding would be faulted in whole by the request's last bytes (Python's bytearray(8 MiB)
+// is 8 MiB + 1: each one held 10 MiB, not 8). So a request that only crosses into a huge page
+// by a few bytes gets base pages from there on (NodePages::Commit says when). Nests (the
+// previous request comes back).
 class HugeAdviceLimit {
  public:
   explicit HugeAdviceLimit(std::size_t request_bytes) noexcept;

@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -45,6 +47,24 @@ Arena* Get(const Policy& policy) {
   INFO(arena.status().ToString());
   REQUIRE(arena.ok());
   return *arena;
+}
+
+// The kernel's THPeligible for the mapping that holds `address` (/proc/self/smaps): 1 when
+// the range may get transparent huge pages; -1 when no mapping holds it.
+int ThpEligible(const void* address) {
+  const auto at = reinterpret_cast<std::uintptr_t>(address);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    unsigned long begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2 && line.find(':') > 8) {
+      inside = begin <= at && at < end;
+    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
+      return std::atoi(line.c_str() + 12);
+    }
+  }
+  return -1;
 }
 
 }  // namespace
@@ -470,6 +490,13 @@ TEST_CASE("a large request rounded up to its class leaves the rounding out of hu
   for (unsigned char page_state : resident) resident_pages += page_state & 1;
   INFO(resident_pages << " of the " << resident.size() << " pages past the request are resident");
   CHECK(resident_pages == 0);
+  CHECK(ThpEligible(p + request + page) == 0);
+  // A request that goes a quarter into its last huge page keeps huge pages to its end: its
+  // last 2 MiB faulted in 4 KiB at a time would cost more than the page.
+  auto* deeper = static_cast<unsigned char*>(arena->allocate(9 * kMiB));
+  REQUIRE(deeper != nullptr);
+  CHECK(ThpEligible(deeper + 9 * kMiB - page) == 1);
+  numarena::deallocate(deeper);
   numarena::deallocate(p);
 }
 
