@@ -15,46 +15,44 @@
 // Placement: the depot is per heap, and the heap is the unit of placement, so an object only
 // ever returns to the heap, and node, it came from, whichever thread frees or takes it.
 //
-// Layout: per heap and class, kSlots atomic words (each on a cache line of its own), each
-// empty or holding one chain as its first object's address with the chain's length in the top 16 bits (numarena's
-// objects lie below 2^47). The objects are linked through their first words, and the first
-// object's second word holds the last one, so chains are joined and spliced into a list in
-// O(1); hence classes from 16 B (kFirstDepotClass). Each front cache (thread) has a home
-// slot (DepotNewHome: caches made one after another get different ones). Putting a chain CASes
-// it into the home slot when that is empty, and otherwise takes the home slot's chain out,
-// joins it, and tries again; taking exchanges the home slot with 0, and only when that is
-// empty another slot (what other threads freed); what the taker's list has no room for goes
-// back to the slot it came from. So a thread's surplus comes back to that thread first: two
-// threads that each free and allocate one class (a list's balanced random walk between empty
-// and full) would otherwise take each other's objects as often as their own, objects that
-// lie between the other thread's in its shard's slabs (ArenaOptions::shards), sharing cache
-// lines that then move between the CPUs at every write, and that go back at the end to the
-// other shard's arena while the taker's allocated anew (random-small, two threads on two
-// shards: about 20 % faster with homes). The price: while a put holds the home slot's chain
-// to join it, a take finds the slot empty and asks jemalloc (slower, not wrong).
+// Layout: per heap and class, kSlots atomic words (each on a cache line of its own), each empty or
+// holding one chain as its first object's address with the chain's length in the top 16 bits
+// (numarena's objects lie below 2^47). The objects are linked through their first words, and the
+// first object's second word holds the last one, so chains are joined and spliced into a list in
+// O(1); hence classes from 16 B (kFirstDepotClass). Each front cache (thread) has a home slot
+// (DepotNewHome: caches made one after another get different ones). Putting a chain CASes it into
+// the home slot when that is empty, and otherwise takes the home slot's chain out, joins it, and
+// tries again; taking exchanges the home slot with 0, and only when that is empty another slot
+// (what other threads freed); what the taker's list has no room for goes back to the slot it came
+// from. So a thread's surplus comes back to that thread first: two threads that each free and
+// allocate one class (a list's balanced random walk between empty and full) would otherwise take
+// each other's objects as often as their own, objects that lie between the other thread's in its
+// shard's slabs (ArenaOptions::shards), sharing cache lines that then move between the CPUs at
+// every write, and that go back at the end to the other shard's arena while the taker's allocated
+// anew (random-small, two threads on two shards: about 20 % faster with homes). The price: while a
+// put holds the home slot's chain to join it, a take finds the slot empty and asks jemalloc
+// (slower, not wrong).
 //
-// Lock-free and free of ABA (a slot is only ever exchanged whole), so a fork() child finds
-// the slots consistent whatever its parent's threads were doing, and a thread racing a put
-// may miss and ask jemalloc, which is only slower. Bytes are counted per slot index (over all
-// classes, one cache line each, so that threads with different homes write different lines);
-// a count moves apart from its slots (a put counts its chain before it has a slot, a take
-// uncounts after its exchange), so the child counts what its slots hold anew
-// (DepotRecountInForkChild); a chain another thread
-// held at the fork (since the homes, possibly a home slot's whole pile, taken out to be
-// joined) stays in the child's memory, unused.
+// Lock-free and free of ABA (a slot is only ever exchanged whole), so a fork() child finds the
+// slots consistent whatever its parent's threads were doing, and a thread racing a put may miss and
+// ask jemalloc, which is only slower. Bytes are counted per slot index (over all classes, one cache
+// line each, so that threads with different homes write different lines); a count moves apart from
+// its slots (a put counts its chain before it has a slot, a take uncounts after its exchange), so
+// the child counts what its slots hold anew (DepotRecountInForkChild); a chain another thread held
+// at the fork (since the homes, possibly a home slot's whole pile, taken out to be joined) stays in
+// the child's memory, unused.
 //
-// Bounds. The objects stay live for jemalloc, committed, and charged to the capacity gate,
-// like the front caches' and the large cache's, and count in ArenaStats::cached. The caller
-// passes the byte bound with each put (front_cache.cpp: 128 MiB per heap without a capacity
-// gate, 32 MiB with one, none while the gate presses a node of the heap, which also flushes
-// the depot at its next put). A put whose home slot index holds less than its share of the
-// bound (bound / kSlots) goes in without reading the other indexes' counts; past that the sum
-// decides, so puts racing there may go over the bound by a chain each. A class that no thread took from during a whole second
-// (kIdleNanos), and that no thread put to during the last second, goes back to jemalloc at the
-// next put after that, so the depot lets go of sizes the server stopped using; chains put a
-// moment ago are not returned by a sweep that happens to come right after them (a thread
-// freeing a long batch keeps its class). Arena::purge() and the purge before a refusal for lack
-// of room flush it.
+// Bounds. The objects stay live for jemalloc, committed, and charged to the capacity gate, like the
+// front caches' and the large cache's, and count in ArenaStats::cached. The caller passes the byte
+// bound with each put (front_cache.cpp: 128 MiB per heap without a capacity gate, 32 MiB with one,
+// none while the gate presses a node of the heap, which also flushes the depot at its next put). A
+// put whose home slot index holds less than its share of the bound (bound / kSlots) goes in without
+// reading the other indexes' counts; past that the sum decides, so puts racing there may go over
+// the bound by a chain each. A class that no thread took from during a whole second (kIdleNanos),
+// and that no thread put to during the last second, goes back to jemalloc at the next put after
+// that, so the depot lets go of sizes the server stopped using; chains put a moment ago are not
+// returned by a sweep that happens to come right after them (a thread freeing a long batch keeps
+// its class). Arena::purge() and the purge before a refusal for lack of room flush it.
 #include "alloc/depot.hpp"
 
 #include <jemalloc/jemalloc.h>
