@@ -197,11 +197,14 @@ unsigned JoinShard(Heap& heap) {
   // Once per (thread, heap): choosing under the lock keeps two threads that start together
   // from both picking the same free shard.
   CreateLock lock;
+#if defined(JEMALLOC_MANGLE)
   // jemalloc gives a thread its bins (BinShardCount) at the thread's first call into it; make
   // that call here, under the lock, so that threads take bins in the order they take shards.
+  // (Only the private jemalloc has several bins per class: see malloc_conf above.)
   unsigned bound_arena = 0;
   size_t bound_size = sizeof bound_arena;
   mallctl("thread.arena", &bound_arena, &bound_size, nullptr, 0);
+#endif
   int shard = 0;
   for (int s = 1; s < heap.shard_limit; ++s) {
     if (heap.shard_threads[s].load(std::memory_order_relaxed) <

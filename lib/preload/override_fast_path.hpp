@@ -64,29 +64,36 @@ struct OverrideFastPath {
   [[gnu::always_inline]] static int LocalHeap(const Arena& arena) noexcept {
     using os::current_node_internal::cpu_node_plus_one;
     using os::current_node_internal::kTableCpus;
-#if defined(__x86_64__) && defined(NUMARENA_HAVE_GLIBC_RSEQ)
-    const std::ptrdiff_t offset = rseq_cpu_id_offset;
-    if (offset == 0) return -1;
-    unsigned cpu;
-    // The kernel rewrites the field whenever it moves the thread: read it every call.
-    asm volatile("movl %%fs:(%1), %0" : "=r"(cpu) : "r"(offset));
+    const unsigned cpu = ThreadCpu();
     LocalHeapCache& cached = t_local_heap;
     if (cpu == cached.cpu && &arena == cached.arena) return cached.heap;
-#else
-    const unsigned cpu = os::current_node_internal::RseqCpuId();
-#endif
     if (cpu >= kTableCpus) return -1;
     const unsigned node_plus_one = cpu_node_plus_one[cpu].load(std::memory_order_relaxed);
     if (node_plus_one == 0 || node_plus_one > static_cast<unsigned>(arena.node_heap_count_)) {
       return -1;
     }
     const int heap = arena.node_heaps_[node_plus_one - 1].load(std::memory_order_acquire);
-#if defined(__x86_64__) && defined(NUMARENA_HAVE_GLIBC_RSEQ)
     // Kept only once the node has a heap (heaps of a live arena are never destroyed), so a
-    // node's first call still goes to the guarded path, which creates it.
+    // node's first call still goes to the guarded path, which creates it. A CPU id the table
+    // does not know (~0u: no rseq) never gets here, so never matches the cache.
     if (heap >= 0) cached = LocalHeapCache{&arena, cpu, heap};
-#endif
     return heap;
+  }
+
+  // The CPU id in the calling thread's rseq area, or ~0u without one. On x86-64 one load
+  // through %fs at the offset Initialize() copied (os::current_node_internal::RseqCpuId reads
+  // glibc's offset through the GOT and adds the thread pointer: three).
+  [[gnu::always_inline]] static unsigned ThreadCpu() noexcept {
+#if defined(__x86_64__) && defined(NUMARENA_HAVE_GLIBC_RSEQ)
+    const std::ptrdiff_t offset = rseq_cpu_id_offset;
+    if (offset == 0) return ~0u;
+    unsigned cpu;
+    // The kernel rewrites the field whenever it moves the thread: read it every call.
+    asm volatile("movl %%fs:(%1), %0" : "=r"(cpu) : "r"(offset));
+    return cpu;
+#else
+    return os::current_node_internal::RseqCpuId();
+#endif
   }
 
   struct LocalHeapCache {
