@@ -30,7 +30,10 @@ add_library(numarena_preload SHARED
   $<TARGET_OBJECTS:numarena_preload_hot_path>
   ${CMAKE_CURRENT_SOURCE_DIR}/preload/preload_metrics.cpp)
 numarena_compile_against_nje(numarena_preload)
-target_link_libraries(numarena_preload PRIVATE ${NUMARENA_NJE_LINK_LIBRARIES} ${CMAKE_DL_LIBS})
+# The libraries, named here because the compiler driver's own are turned off (-nodefaultlibs,
+# below): libstdc++ statically, the unwinder and libc; no libm.
+target_link_libraries(numarena_preload PRIVATE ${NUMARENA_NJE_LINK_LIBRARIES} ${CMAKE_DL_LIBS}
+  -Wl,-Bstatic,-lstdc++,-Bdynamic,-lgcc_s,-lc)
 set(NUMARENA_PRELOAD_MAP ${PROJECT_SOURCE_DIR}/cmake/numarena_preload.map)
 # The functions every process runs at start-up and on its first allocations go side by side at
 # the front of the text (the objects are built with -ffunction-sections), so the kernel's 64 KiB
@@ -45,8 +48,21 @@ set(NUMARENA_PRELOAD_ORDER ${PROJECT_SOURCE_DIR}/cmake/preload_startup_order.ld)
 # std::get_new_handler(), so operator new asks the program's libstdc++ for the handler
 # (lib/preload/preload.cpp, ProgramNewHandler); exceptions it throws are caught by the
 # program's (type_info compares by name), as tests/preload/new_delete.cpp checks.
+#
+# Only what the exports (the allocation functions and the C API) and the static constructors
+# reach is kept (--gc-sections): not libnumarena's operator tools (decode experiment,
+# bandwidth, doctor, JSON, ...). And no libm: the compiler driver would add it (and the linker
+# decides what is needed before it collects garbage, so the decode experiment's expf or
+# libstdc++'s floating-point to_chars would keep it), and loading it cost every process
+# 0.3 MiB of RSS and ~40 page faults (its IRELATIVE resolvers run at load). With
+# -nodefaultlibs the libraries are the ones named above; a libm call within the exports' reach
+# is an undefined symbol (--no-undefined fails the link), and the preload test "start-up
+# functions share a few fault-around windows" checks that a process under the library maps
+# neither libm nor libstdc++. The private jemalloc is built without its heap profiler, whose
+# code called exp, log and round (cmake/jemalloc/build.sh).
 target_link_options(numarena_preload PRIVATE
-  -static-libstdc++ -Wl,-z,pack-relative-relocs -Wl,--exclude-libs,ALL -Wl,--version-script=${NUMARENA_PRELOAD_MAP} -Wl,--no-undefined
+  -nodefaultlibs -Wl,--gc-sections -Wl,-z,pack-relative-relocs -Wl,--exclude-libs,ALL
+  -Wl,--version-script=${NUMARENA_PRELOAD_MAP} -Wl,--no-undefined
   -Wl,-T,${NUMARENA_PRELOAD_ORDER})
 # Beside the `numarena` binary in the build tree, where `numarena run` looks first; installed
 # into the library folder, where it looks next (../<libdir> from the binary).

@@ -34,6 +34,10 @@ Status ErrnoToStatus(int err, std::string_view what) {
     case EACCES:
       return absl::PermissionDeniedError(message);
     case ENOENT:
+    // No such process: the one a /proc file or a call named has exited (a thread's
+    // /proc/self/task/TID/stat opened before and read after it ended gives ESRCH), which a
+    // caller treats like a file that is gone.
+    case ESRCH:
       return absl::NotFoundError(message);
     case ENOMEM:
     case ENOSPC:
@@ -47,7 +51,6 @@ Status ErrnoToStatus(int err, std::string_view what) {
     case ENOSYS:
     case EOPNOTSUPP:
     case ENODEV:
-    case ESRCH:
     // A path that is not what was expected: a directory where a file belongs, a file where a
     // directory belongs, a symlink loop, a name too long, a socket (ENXIO from open), a
     // read-only file system.

@@ -130,8 +130,14 @@ thread_local EventQueue t_events;
 
 std::uint64_t NonNegative(std::int64_t v) { return v > 0 ? static_cast<std::uint64_t>(v) : 0; }
 
+// capacity * fraction rounded to the nearest byte (halves up). Both are non-negative (the
+// options are checked fractions), so truncation and one comparison do what std::llround
+// would, without libm: the override library links no libm at all (cmake/NumarenaPreload.cmake).
 std::int64_t FractionOf(std::int64_t capacity, double fraction) {
-  return std::llround(static_cast<double>(capacity) * fraction);
+  const double exact = static_cast<double>(capacity) * fraction;
+  auto rounded = static_cast<std::int64_t>(exact);
+  if (exact - static_cast<double>(rounded) >= 0.5) ++rounded;
+  return rounded;
 }
 
 Status CheckFraction(const char* name, double value, bool zero_ok) {

@@ -21,6 +21,7 @@ TEST_CASE("ErrnoToStatus names every errno the C library knows") {
       {EPERM, "EPERM", absl::StatusCode::kPermissionDenied},
       {EACCES, "EACCES", absl::StatusCode::kPermissionDenied},
       {ENOENT, "ENOENT", absl::StatusCode::kNotFound},
+      {ESRCH, "ESRCH", absl::StatusCode::kNotFound},
       {ENOMEM, "ENOMEM", absl::StatusCode::kResourceExhausted},
       {EMFILE, "EMFILE", absl::StatusCode::kResourceExhausted},
       {ENFILE, "ENFILE", absl::StatusCode::kResourceExhausted},

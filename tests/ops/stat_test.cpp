@@ -3,6 +3,7 @@
 #include "numarena/ops/stat.hpp"
 
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -79,6 +80,41 @@ TEST_CASE("stat: node counters", "[stat]") {
   auto none = numarena::ReadNodeCounters(*bare.reader, bare.topology);
   REQUIRE(none.ok());
   CHECK(none->empty());
+}
+
+namespace {
+// The fixture's process, whose thread 4243 exits after the task directory is listed: reading
+// its stat file then fails as the kernel's does, with ESRCH (or ENOENT at open).
+class ThreadExitsReader : public numarena::SystemReader {
+ public:
+  ThreadExitsReader(const numarena::SystemReader& inner, int err) : inner_(inner), err_(err) {}
+  numarena::StatusOr<std::string> Read(const std::string& path) const override {
+    if (path == "/proc/4242/task/4243/stat") {
+      return numarena::ErrnoToStatus(err_, "read " + path);
+    }
+    return inner_.Read(path);
+  }
+  numarena::StatusOr<std::vector<std::string>> List(const std::string& path) const override {
+    return inner_.List(path);
+  }
+
+ private:
+  const numarena::SystemReader& inner_;
+  int err_;
+};
+}  // namespace
+
+TEST_CASE("stat: a thread that exits while it is read is left out", "[stat]") {
+  Machine m = Load("ops-good");
+  for (int err : {ESRCH, ENOENT}) {
+    INFO("errno " << err);
+    ThreadExitsReader reader(*m.reader, err);
+    auto stat = numarena::StatProcess(reader, m.topology, "4242");
+    INFO(stat.status());
+    REQUIRE(stat.ok());
+    CHECK(stat->running_cpus.size() == 1);  // 4242's CPU; 4243's (the other) is gone
+    CHECK(stat->by_node.size() == 2);
+  }
 }
 
 TEST_CASE("stat: errors name the process and the file", "[stat]") {
