@@ -28,7 +28,8 @@ target_compile_options(numarena_preload_hot_path PRIVATE -ftls-model=initial-exe
 add_library(numarena_preload SHARED
   $<FILTER:$<TARGET_OBJECTS:numarena_nje_objects>,EXCLUDE,/alloc/arena\.cpp\.o$>
   $<TARGET_OBJECTS:numarena_preload_hot_path>
-  ${CMAKE_CURRENT_SOURCE_DIR}/preload/preload_metrics.cpp)
+  ${CMAKE_CURRENT_SOURCE_DIR}/preload/preload_metrics.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/preload/no_standard_streams.cpp)
 numarena_compile_against_nje(numarena_preload)
 # The libraries, named here because the compiler driver's own are turned off (-nodefaultlibs,
 # below): libstdc++ statically, the unwinder and libc; no libm.
@@ -63,7 +64,9 @@ set(NUMARENA_PRELOAD_ORDER ${PROJECT_SOURCE_DIR}/cmake/preload_startup_order.ld)
 target_link_options(numarena_preload PRIVATE
   -nodefaultlibs -Wl,--gc-sections -Wl,-z,pack-relative-relocs -Wl,--exclude-libs,ALL
   -Wl,--version-script=${NUMARENA_PRELOAD_MAP} -Wl,--no-undefined
-  -Wl,-T,${NUMARENA_PRELOAD_ORDER})
+  -Wl,-T,${NUMARENA_PRELOAD_ORDER}
+  # The copy's standard streams are never initialised (preload/no_standard_streams.cpp).
+  -Wl,--wrap=_ZNSt8ios_base4InitC1Ev -Wl,--wrap=_ZNSt8ios_base4InitD1Ev)
 # Beside the `numarena` binary in the build tree, where `numarena run` looks first; installed
 # into the library folder, where it looks next (../<libdir> from the binary).
 set_target_properties(numarena_preload PROPERTIES

@@ -13,6 +13,9 @@ written by tools/preload_startup_order.py).
   made every process map ~1.3 MiB of it (16-27 windows), where the section needs ~6.
 - That program maps neither libm nor libstdc++.so: the library carries its own libstdc++ and
   links no libm (cmake/NumarenaPreload.cmake), which cost every process 1.45 and 0.3 MiB.
+- The library defines none of the standard streams (std::cout, ...): its copy of libstdc++
+  never constructs them (lib/preload/no_standard_streams.cpp), so one linked in would be used
+  unconstructed.
 Exit status 0 only when every check passes.
 """
 import os
@@ -82,6 +85,14 @@ def main():
               if all(start <= a < start + size for a, _ in symbols[name])]
     check(len(inside) >= 0.9 * len(present),
           "%d of those %d lie inside %s" % (len(inside), len(present), SECTION))
+
+    streams = {"_ZSt3cin", "_ZSt4cout", "_ZSt4cerr", "_ZSt4clog",
+               "_ZSt4wcin", "_ZSt5wcout", "_ZSt5wcerr", "_ZSt5wclog"}
+    defined = subprocess.run(["nm", "--defined-only", library], capture_output=True,
+                             text=True, check=True).stdout.split()
+    present_streams = sorted(streams.intersection(defined))
+    check(not present_streams, "the library defines no standard stream (found: %s)"
+          % (", ".join(present_streams) or "none"))
 
     spanned = (start + size - 1) // WINDOW - start // WINDOW + 1
     env = dict(os.environ, LD_PRELOAD=library)
