@@ -94,6 +94,18 @@ void* LargeCacheTake(int heap, unsigned size_class) noexcept {
   return nullptr;
 }
 
+void* LargeCacheTakeLargest(int heap, unsigned* size_class) noexcept {
+  if (heap < 0 || heap >= arena_internal::kMaxHeaps) return nullptr;
+  if (g_caches[heap].bytes.load(std::memory_order_relaxed) == 0) return nullptr;
+  for (unsigned c = kLargeClassEnd; c-- > kFirstLargeClass;) {
+    if (void* p = LargeCacheTake(heap, c)) {
+      *size_class = c;
+      return p;
+    }
+  }
+  return nullptr;
+}
+
 namespace {
 
 // Frees every object of `heap`'s cache to jemalloc; the bytes freed, and the largest object's.

@@ -23,6 +23,10 @@ void* LargeCacheTake(int heap, unsigned size_class) noexcept;
 // bytes freed.
 std::size_t LargeCacheFlush(int heap) noexcept;
 
+// The largest object in `heap`'s cache, taken out of it (its class in *size_class), or
+// nullptr when the cache is empty.
+void* LargeCacheTakeLargest(int heap, unsigned* size_class) noexcept;
+
 // LargeCacheFlush for a large allocation the cache could not serve: frees every object to
 // jemalloc and returns the bytes of the largest one (0 when the cache was empty), which says
 // whether jemalloc can carve the allocation from the freed pages.
