@@ -500,45 +500,6 @@ TEST_CASE("a large request rounded up to its class leaves the rounding out of hu
   numarena::deallocate(p);
 }
 
-TEST_CASE("a larger allocation grows the largest cached block in place") {
-  // A loop of random large sizes: the freed 6 MiB block is in the heap's large cache when
-  // 12 MiB is asked for. The address space after it is free (the rest of a 32 MiB range the
-  // heap has given back), so the block is grown in place: the same address, its pages not
-  // sent back to the kernel and faulted in again, only the new 6 MiB committed.
-  Arena* arena = WithShards(Policy::Bind(0), 5);  // a heap of its own
-  void* range = arena->allocate(32 * kMiB);
-  REQUIRE(range != nullptr);
-  numarena::deallocate(range);
-  arena->purge();  // the 32 MiB are free address space of the heap now
-  const std::size_t before = arena->stats().resident;
-  auto* small = static_cast<unsigned char*>(arena->allocate(6 * kMiB));
-  REQUIRE(small != nullptr);
-  std::memset(small, 0x11, 6 * kMiB);
-  numarena::deallocate(small);  // into the large cache
-  auto* large = static_cast<unsigned char*>(arena->allocate(12 * kMiB));
-  REQUIRE(large != nullptr);
-  CHECK(large == small);
-  CHECK(numarena::usable_size(large) >= 12 * kMiB);
-  const long page = sysconf(_SC_PAGESIZE);
-  std::vector<unsigned char> resident(6 * kMiB / page);
-  REQUIRE(mincore(large, 6 * kMiB, resident.data()) == 0);
-  std::size_t resident_pages = 0;
-  for (unsigned char page_state : resident) resident_pages += page_state & 1;
-  INFO(resident_pages << " of the old block's " << resident.size() << " pages are resident");
-  CHECK(resident_pages == resident.size());
-  CHECK(large[0] == 0x11);  // kept, not purged (a purged page reads back as zero)
-  CHECK(large[6 * kMiB - 1] == 0x11);
-  std::memset(large, 0x22, 12 * kMiB);
-  // The class map has its new class: freed without a size, it is kept as a 12 MiB block, and
-  // a 12 MiB request takes it back.
-  numarena::deallocate(large);
-  void* again = arena->allocate(12 * kMiB);
-  CHECK(again == large);
-  numarena::deallocate(again);
-  arena->purge();
-  CHECK(arena->stats().resident <= before + 2 * kMiB);
-}
-
 TEST_CASE("bin shards give each CPU's thread a pair of arena shard and bin of its own") {
   // Threads take shards least used first (thread k: shard k % shards) and jemalloc gives them
   // bins in turn (thread k: bin k % bins): on a host with `cpus` CPUs the first `cpus` threads
