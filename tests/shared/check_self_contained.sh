@@ -4,7 +4,9 @@
 #     and Abseil are linked in, so the library loads on any distribution with those;
 #   - no Abseil symbol in its dynamic symbol table, defined or undefined;
 #   - with --preload: it exports numarena_* and the allocation functions it replaces
-#     (malloc & co., operator new/delete), nothing else.
+#     (malloc & co., operator new/delete), nothing else, and needs neither libstdc++ (linked
+#     in) nor libm (cmake/NumarenaPreload.cmake: every process under `numarena run` loads
+#     what it needs).
 #
 #   check_self_contained.sh PATH/lib.so [--preload]
 set -euo pipefail
@@ -33,6 +35,9 @@ if [[ "$preload" == --preload ]]; then
            sed 's/@.*//' | grep -Ev '^numarena_' | grep -Ev "$replaced" || true)"
   [[ -z "$extra" ]] || complain "exports more than numarena_* and the allocation functions:
 $(head -n 20 <<<"$extra")"
+  heavy="$(grep -E '^(libstdc\+\+|libm)\.so' <<<"$needed" || true)"
+  [[ -z "$heavy" ]] || complain "the preload library needs $(tr '\n' ' ' <<<"$heavy")(each costs
+every process under numarena run its load)"
   for name in malloc free calloc realloc posix_memalign; do
     nm -D --defined-only "$lib" | awk '{print $3}' | grep -qx "$name" ||
       complain "does not export $name"
