@@ -119,6 +119,10 @@ def functions_run(library, program, entries):
         # not place, or one in an untraced thread, ends it): keep what it ran until then.
         print("note: %s ended early under the breakpoints; its list may be short"
               % program[0], file=sys.stderr)
+        try:
+            os.waitpid(pid, 0)  # reap it, if the loop has not
+        except ChildProcessError:
+            pass
     return {entries[address] for address in entered}
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the jemalloc that libnumarena.so carries inside it, from Debian's own source package
 # (the jemalloc of Debian 12 that libnumarena.a links, same version, Debian's patches and
-# configure options), with three changes that let a process dlopen() the shared library:
+# configure options but its heap profiler, see DEBIAN_OPTIONS below), with three changes that
+# let a process dlopen() the shared library:
 #
 #   --disable-initial-exec-tls   Debian's libjemalloc.so.2 keeps its thread state in
 #                                initial-exec TLS (STATIC_TLS, ~2.6 KiB), which glibc can give

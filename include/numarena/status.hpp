@@ -9,6 +9,7 @@
 //   FailedPrecondition  the system cannot do what was asked (cpuset excludes the node,
 //                       kernel without NUMA, no hugetlbfs pages configured)
 //   NotFound / DataLoss a kernel file is missing / malformed; the message names the file
+//                       (NotFound too for a process or thread that has exited, ESRCH)
 //   Internal            anything else; errno is kept in the message
 //
 // Malloc-like hot paths (`Arena::allocate`) return nullptr instead, and the STL adapters

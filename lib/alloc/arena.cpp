@@ -405,33 +405,39 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
     const unsigned size_class = arena_internal::MediumClassOf(size);
     if (void* p = FrontLargeTake(heap, size_class)) return p;
     if (void* p = LargeCacheTake(heap, size_class)) return p;
-    // What the large cache holds now is of other classes. Its largest block, when smaller
-    // than this allocation, is grown in place if the address space after it is free
-    // (xallocx): its resident pages serve the allocation and only the rest is new. A loop of
-    // random 5-25 MiB blocks faulted every block in afresh without this (1.5 GiB of pages
-    // over 100 blocks, 3-6x tcmalloc's time where a fault is cheap; tcmalloc reuses its
-    // coalesced free spans); now it faults about half as much and stays at its live block.
-    // Otherwise the cache goes back to jemalloc, so that this allocation is carved from those
-    // resident pages rather than from fresh ones (a loop of random large sizes otherwise
-    // holds the cache's bound resident on top of its live blocks). When even the largest of
-    // them is smaller than this allocation, jemalloc cannot carve it from them (freed extents
-    // that are not neighbours do not merge) and would map new pages beside them: they go back
-    // to the kernel first, so the loop's resident set stays its live blocks (bench/RESULTS.md,
-    // big-blocks).
+    // What the large cache holds now is of other classes: back to jemalloc with it, so that
+    // this allocation is carved from those resident pages rather than from fresh ones (a loop
+    // of random large sizes otherwise holds the cache's bound resident on top of its live
+    // blocks). When even the largest of them is smaller than this allocation, jemalloc cannot
+    // carve it from them (freed extents that are not neighbours do not merge) and would map
+    // new pages beside them: the others go back to the kernel first, so the loop's resident
+    // set stays its live blocks (bench/RESULTS.md, big-blocks), and the largest is grown in
+    // place if the address space after it is free (xallocx): its resident pages serve the
+    // allocation and only the rest is new. A loop of random 5-25 MiB blocks faulted every
+    // block in afresh without that (1.5 GiB of pages over 100 blocks, 3-6x tcmalloc's time
+    // where a fault is cheap; tcmalloc reuses its coalesced free spans); now about half as
+    // much. What is charged to a capacity gate meanwhile is never more than the old order
+    // (everything purged, then the allocation committed) charged: the largest block and the
+    // rest of the request.
     unsigned largest_class = 0;
     if (void* largest = LargeCacheTakeLargest(heap, &largest_class)) {
       const std::size_t largest_bytes = arena_internal::MediumClassBytes(largest_class);
+      const std::size_t others = LargeCacheFlush(heap);  // the largest is out of the cache
       if (largest_bytes < size) {
+        if (others != 0) PurgeHeapDirty(heap);  // none of them can hold it either
         ThreadSpanFailure().Clear();  // the provider carves nothing while one is recorded
-        HugeAdviceLimit huge_limit(size);
+        // Huge pages only over the request's own bytes (node_pages.hpp): the commit the growth
+        // makes starts where the block ends.
+        HugeAdviceLimit huge_limit(size - largest_bytes);
         if (xallocx(largest, size, 0, MALLOCX_TCACHE_NONE) >= size) {
-          LargeCacheFlush(heap);
           RecordClass(heap, largest);  // its class is this allocation's now
           return largest;
         }
+        dallocx(largest, MALLOCX_TCACHE_NONE);
+        PurgeHeapDirty(heap);
+      } else {
+        dallocx(largest, MALLOCX_TCACHE_NONE);  // jemalloc carves this allocation from it
       }
-      dallocx(largest, MALLOCX_TCACHE_NONE);
-      if (std::max(largest_bytes, LargeCacheFlushForMiss(heap)) < size) PurgeHeapDirty(heap);
     }
   }
   std::size_t reserve = size;

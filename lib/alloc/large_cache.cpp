@@ -106,16 +106,8 @@ void* LargeCacheTakeLargest(int heap, unsigned* size_class) noexcept {
   return nullptr;
 }
 
-namespace {
-
-// Frees every object of `heap`'s cache to jemalloc; the bytes freed, and the largest object's.
-struct Flushed {
-  std::size_t bytes = 0;
-  std::size_t largest = 0;
-};
-
-Flushed Flush(int heap) noexcept {
-  Flushed flushed;
+std::size_t LargeCacheFlush(int heap) noexcept {
+  std::size_t flushed = 0;
   if (heap < 0 || heap >= arena_internal::kMaxHeaps) return flushed;
   LargeCache& cache = g_caches[heap];
   for (unsigned c = 0; c < kClasses; ++c) {
@@ -125,19 +117,12 @@ Flushed Flush(int heap) noexcept {
         const std::size_t bytes = MediumClassBytes(c + kFirstLargeClass);
         cache.bytes.fetch_sub(bytes, std::memory_order_relaxed);
         dallocx(p, MALLOCX_TCACHE_NONE);  // jemalloc frees to the arena that owns p
-        flushed.bytes += bytes;
-        flushed.largest = bytes;  // classes ascend
+        flushed += bytes;
       }
     }
   }
   return flushed;
 }
-
-}  // namespace
-
-std::size_t LargeCacheFlush(int heap) noexcept { return Flush(heap).bytes; }
-
-std::size_t LargeCacheFlushForMiss(int heap) noexcept { return Flush(heap).largest; }
 
 void LargeCacheDrop(int heap) noexcept {
   if (heap < 0 || heap >= arena_internal::kMaxHeaps) return;

@@ -27,11 +27,6 @@ std::size_t LargeCacheFlush(int heap) noexcept;
 // nullptr when the cache is empty.
 void* LargeCacheTakeLargest(int heap, unsigned* size_class) noexcept;
 
-// LargeCacheFlush for a large allocation the cache could not serve: frees every object to
-// jemalloc and returns the bytes of the largest one (0 when the cache was empty), which says
-// whether jemalloc can carve the allocation from the freed pages.
-std::size_t LargeCacheFlushForMiss(int heap) noexcept;
-
 // Forgets every object in `heap`'s cache without freeing it: for a heap whose jemalloc
 // arenas are about to be destroyed (which frees them all at once). No thread may use the
 // heap's cache meanwhile.
