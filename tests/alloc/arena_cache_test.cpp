@@ -7,7 +7,6 @@
 // Placement across nodes is in tests/lab/arena_cache_lab.cpp.
 #include <catch2/catch.hpp>
 
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,7 +18,6 @@
 #include <cstring>
 #include <deque>
 #include <string>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -29,6 +27,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "limit_gate.hpp"
+#include "resident_pages.hpp"
 #include "numarena/arena.hpp"
 #include "numarena/budget.hpp"
 
@@ -1107,13 +1106,10 @@ TEST_CASE("a larger allocation grows the largest cached block in place") {
   REQUIRE(large != nullptr);
   CHECK(large == small);
   CHECK(numarena::usable_size(large) >= 12 * kMiB);
-  const long page = sysconf(_SC_PAGESIZE);
-  std::vector<unsigned char> resident(6 * kMiB / page);
-  REQUIRE(mincore(large, 6 * kMiB, resident.data()) == 0);
-  std::size_t resident_pages = 0;
-  for (unsigned char page_state : resident) resident_pages += page_state & 1;
-  INFO(resident_pages << " of the old block's " << resident.size() << " pages are resident");
-  CHECK(resident_pages == resident.size());
+  const numarena::testing::ResidentPages kept = numarena::testing::CountResident(large, 6 * kMiB);
+  INFO(kept.resident << " of the old block's " << kept.pages << " pages are resident");
+  REQUIRE(kept.pages == 6 * kMiB / static_cast<std::size_t>(sysconf(_SC_PAGESIZE)));
+  CHECK(kept.resident == kept.pages);
   CHECK(large[0] == 0x11);  // kept, not purged (a purged page reads back as zero)
   CHECK(large[6 * kMiB - 1] == 0x11);
   std::memset(large, 0x22, 12 * kMiB);
@@ -1133,10 +1129,8 @@ TEST_CASE("a block grown in place keeps its class's rounding out of huge pages")
   // 8 MiB + 1 byte (a Python bytearray) takes a 10 MiB class. Grown from a cached 6 MiB block,
   // the commit of the new part starts where the block ended; huge pages must still stop where
   // the request does, or its last byte faults in the class's last 2 MiB whole.
-  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string modes;
-  std::getline(thp, modes);
-  if (modes.find("[never]") != std::string::npos || modes.empty()) {
+  if (!numarena::testing::HugePagesOnRequest(&modes)) {
     WARN("skipped: transparent huge pages are off (" << modes << ")");
     return;
   }
@@ -1159,15 +1153,11 @@ TEST_CASE("a block grown in place keeps its class's rounding out of huge pages")
   const std::size_t usable = numarena::usable_size(p);
   REQUIRE(usable >= 10 * kMiB);
   std::memset(p, 0x5a, request);
-  const long page = sysconf(_SC_PAGESIZE);
-  auto first = (reinterpret_cast<std::uintptr_t>(p) + request + page - 1) / page * page + page;
-  const auto last = reinterpret_cast<std::uintptr_t>(p) + usable / page * page;
-  std::vector<unsigned char> resident((last - first) / page);
-  REQUIRE(mincore(reinterpret_cast<void*>(first), last - first, resident.data()) == 0);
-  std::size_t resident_pages = 0;
-  for (unsigned char page_state : resident) resident_pages += page_state & 1;
-  INFO(resident_pages << " of the " << resident.size() << " pages past the request are resident");
-  CHECK(resident_pages == 0);
+  const numarena::testing::ResidentPages past =
+      numarena::testing::CountResidentPastRequest(p, request, usable);
+  INFO(past.resident << " of the " << past.pages << " pages past the request are resident");
+  REQUIRE(past.pages > 0);
+  CHECK(past.resident == 0);
   numarena::deallocate(p);
   arena->purge();
 }

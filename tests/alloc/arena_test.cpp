@@ -28,6 +28,7 @@
 
 #include "alloc/jemalloc_heap.hpp"
 #include "limit_gate.hpp"
+#include "resident_pages.hpp"
 #include "numarena/budget.hpp"
 #include "numarena/page_nodes.hpp"
 
@@ -465,10 +466,8 @@ TEST_CASE("a large request rounded up to its class leaves the rounding out of hu
   // class's last 2 MiB resident, which a transparent huge page over it would (every page of
   // that 2 MiB would count for the request's last byte). THP must be on for madvise() ranges,
   // else base pages hide the difference.
-  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string modes;
-  std::getline(thp, modes);
-  if (modes.find("[never]") != std::string::npos || modes.empty()) {
+  if (!numarena::testing::HugePagesOnRequest(&modes)) {
     WARN("skipped: transparent huge pages are off (" << modes << ")");
     return;
   }
@@ -480,16 +479,12 @@ TEST_CASE("a large request rounded up to its class leaves the rounding out of hu
   const std::size_t usable = numarena::usable_size(p);
   REQUIRE(usable >= 10 * kMiB);
   std::memset(p, 0x5a, request);
+  const numarena::testing::ResidentPages past =
+      numarena::testing::CountResidentPastRequest(p, request, usable);
+  INFO(past.resident << " of the " << past.pages << " pages past the request are resident");
+  REQUIRE(past.pages > 0);
+  CHECK(past.resident == 0);
   const long page = sysconf(_SC_PAGESIZE);
-  // From the page after the request's last byte to the end of the class.
-  auto first = (reinterpret_cast<std::uintptr_t>(p) + request + page - 1) / page * page + page;
-  const auto last = reinterpret_cast<std::uintptr_t>(p) + usable / page * page;
-  std::vector<unsigned char> resident((last - first) / page);
-  REQUIRE(mincore(reinterpret_cast<void*>(first), last - first, resident.data()) == 0);
-  std::size_t resident_pages = 0;
-  for (unsigned char page_state : resident) resident_pages += page_state & 1;
-  INFO(resident_pages << " of the " << resident.size() << " pages past the request are resident");
-  CHECK(resident_pages == 0);
   CHECK(ThpEligible(p + request + page) == 0);
   // A request that goes a quarter into its last huge page keeps huge pages to its end: its
   // last 2 MiB faulted in 4 KiB at a time would cost more than the page.
