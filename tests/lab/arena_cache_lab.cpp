@@ -219,5 +219,50 @@ TEST_CASE("a batch freed on another node's CPU waits in its arena's depot, not t
   }
 }
 
+TEST_CASE("a large block grown in place keeps every page on its arena's node") {
+  // A 12 MiB request meets a freed 6 MiB block in the heap's large cache with free address
+  // space after it: the block is grown in place. The thread runs on another node's CPUs, so
+  // a page of the new part that first touch placed would be on that node, not A's.
+  const auto& lab = lab::Expected();
+  int section = 0;
+  for (const auto& a : lab.nodes) {
+    for (const auto& b : lab.nodes) {
+      if (a.id == b.id || b.memory_only()) continue;
+      DYNAMIC_SECTION("A = node " << a.id << ", B = node " << b.id << " (the thread's)") {
+        ArenaOptions options;
+        // A heap of its own in each section, as far as the shard counts go.
+        options.shards = 1 + section++ % ArenaOptions::kMaxShards;
+        auto made = Arena::ForPolicy(Policy::Bind(a.id), options);
+        REQUIRE(made.ok());
+        Arena* arena = *made;
+        std::size_t off_node = 0;
+        bool in_place = false;
+        std::thread remote([&] {
+          lab::PinnedTo pin(b.cpus);
+          void* range = arena->allocate(32 * kMiB);
+          REQUIRE(range != nullptr);
+          deallocate(range);
+          arena->purge();  // free address space of the heap now
+          void* small = arena->allocate(6 * kMiB);
+          REQUIRE(small != nullptr);
+          std::memset(small, 0x11, 6 * kMiB);
+          deallocate(small);  // into the large cache
+          void* large = arena->allocate(12 * kMiB);
+          INFO(last_allocation_error().ToString());
+          REQUIRE(large != nullptr);
+          in_place = large == small;
+          std::memset(large, 0x22, 12 * kMiB);
+          off_node = PagesOffNode(large, 12 * kMiB, a.id);
+          deallocate(large);
+          arena->purge();
+        });
+        remote.join();
+        CHECK(in_place);
+        CHECK(off_node == 0);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace numarena
