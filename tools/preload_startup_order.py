@@ -41,6 +41,10 @@ DEFAULT_OUTPUT = os.path.join(ROOT, "cmake", "preload_startup_order.ld")
 # small allocations, frees and reallocs).
 DEFAULT_PROGRAMS = [["/bin/true"], ["/usr/bin/sort", "/etc/os-release"],
                     ["/usr/bin/gzip", "-c", "/etc/os-release"], ["/usr/bin/python3", "-c", "pass"]]
+# Each program runs under both policies `numarena run` users pick most (--local and
+# --membind): their start-up differs (a bind policy parses a node list, local reads the
+# CPU-to-node table), and a function only one of them runs would cost its own window.
+POLICIES = ["local", "bind(0)"]
 WINDOW = 64 * 1024
 libc = ctypes.CDLL("libc.so.6", use_errno=True)
 libc.ptrace.restype = ctypes.c_long
@@ -75,8 +79,9 @@ def library_base(pid, library):
     return base if has_text else None
 
 
-def functions_run(library, program, entries):
-    """The library's functions (of ENTRIES: {address: name}) entered in one run of PROGRAM.
+def functions_run(library, program, entries, policy):
+    """The library's functions (of ENTRIES: {address: name}) entered in one run of PROGRAM
+    under NUMARENA_POLICY=POLICY.
 
     The program runs under ptrace: single-stepped until the dynamic linker has mapped the
     library (before any of its code runs: that is after relocation), then with a breakpoint
@@ -89,7 +94,8 @@ def functions_run(library, program, entries):
             ptrace(PTRACE_TRACEME, 0)
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, 1)
-            os.execve(program[0], program, dict(os.environ, LD_PRELOAD=library))
+            os.execve(program[0], program,
+                      dict(os.environ, LD_PRELOAD=library, NUMARENA_POLICY=policy))
         finally:
             os._exit(127)
     os.waitpid(pid, 0)  # stopped at exec
@@ -193,18 +199,26 @@ def linker_script(names, programs, commit):
         "/* libnumarena_preload.so: the functions a process runs at start-up and on its first",
         " * allocations, side by side before .text, so that they share the fewest 64 KiB",
         " * fault-around windows (see tools/preload_startup_order.py, which wrote this file).",
-        " * Written %s at %s from: %s. */" % (
+        " * Written %s at %s from: %s;" % (
             datetime.date.today().isoformat(), commit,
             "; ".join(" ".join(p) for p in programs)),
+        " * each under NUMARENA_POLICY=%s. */" % " and ".join(POLICIES),
         "SECTIONS",
         "{",
         "  .text.numarena_startup :",
         "  {",
     ]
     # Not built with -ffunction-sections: glibc's libc_nonshared.a (pthread_atfork, which
-    # jemalloc and numarena call at start-up) and Abseil's LowLevelAlloc, whose allocation
-    # functions sit in a section of their own (ABSL_ATTRIBUTE_SECTION(malloc_hook)).
+    # jemalloc and numarena call at start-up), GCC's crtbeginS.o (frame_dummy, which every
+    # process runs from .init_array; nm gives it no size, so the trace never sees it) and
+    # Abseil's LowLevelAlloc, whose allocation functions sit in a section of their own
+    # (ABSL_ATTRIBUTE_SECTION(malloc_hook)).
     lines.append("    *libc_nonshared.a:*(.text .text.*)")
+    lines.append("    *crtbeginS.o(.text .text.*)")
+    # _fini, which the dynamic linker calls at exit: crti.o's prologue and crtn.o's epilogue
+    # of it, in link order as in the default script's .fini, but here rather than after all
+    # of .text, where it cost every process a window of its own at exit.
+    lines.append("    KEEP (*(SORT_NONE(.fini)))")
     lines.append("    *(malloc_hook)")
     for name in sorted(names):
         lines.append("    *(%s)" % " ".join(sections_of(name)))
@@ -227,11 +241,12 @@ def main():
             entries.setdefault(address, name)
     names = set()
     for program in DEFAULT_PROGRAMS:
-        found = functions_run(library, program, entries)
-        if not found:
-            sys.exit("no function of %s ran in %s: is it the library the program loaded?"
-                     % (library, " ".join(program)))
-        names |= found
+        for policy in POLICIES:
+            found = functions_run(library, program, entries, policy)
+            if not found:
+                sys.exit("no function of %s ran in %s: is it the library the program loaded?"
+                         % (library, " ".join(program)))
+            names |= found
     total_windows = len({a // WINDOW for spans in symbols.values() for a, _ in spans})
     windows, size = windows_of(names, symbols)
     print("%d functions ran (%d KiB); they touch %d of the %d 64 KiB windows holding text"

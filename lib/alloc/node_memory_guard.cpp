@@ -26,7 +26,13 @@ namespace {
 constexpr std::int64_t kSpansLockPatienceNanos = 50'000'000;
 
 struct NodeMemory {
-  std::atomic<std::int64_t> free_at_refresh{-1};  // -1: never read; -2: unreadable
+  // Whether the node's meminfo was read: all members start at zero, so that the table (one
+  // entry per possible kernel node, 0.7 MiB) is in .bss and costs a process only the pages of
+  // the nodes it uses; with a non-zero initial value it sat in .data, and reading node 0's
+  // entry mapped 40-64 KiB of the library file around it.
+  enum Reading : std::uint8_t { kNeverRead = 0, kUnreadable = 1, kRead = 2 };
+  std::atomic<std::uint8_t> reading{kNeverRead};
+  std::atomic<std::int64_t> free_at_refresh{0};  // valid when reading == kRead
   std::atomic<std::int64_t> total{0};
   std::atomic<std::int64_t> committed_since{0};
   std::atomic<std::int64_t> refreshed_ns{0};
@@ -147,7 +153,7 @@ void RefreshNodeMemory(int node, NodeMemory& memory) {
   const bool read = ReadNodeMeminfoNoAlloc(node, &meminfo);
   memory.refreshed_ns.store(now, std::memory_order_relaxed);
   if (!read) {
-    memory.free_at_refresh.store(-2, std::memory_order_relaxed);
+    memory.reading.store(NodeMemory::kUnreadable, std::memory_order_release);
     return;
   }
   memory.total.store(
@@ -167,6 +173,7 @@ void RefreshNodeMemory(int node, NodeMemory& memory) {
       static_cast<std::int64_t>(std::min<std::uint64_t>(
           parse::NodeObtainableBytes(meminfo.free_bytes, meminfo.reclaimable_bytes), INT64_MAX)),
       std::memory_order_relaxed);
+  memory.reading.store(NodeMemory::kRead, std::memory_order_release);
 }
 
 std::int64_t MarginFor(const NodeMemory& memory) {
@@ -196,18 +203,18 @@ bool NodeMemoryGuard::Admit(int node, std::size_t bytes, SpanFailure* failure) n
            memory.unwritten.load(std::memory_order_relaxed) -
            memory.committed_since.load(std::memory_order_relaxed);
   };
-  std::int64_t free_now = memory.free_at_refresh.load(std::memory_order_relaxed);
+  const std::uint8_t reading = memory.reading.load(std::memory_order_acquire);
   bool stale = now - memory.refreshed_ns.load(std::memory_order_relaxed) > kRefreshNanos;
-  if (free_now == -1 || (free_now != -2 && stale)) {
+  if (reading == NodeMemory::kNeverRead || (reading == NodeMemory::kRead && stale)) {
     RefreshNodeMemory(node, memory);
-  } else if (free_now >= 0 &&
+  } else if (reading == NodeMemory::kRead &&
              estimate() - request < MarginFor(memory)) {
     // Close to the limit: decide on fresh numbers (bounded to one read per millisecond).
     if (now - memory.refreshed_ns.load(std::memory_order_relaxed) > 1'000'000) {
       RefreshNodeMemory(node, memory);
     }
   }
-  if (memory.free_at_refresh.load(std::memory_order_relaxed) < 0) return true;  // unreadable
+  if (memory.reading.load(std::memory_order_acquire) != NodeMemory::kRead) return true;
   std::int64_t total = memory.total.load(std::memory_order_relaxed);
   std::int64_t available = estimate();
   std::int64_t margin = MarginFor(memory);
@@ -230,8 +237,10 @@ void NodeMemoryGuard::Unadmit(int node, std::size_t bytes) noexcept { UnadmitOnN
 std::int64_t NodeMemoryGuard::Total(int node) noexcept {
   if (node < 0 || node >= os::KernelNodeMask::kMaxNodes) return -1;
   NodeMemory& memory = g_node_memory[node];
-  if (memory.free_at_refresh.load(std::memory_order_relaxed) == -1) RefreshNodeMemory(node, memory);
-  if (memory.free_at_refresh.load(std::memory_order_relaxed) < 0) return -1;
+  if (memory.reading.load(std::memory_order_acquire) == NodeMemory::kNeverRead) {
+    RefreshNodeMemory(node, memory);
+  }
+  if (memory.reading.load(std::memory_order_acquire) != NodeMemory::kRead) return -1;
   return memory.total.load(std::memory_order_relaxed);
 }
 

@@ -4,8 +4,11 @@
 #include "numarena/ops/metrics.hpp"
 
 #include <algorithm>
-#include <charconv>
+#include <clocale>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "numarena/ops/stat.hpp"
@@ -55,11 +58,26 @@ std::string FormatMetricValue(double value) {
   if (value == std::floor(value) && std::fabs(value) < 1e15) {
     return absl::StrCat(static_cast<std::int64_t>(value));
   }
-  // The shortest text that reads back as `value`, in %g style as Prometheus's own clients
-  // write it ("0.0005", "1e+20"; the plain shortest form would give "5e-04").
-  char buffer[32];
-  auto result = std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::general);
-  return std::string(buffer, result.ptr);
+  // The shortest %g text (1 to 17 significant digits) that reads back as `value`, as
+  // Prometheus's own clients write it ("0.0005", "1e+20"). snprintf and strtod rather than
+  // std::to_chars: libstdc++'s floating-point to_chars carries 115 KiB of tables, which in the
+  // malloc override (whose exports reach this) spread its read-only data over two more 64 KiB
+  // windows that every process under `numarena run` mapped. Both follow the C locale's
+  // decimal point (the program may have called setlocale), so the round trip compares like
+  // with like, and the point is written as '.' afterwards.
+  char buffer[40];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buffer, sizeof buffer, "%.*g", precision, value);
+    if (std::strtod(buffer, nullptr) == value) break;
+  }
+  std::string text(buffer);
+  if (const char* point = std::localeconv()->decimal_point;
+      point != nullptr && std::strcmp(point, ".") != 0 && point[0] != '\0') {
+    if (std::size_t at = text.find(point); at != std::string::npos) {
+      text.replace(at, std::strlen(point), ".");
+    }
+  }
+  return text;
 }
 
 ExpositionWriter& ExpositionWriter::Family(std::string_view name, MetricType type,

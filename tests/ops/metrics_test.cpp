@@ -11,7 +11,9 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -491,6 +493,41 @@ TEST_CASE("metrics: histogram buckets are cumulative, le is inclusive, NaN is ig
   // Bounds as Prometheus's clients write them: %g style, not the shortest "5e-04".
   CHECK(numarena::FormatMetricValue(0.0005) == "0.0005");
   CHECK(numarena::FormatMetricValue(1.5e-7) == "1.5e-07");
+}
+
+TEST_CASE("metrics: a value is written in the fewest digits that read back as it",
+          "[metrics]") {
+  using numarena::FormatMetricValue;
+  CHECK(FormatMetricValue(0.1) == "0.1");
+  CHECK(FormatMetricValue(0.875) == "0.875");
+  CHECK(FormatMetricValue(-2.5e-300) == "-2.5e-300");
+  CHECK(FormatMetricValue(1e20) == "1e+20");
+  CHECK(FormatMetricValue(1.0 / 3) == "0.3333333333333333");
+  CHECK(FormatMetricValue(0.1 + 0.2) == "0.30000000000000004");
+  CHECK(FormatMetricValue(5e-324) == "5e-324");  // the smallest subnormal
+  CHECK(FormatMetricValue(1.7976931348623157e308) == "1.7976931348623157e+308");
+  // Every value reads back exactly, and one digit fewer would not.
+  std::uint64_t state = 12345;
+  for (int i = 0; i < 2000; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    double value;
+    const std::uint64_t bits = (state >> 1) | (std::uint64_t{1} << 62 >> (i % 3));
+    std::memcpy(&value, &bits, sizeof value);
+    if (!std::isfinite(value) || value == std::floor(value)) continue;
+    const std::string text = FormatMetricValue(value);
+    INFO(text);
+    REQUIRE(std::strtod(text.c_str(), nullptr) == value);
+    std::size_t digits = 0;
+    for (char c : text.substr(0, text.find('e'))) digits += c >= '0' && c <= '9';
+    if (text.rfind("0.", 0) == 0) {  // leading zeros of 0.000ddd are not significant
+      digits -= text.find_first_not_of("0.") - 0 - 1;
+    }
+    if (digits > 1) {
+      char shorter[40];
+      std::snprintf(shorter, sizeof shorter, "%.*g", static_cast<int>(digits - 1), value);
+      CHECK(std::strtod(shorter, nullptr) != value);
+    }
+  }
 }
 
 TEST_CASE("metrics: histogram misuse is an error naming it", "[metrics][histogram]") {
