@@ -250,7 +250,10 @@ class Arena {
   // min(size, old usable size) bytes, as C's realloc does. The result is `p` itself when
   // this arena made `p` (contains), `p` is aligned to `alignment`, and `size` falls in the
   // size class `p` already has (so a sized deallocate of the result with `size` and
-  // `alignment` is correct either way). Otherwise it is a new allocation of this arena, on
+  // `alignment` is correct either way), and also when `p` is a large block (2 MiB or more)
+  // that grows to `size` where it lies because the address space after it is free: nothing
+  // is copied and only the new part is committed, on the block's placement (a sized
+  // deallocate then takes the new size). Otherwise it is a new allocation of this arena, on
   // this arena's placement (a pointer from another arena moves to this one's nodes), with the
   // bytes copied and `p` freed. nullptr `p` is allocate(size, alignment); size 0 gives a
   // minimal allocation, as allocate(0) does (C's numarena_realloc frees instead).

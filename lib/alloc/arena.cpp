@@ -17,6 +17,7 @@
 #include "alloc/front_cache.hpp"
 #include "alloc/jemalloc_heap.hpp"
 #include "alloc/large_cache.hpp"
+#include "alloc/large_growth.hpp"
 #include "alloc/memory_return.hpp"
 #include "alloc/depot.hpp"
 #include "alloc/node_pages.hpp"
@@ -382,6 +383,23 @@ int Arena::HeapForNode(int node, Status* error) noexcept {
 // it serves every request from its arena 0, whatever arena is asked for. Such memory is on no
 // numarena node and no numarena free would take it back, so it is returned at once and the
 // request refused (Unavailable, which the LD_PRELOAD library answers from glibc instead).
+bool GrowLargeInPlace(int heap, void* p, std::size_t usable, std::size_t size) noexcept {
+  if (checked::Enabled() || !FrontCacheEnabled() || usable < arena_internal::kLargeAlignThreshold ||
+      size <= usable || size > (std::size_t{1} << 62)) {
+    return false;
+  }
+  ThreadSpanFailure().Clear();  // the provider carves nothing while one is recorded
+  // Huge pages only over the request's own bytes (node_pages.hpp): the commit the growth
+  // makes starts where the object ends.
+  HugeAdviceLimit huge_limit(size - usable);
+  if (xallocx(p, size, 0, MALLOCX_TCACHE_NONE) < size) {
+    ThreadSpanFailure().Clear();  // a refused commit is the caller's fallback, not an error
+    return false;
+  }
+  RecordClass(heap, p);  // its class is the larger one now
+  return true;
+}
+
 void* Arena::RefuseForeignAllocation(void* p, std::size_t size, Status* error) noexcept {
   dallocx(p, MALLOCX_TCACHE_NONE);
   *error = absl::UnavailableError(absl::StrCat(
@@ -425,14 +443,7 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
       const std::size_t others = LargeCacheFlush(heap);  // the largest is out of the cache
       if (largest_bytes < size) {
         if (others != 0) PurgeHeapDirty(heap);  // none of them can hold it either
-        ThreadSpanFailure().Clear();  // the provider carves nothing while one is recorded
-        // Huge pages only over the request's own bytes (node_pages.hpp): the commit the growth
-        // makes starts where the block ends.
-        HugeAdviceLimit huge_limit(size - largest_bytes);
-        if (xallocx(largest, size, 0, MALLOCX_TCACHE_NONE) >= size) {
-          RecordClass(heap, largest);  // its class is this allocation's now
-          return largest;
-        }
+        if (GrowLargeInPlace(heap, largest, largest_bytes, size)) return largest;
         dallocx(largest, MALLOCX_TCACHE_NONE);
         PurgeHeapDirty(heap);
       } else {
@@ -680,6 +691,12 @@ void* Arena::reallocate(void* p, std::size_t size, std::size_t alignment) noexce
       flags = AlignFlags(EffectiveAlignment(request, alignment));
     }
     if (nallocx(request == 0 ? 1 : request, flags) == usable) return p;
+    // A large object grows where it lies when the space after it is free: nothing copied,
+    // and its old pages are not freed beside a new copy (glibc's mremap, jemalloc's rallocx).
+    if (alignment <= arena_internal::kLargeAlignThreshold &&
+        GrowLargeInPlace(arena_internal::HeapOf(p), p, usable, size)) {
+      return p;
+    }
   }
   void* fresh = allocate(size, alignment);
   if (fresh == nullptr) return nullptr;

@@ -14,7 +14,8 @@
 //   - its jemalloc arenas decay dirty pages over D (dirty_decay_ms = D, no muzzy state: numarena
 //     provides no lazy purge);
 //   - every D / 4 (10 ms to 1 s) a pass (ReturnIdleMemory) ticks that decay without any call
-//     from the program, and returns the depot's classes that nobody took from or put to for D;
+//     from the program, and returns the depot's classes that nobody took from or put to since
+//     the pass before (objects back to their jemalloc slabs, for other classes to reuse);
 //   - a heap that moved no memory to or from its shared caches or jemalloc for D is idle: its
 //     depot and large cache go back to jemalloc and every dirty page of its shards to the
 //     kernel at once.
@@ -63,7 +64,14 @@ void ReturnFromHeap(Heap& heap, void* context) {
     DepotFlush(heap.id);
     ForEachShardCall(heap, "purge");
   } else {
-    DepotSweep(heap.id, pass.now_ns, idle_ns);
+    // A class of the depot that nobody took from since the last pass and nobody put to for a
+    // pass's period goes back to jemalloc, not only after the heap's D: objects go back to
+    // their slabs, whose pages jemalloc then reuses for the classes the program allocates now.
+    // A program that frees one class in a phase and allocates others in the next (redis:
+    // LPOP's list nodes, then MSET's strings) otherwise held the first phase's objects beside
+    // the second's growth for up to 1.25 D (peak RSS 1.3x the peers'). Pages are not purged
+    // here: that waits for the decay over D.
+    DepotSweep(heap.id, pass.now_ns, MemoryReturnPeriod(idle_ns));
     ForEachShardCall(heap, "decay");
   }
   if (since < 2 * idle_ns || DepotBytes(heap.id) + LargeCacheBytes(heap.id) > 0) {

@@ -72,6 +72,7 @@
 #include "numarena/numarena.h"
 #include "numarena/policy.hpp"
 #include "numarena/topology.hpp"
+#include "alloc/large_growth.hpp"
 #include "preload/override_fast_path.hpp"
 #include "preload/preload_metrics.hpp"
 
@@ -223,8 +224,14 @@ void* Reallocate(void* p, std::size_t size) {
     Inside inside;
     usable = usable_size(p);
   }
-  // In place when it fits without wasting more than half of the block.
+  // In place when it fits without wasting more than half of the block, or when a large block
+  // can grow where it lies (the space after it free): nothing copied, and its pages are not
+  // held beside a copy's (a server's request buffer that doubles, Python's bytearray +=).
   if (size <= usable && size >= usable / 2) return p;
+  if (size > usable) {
+    Inside inside;
+    if (GrowLargeInPlace(arena_internal::HeapOf(p), p, usable, size)) return p;
+  }
   void* fresh = Allocate(size, kMinAlign);
   if (fresh == nullptr) return nullptr;  // errno set; p untouched, as realloc promises
   std::memcpy(fresh, p, size < usable ? size : usable);

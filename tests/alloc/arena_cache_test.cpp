@@ -1125,6 +1125,40 @@ TEST_CASE("a larger allocation grows the largest cached block in place") {
   CHECK(arena->stats().resident <= before + 2 * kMiB);
 }
 
+TEST_CASE("reallocate grows a large block where it lies when the space after it is free") {
+  // Nothing copied and no second copy's pages beside the old ones: the block keeps its
+  // address and its resident pages, and only the new part is committed. Freed without a size,
+  // it is kept as a block of its new class.
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 57}}));  // a heap of its own
+  void* range = arena->allocate(32 * kMiB);
+  REQUIRE(range != nullptr);
+  numarena::deallocate(range);
+  arena->purge();  // the 32 MiB are free address space of the heap now
+  auto* block = static_cast<unsigned char*>(arena->allocate(4 * kMiB));
+  REQUIRE(block != nullptr);
+  std::memset(block, 0x33, 4 * kMiB);
+  const std::size_t committed = arena->stats().committed;
+  auto* grown = static_cast<unsigned char*>(arena->reallocate(block, 9 * kMiB));
+  REQUIRE(grown != nullptr);
+  CHECK(grown == block);
+  const std::size_t usable = numarena::usable_size(grown);
+  CHECK(usable >= 9 * kMiB);
+  CHECK(grown[0] == 0x33);
+  CHECK(grown[4 * kMiB - 1] == 0x33);
+  const numarena::testing::ResidentPages kept = numarena::testing::CountResident(grown, 4 * kMiB);
+  CHECK(kept.resident == kept.pages);
+  // Only the growth was committed, not a whole 9 MiB copy beside the old block.
+  CHECK(arena->stats().committed <= committed + (usable - 4 * kMiB) + 2 * kMiB);
+  std::memset(grown, 0x44, 9 * kMiB);
+  const std::size_t cached = arena->stats().cached;
+  numarena::deallocate(grown);
+  CHECK(arena->stats().cached == cached + usable);
+  void* again = arena->allocate(9 * kMiB);
+  CHECK(again == grown);
+  numarena::deallocate(again);
+  arena->purge();
+}
+
 TEST_CASE("a block grown in place keeps its class's rounding out of huge pages") {
   // 8 MiB + 1 byte (a Python bytearray) takes a 10 MiB class. Grown from a cached 6 MiB block,
   // the commit of the new part starts where the block ended; huge pages must still stop where

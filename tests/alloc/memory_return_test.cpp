@@ -1,5 +1,6 @@
 // Memory return (ArenaOptions::return_idle_ms, lib/alloc/memory_return.cpp) on the host: a pass
-// over the heaps returns an idle arena's caches and dirty pages and leaves a busy one alone; the
+// over the heaps returns an idle arena's caches and dirty pages, and of a busy one only the
+// depot's classes nobody used for a pass period; the
 // returner thread does it without any call from the program, in a fork() child too; and a loop
 // of random large sizes does not hold the large cache's bound on top of its live block.
 // Passes are run with a clock the test gives (now + hours), so nothing here depends on how fast
@@ -86,6 +87,21 @@ TEST_CASE("a pass leaves the caches of an arena in use alone") {
   // The clock of the frees: they were moments ago.
   ReturnIdleMemory(CoarseNanos());
   CHECK(arena->stats().cached == before.cached);
+  arena->purge();
+}
+
+TEST_CASE("a pass returns the depot's idle classes of an arena in use, and keeps the rest") {
+  // An hour's D (a pass period of 1 s): two seconds after the burst the arena is not idle,
+  // but nobody took from or put to the depot's 160 KiB class since the last pass, so those
+  // objects go back to jemalloc (for the classes the program allocates next); the large
+  // cache's 90 MiB of blocks stay until the arena is idle for D.
+  Arena* arena = Get(66, kHourNanos / 1'000'000);
+  BurstAndFree(arena);
+  const ArenaStats before = arena->stats();
+  INFO("cached before " << before.cached);
+  REQUIRE(before.cached >= 90 * kMiB);
+  ReturnIdleMemory(CoarseNanos() + 2'000'000'000);
+  CHECK(arena->stats().cached == 90 * kMiB);
   arena->purge();
 }
 

@@ -264,5 +264,51 @@ TEST_CASE("a large block grown in place keeps every page on its arena's node") {
   }
 }
 
+TEST_CASE("a large block grown by reallocate keeps every page on its arena's node") {
+  // reallocate(6 MiB block, 12 MiB) with free address space after the block grows it where it
+  // lies. The thread runs on another node's CPUs: a page of the new part that first touch
+  // placed would be on that node, not A's.
+  const auto& lab = lab::Expected();
+  int section = 0;
+  for (const auto& a : lab.nodes) {
+    for (const auto& b : lab.nodes) {
+      if (a.id == b.id || b.memory_only()) continue;
+      DYNAMIC_SECTION("A = node " << a.id << ", B = node " << b.id << " (the thread's)") {
+        ArenaOptions options;
+        options.shards = 1 + section++ % ArenaOptions::kMaxShards;
+        auto made = Arena::ForPolicy(Policy::Bind(a.id), options);
+        REQUIRE(made.ok());
+        Arena* arena = *made;
+        std::size_t off_node = 0;
+        bool in_place = false;
+        bool kept = false;
+        std::thread remote([&] {
+          lab::PinnedTo pin(b.cpus);
+          void* range = arena->allocate(32 * kMiB);
+          REQUIRE(range != nullptr);
+          deallocate(range);
+          arena->purge();  // free address space of the heap now
+          auto* block = static_cast<unsigned char*>(arena->allocate(6 * kMiB));
+          REQUIRE(block != nullptr);
+          std::memset(block, 0x11, 6 * kMiB);
+          auto* grown = static_cast<unsigned char*>(arena->reallocate(block, 12 * kMiB));
+          INFO(last_allocation_error().ToString());
+          REQUIRE(grown != nullptr);
+          in_place = grown == block;
+          kept = grown[0] == 0x11 && grown[6 * kMiB - 1] == 0x11;
+          std::memset(grown, 0x22, 12 * kMiB);
+          off_node = PagesOffNode(grown, 12 * kMiB, a.id);
+          deallocate(grown);
+          arena->purge();
+        });
+        remote.join();
+        CHECK(in_place);
+        CHECK(kept);
+        CHECK(off_node == 0);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace numarena

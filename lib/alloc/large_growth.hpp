@@ -1,0 +1,20 @@
+// Growing a large object where it lies: the in-place half of realloc (and of the large
+// cache's reuse, arena.cpp) for objects of 2 MiB and more. Defined in arena.cpp.
+#pragma once
+
+#include <cstddef>
+
+namespace numarena {
+
+// Grows `p`, a live large object of `heap` (2 MiB-aligned, usable size `usable`, at least
+// 2 MiB), to at least `size` bytes without moving it, when the address space right after it
+// is free in the heap's jemalloc arena (xallocx). Only the new part is committed: on the
+// heap's placement and charged to the capacity gate like any commit, with huge pages over
+// the request's own bytes only (HugeAdviceLimit). On success the class map holds the
+// object's new class, so an unsized free finds it. False, with `p` unchanged and no error
+// left behind, when the space after it is taken, the gate or the node refuses the commit,
+// `size` is not above `usable` (or above 2^62), or the caches are off (checked mode, or a
+// jemalloc with other size classes). Thread-safe; the caller may be any thread.
+bool GrowLargeInPlace(int heap, void* p, std::size_t usable, std::size_t size) noexcept;
+
+}  // namespace numarena
