@@ -383,8 +383,23 @@ int Arena::HeapForNode(int node, Status* error) noexcept {
 // it serves every request from its arena 0, whatever arena is asked for. Such memory is on no
 // numarena node and no numarena free would take it back, so it is returned at once and the
 // request refused (Unavailable, which the LD_PRELOAD library answers from glibc instead).
+void* Arena::RefuseForeignAllocation(void* p, std::size_t size, Status* error) noexcept {
+  dallocx(p, MALLOCX_TCACHE_NONE);
+  *error = absl::UnavailableError(absl::StrCat(
+      "arena ", policy_.ToString(), ": allocate ", Bytes(size),
+      ": this thread is exiting and jemalloc has already released its per-thread state (the "
+      "call comes from a pthread key destructor that runs after jemalloc's), so no numarena "
+      "arena can serve it; allocate before the thread's destructors run, or from another "
+      "thread"));
+  return nullptr;
+}
+
 bool GrowLargeInPlace(int heap, void* p, std::size_t usable, std::size_t size) noexcept {
+  // Only a 2 MiB-aligned object: a request of 1.75-2 MiB gets the 2 MiB class at its own
+  // alignment, and grown in place it would be a large block that breaks the 2 MiB alignment
+  // every allocation of 2 MiB or more has (arena.hpp), which the large caches rely on.
   if (checked::Enabled() || !FrontCacheEnabled() || usable < arena_internal::kLargeAlignThreshold ||
+      reinterpret_cast<std::uintptr_t>(p) % arena_internal::kLargeAlignThreshold != 0 ||
       size <= usable || size > (std::size_t{1} << 62)) {
     return false;
   }
@@ -398,17 +413,6 @@ bool GrowLargeInPlace(int heap, void* p, std::size_t usable, std::size_t size) n
   }
   RecordClass(heap, p);  // its class is the larger one now
   return true;
-}
-
-void* Arena::RefuseForeignAllocation(void* p, std::size_t size, Status* error) noexcept {
-  dallocx(p, MALLOCX_TCACHE_NONE);
-  *error = absl::UnavailableError(absl::StrCat(
-      "arena ", policy_.ToString(), ": allocate ", Bytes(size),
-      ": this thread is exiting and jemalloc has already released its per-thread state (the "
-      "call comes from a pthread key destructor that runs after jemalloc's), so no numarena "
-      "arena can serve it; allocate before the thread's destructors run, or from another "
-      "thread"));
-  return nullptr;
 }
 
 void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,

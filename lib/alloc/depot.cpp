@@ -94,7 +94,11 @@ struct alignas(64) SlotBytes {
 struct Depot {
   DepotClass classes[kClasses];
   SlotBytes slot_bytes[kSlots];
-  std::atomic<bool> taken[kClasses];  // a take since the last sweep, per class
+  // The coarse clock at the last take, per class (to the millisecond: a take writes it only when
+  // it moved on, so threads taking chains of one class do not all write the line). A clock, not
+  // a flag that a sweep clears: the put-time sweep and the returner's pass sweep with different
+  // rules, and a flag one of them cleared would make the other see a class in steady use idle.
+  std::atomic<std::int64_t> last_take_ns[kClasses];
   std::atomic<std::int64_t> last_put_ns[kClasses];  // the coarse clock at the last put
   std::atomic<std::int64_t> sweep_after_ns;
 };
@@ -159,16 +163,16 @@ std::size_t FlushClass(Depot& depot, unsigned size_class) {
   return freed;
 }
 
-// Classes nobody took from since the last sweep and nobody put to for `idle_ns` go back to
-// jemalloc; returns the bytes.
+// Classes nobody took from or put to for `idle_ns` go back to jemalloc; returns the bytes.
 std::size_t Sweep(Depot& depot, std::int64_t now, std::int64_t idle_ns) {
   std::size_t freed = 0;
   for (unsigned c = kFirstDepotClass; c < static_cast<unsigned>(kFrontClasses); ++c) {
     const unsigned index = c - kFirstDepotClass;
-    const bool taken = depot.taken[index].exchange(false, std::memory_order_relaxed);
+    const bool taken_lately =
+        now - depot.last_take_ns[index].load(std::memory_order_relaxed) < idle_ns;
     const bool put_lately =
         now - depot.last_put_ns[index].load(std::memory_order_relaxed) < idle_ns;
-    if (!taken && !put_lately) freed += FlushClass(depot, c);
+    if (!taken_lately && !put_lately) freed += FlushClass(depot, c);
   }
   return freed;
 }
@@ -296,8 +300,11 @@ ObjectChain DepotTake(int heap, unsigned size_class, unsigned home) noexcept {
       chain.slot = index;
       depot.slot_bytes[index].bytes.fetch_sub(chain.count * ClassBytes(size_class),
                                               std::memory_order_relaxed);
-      std::atomic<bool>& taken = depot.taken[size_class - kFirstDepotClass];
-      if (!taken.load(std::memory_order_relaxed)) taken.store(true, std::memory_order_relaxed);
+      std::atomic<std::int64_t>& taken_ns = depot.last_take_ns[size_class - kFirstDepotClass];
+      const std::int64_t now = CoarseMonotonicNanos();
+      if (now - taken_ns.load(std::memory_order_relaxed) >= 1'000'000) {
+        taken_ns.store(now, std::memory_order_relaxed);
+      }
       return chain;
     }
   }
@@ -328,7 +335,9 @@ void DepotDrop(int heap) noexcept {
   for (DepotClass& slots : depot.classes) {
     for (DepotSlot& slot : slots.slots) slot.word.store(0, std::memory_order_relaxed);
   }
-  for (std::atomic<bool>& taken : depot.taken) taken.store(false, std::memory_order_relaxed);
+  for (std::atomic<std::int64_t>& taken : depot.last_take_ns) {
+    taken.store(0, std::memory_order_relaxed);
+  }
   for (std::atomic<std::int64_t>& put : depot.last_put_ns) put.store(0, std::memory_order_relaxed);
   for (SlotBytes& slot : depot.slot_bytes) slot.bytes.store(0, std::memory_order_relaxed);
 }

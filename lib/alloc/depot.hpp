@@ -46,8 +46,8 @@ ObjectChain DepotTake(int heap, unsigned size_class, unsigned home) noexcept;
 std::size_t DepotFlush(int heap) noexcept;
 
 // The sweep of `heap`'s depot as at a clock of `now_ns` (memory_return.cpp): the classes
-// nobody took from since the last sweep and nobody put to in the last `idle_ns` go back to
-// jemalloc. Returns the bytes freed.
+// nobody took from or put to in the last `idle_ns` go back to jemalloc. Returns the bytes
+// freed.
 std::size_t DepotSweep(int heap, std::int64_t now_ns, std::int64_t idle_ns) noexcept;
 
 // Forgets every object in `heap`'s depot without freeing it, for a heap whose jemalloc arenas

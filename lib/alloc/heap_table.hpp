@@ -11,7 +11,7 @@
 //   caches:    depot large_cache front_cache
 //   lifecycle: jemalloc_heap
 //   return:    memory_return
-//   arena:     address_space arena
+//   arena:     address_space large_growth arena
 //
 // A heap: jemalloc arenas whose extent hooks take spans from one NodePages provider.
 //

@@ -13,8 +13,10 @@ namespace numarena {
 // the request's own bytes only (HugeAdviceLimit). On success the class map holds the
 // object's new class, so an unsized free finds it. False, with `p` unchanged and no error
 // left behind, when the space after it is taken, the gate or the node refuses the commit,
-// `size` is not above `usable` (or above 2^62), or the caches are off (checked mode, or a
-// jemalloc with other size classes). Thread-safe; the caller may be any thread.
+// `p` is not 2 MiB-aligned (a 1.75-2 MiB request's block), `size` is not above `usable` (or
+// above 2^62), or the caches are off (checked mode, or a jemalloc with other size classes).
+// The grown part is on the object's own placement: under a Local or Preferred policy it
+// stays on the node the object is on, not the caller's. Thread-safe; any thread may call.
 bool GrowLargeInPlace(int heap, void* p, std::size_t usable, std::size_t size) noexcept;
 
 }  // namespace numarena

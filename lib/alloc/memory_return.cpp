@@ -14,8 +14,9 @@
 //   - its jemalloc arenas decay dirty pages over D (dirty_decay_ms = D, no muzzy state: numarena
 //     provides no lazy purge);
 //   - every D / 4 (10 ms to 1 s) a pass (ReturnIdleMemory) ticks that decay without any call
-//     from the program, and returns the depot's classes that nobody took from or put to since
-//     the pass before (objects back to their jemalloc slabs, for other classes to reuse);
+//     from the program, and returns the depot's classes that nobody took from or put to for
+//     that period (at least 50 ms; objects back to their jemalloc slabs, for other classes to
+//     reuse);
 //   - a heap that moved no memory to or from its shared caches or jemalloc for D is idle: its
 //     depot and large cache go back to jemalloc and every dirty page of its shards to the
 //     kernel at once.
@@ -44,6 +45,10 @@ namespace {
 
 constexpr std::int64_t kNanosPerMilli = 1'000'000;
 constexpr std::int64_t kMaxPeriodNanos = 1000 * kNanosPerMilli;
+// The least time a depot class must go unused before a pass returns it: the depot's stamps come
+// from the coarse clock (4-10 ms a tick), so a shorter rule could return a chain put a moment
+// ago.
+constexpr std::int64_t kMinClassIdleNanos = 50 * kNanosPerMilli;
 
 std::int64_t ReturnIdleNanos(const Heap& heap) { return heap.return_idle_ms * kNanosPerMilli; }
 
@@ -71,7 +76,7 @@ void ReturnFromHeap(Heap& heap, void* context) {
     // LPOP's list nodes, then MSET's strings) otherwise held the first phase's objects beside
     // the second's growth for up to 1.25 D (peak RSS 1.3x the peers'). Pages are not purged
     // here: that waits for the decay over D.
-    DepotSweep(heap.id, pass.now_ns, MemoryReturnPeriod(idle_ns));
+    DepotSweep(heap.id, pass.now_ns, std::max(MemoryReturnPeriod(idle_ns), kMinClassIdleNanos));
     ForEachShardCall(heap, "decay");
   }
   if (since < 2 * idle_ns || DepotBytes(heap.id) + LargeCacheBytes(heap.id) > 0) {

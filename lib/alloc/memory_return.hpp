@@ -13,8 +13,8 @@ namespace numarena {
 // ArenaOptions::return_idle_ms = D > 0,
 //   - idle for D (no activity since now - D): its depot and large cache go back to jemalloc and
 //     all its shards' dirty pages to the kernel (arena.<i>.purge);
-//   - otherwise: the depot's classes that nobody took from since the last pass and nobody put to
-//     for the pass period (D / 4, 10 ms to 1 s) go back to jemalloc, and each shard's dirty
+//   - otherwise: the depot's classes that nobody took from or put to for the pass period
+//     (D / 4, 10 ms to 1 s; at least 50 ms) go back to jemalloc, and each shard's dirty
 //     pages decay (arena.<i>.decay, over D).
 // Returns true when some heap may still have something to return (used within the last
 // 2 D, or holding cached objects); *period_ns (when not null) gets the shortest D / 4 (10 ms to

@@ -228,7 +228,7 @@ void* Reallocate(void* p, std::size_t size) {
   // can grow where it lies (the space after it free): nothing copied, and its pages are not
   // held beside a copy's (a server's request buffer that doubles, Python's bytearray +=).
   if (size <= usable && size >= usable / 2) return p;
-  if (size > usable) {
+  if (size > usable && usable >= arena_internal::kLargeAlignThreshold) {
     Inside inside;
     if (GrowLargeInPlace(arena_internal::HeapOf(p), p, usable, size)) return p;
   }

@@ -1159,6 +1159,33 @@ TEST_CASE("reallocate grows a large block where it lies when the space after it 
   arena->purge();
 }
 
+TEST_CASE("reallocate never grows a block below 2 MiB alignment into a large one in place") {
+  // A 1.9 MiB request gets the 2 MiB class at its own (small) alignment. Grown in place to
+  // 3 MiB it would be a large block off the 2 MiB alignment every allocation of 2 MiB or
+  // more has: it must move.
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 58}}));  // a heap of its own
+  void* range = arena->allocate(32 * kMiB);
+  REQUIRE(range != nullptr);
+  numarena::deallocate(range);
+  arena->purge();
+  std::vector<void*> held;
+  void* block = nullptr;
+  for (int i = 0; i < 8 && block == nullptr; ++i) {  // one off the 2 MiB grid
+    void* p = arena->allocate(1900 * 1024);
+    REQUIRE(p != nullptr);
+    if (reinterpret_cast<std::uintptr_t>(p) % (2 * kMiB) != 0) block = p; else held.push_back(p);
+  }
+  REQUIRE(block != nullptr);
+  static_cast<unsigned char*>(block)[0] = 0x5c;
+  auto* grown = static_cast<unsigned char*>(arena->reallocate(block, 3 * kMiB));
+  REQUIRE(grown != nullptr);
+  CHECK(reinterpret_cast<std::uintptr_t>(grown) % (2 * kMiB) == 0);
+  CHECK(grown[0] == 0x5c);
+  numarena::deallocate(grown);
+  for (void* p : held) numarena::deallocate(p);
+  arena->purge();
+}
+
 TEST_CASE("a block grown in place keeps its class's rounding out of huge pages") {
   // 8 MiB + 1 byte (a Python bytearray) takes a 10 MiB class. Grown from a cached 6 MiB block,
   // the commit of the new part starts where the block ended; huge pages must still stop where
