@@ -4,7 +4,7 @@
 //   numarena run --membind 1 -- ./server          (sets both, see tools/numarena/run.cpp)
 //
 // The C allocation functions (malloc, free, calloc, realloc, memalign, posix_memalign,
-// aligned_alloc, valloc, pvalloc, malloc_usable_size) and every operator new/delete are
+// aligned_alloc, valloc, pvalloc, malloc_usable_size, malloc_trim) and every operator new/delete are
 // defined here, so the dynamic linker binds the program's and its libraries' calls (glibc's
 // own internal ones too) to them. They allocate from one numarena arena, the arena of the
 // policy in NUMARENA_POLICY (Policy::Parse syntax; "local" when unset: with the Local policy
@@ -275,6 +275,26 @@ std::string ParseReturnIdleMs(const char* text, std::int64_t* out) {
   return "";
 }
 
+// malloc_trim(pad): glibc's trims only glibc's heap, which under the override holds little
+// (what numarena's own code and the first calls allocated), while what the program freed sits
+// in numarena's caches and jemalloc's dirty pages. So: the calling thread's front caches, the
+// heaps' shared caches and every dirty page of the arena go back to the kernel
+// (Arena::purge; other threads' own front caches stay, as they do for Arena::purge), then
+// glibc's malloc_trim runs on its heap. 1 when either released memory, as glibc answers.
+int Trim(std::size_t pad) {
+  using TrimFunction = int (*)(std::size_t);
+  static const auto libc_trim = reinterpret_cast<TrimFunction>(dlsym(RTLD_NEXT, "malloc_trim"));
+  int released = 0;
+  if (UseArena()) {
+    Inside inside;
+    const std::size_t before = g_arena->stats().committed;
+    g_arena->purge();
+    released = g_arena->stats().committed < before ? 1 : 0;
+  }
+  if (libc_trim != nullptr && libc_trim(pad) != 0) released = 1;
+  return released;
+}
+
 // The metrics thread's allocations go to glibc for its whole life (preload_metrics.hpp).
 void MarkThreadInside() { ++t_depth; }
 
@@ -512,6 +532,10 @@ __attribute__((visibility("default"))) void* pvalloc(size_t size) {
 
 __attribute__((visibility("default"))) size_t malloc_usable_size(void* ptr) {
   return numarena::preload::UsableSize(ptr);
+}
+
+__attribute__((visibility("default"))) int malloc_trim(size_t pad) {
+  return numarena::preload::Trim(pad);
 }
 
 }  // extern "C"

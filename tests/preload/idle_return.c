@@ -7,9 +7,12 @@
  *                                  was before the burst, 1 if SECONDS pass first
  *   idle_return kept SECONDS       idles SECONDS, then exit 0 if VmRSS still holds at least
  *                                  half of the burst, 1 if not
+ *   idle_return trimmed 0          calls malloc_trim(0) right after the frees: exit 0 if it
+ *                                  returned 1 and VmRSS is back within 24 MiB at once
  * Both print "before=B peak=P now=N" (KiB).
  */
 #define _GNU_SOURCE
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,8 +41,9 @@ enum { kSmall = 8192, kSmallCount = 8192, kLarge = 4 << 20, kLargeCount = 16 };
 static void* blocks[kSmallCount + kLargeCount];
 
 int main(int argc, char** argv) {
-  if (argc != 3 || (strcmp(argv[1], "returned") != 0 && strcmp(argv[1], "kept") != 0)) {
-    fprintf(stderr, "usage: idle_return returned|kept SECONDS\n");
+  if (argc != 3 || (strcmp(argv[1], "returned") != 0 && strcmp(argv[1], "kept") != 0 &&
+                    strcmp(argv[1], "trimmed") != 0)) {
+    fprintf(stderr, "usage: idle_return returned|kept|trimmed SECONDS\n");
     return 2;
   }
   const int want_returned = strcmp(argv[1], "returned") == 0;
@@ -57,6 +61,12 @@ int main(int argc, char** argv) {
   const long peak = VmRssKib();
   for (int i = 0; i < n; ++i) free(blocks[i]);
   const long burst = peak - before;
+  if (strcmp(argv[1], "trimmed") == 0) {
+    const int released = malloc_trim(0);
+    const long now = VmRssKib();
+    printf("before=%ld peak=%ld now=%ld released=%d\n", before, peak, now, released);
+    return released == 1 && now - before <= 24 * 1024 ? 0 : 1;
+  }
   const double end = Now() + seconds;
   long now = VmRssKib();
   while (Now() < end) {
