@@ -30,7 +30,7 @@ $absl"
 if [[ "$preload" == --preload ]]; then
   # nm -D --defined-only: "ADDRESS TYPE NAME[@@VERSION]"; demangled, so operator new/delete
   # read as such.
-  replaced='^(malloc|free|calloc|realloc|memalign|aligned_alloc|posix_memalign|valloc|pvalloc|malloc_usable_size|operator (new|delete)(\[\])?\(.*\))$'
+  replaced='^(malloc|free|calloc|realloc|memalign|aligned_alloc|posix_memalign|valloc|pvalloc|malloc_usable_size|malloc_trim|operator (new|delete)(\[\])?\(.*\))$'
   extra="$(nm -D -C --defined-only "$lib" | awk '$2 != "A" {$1 = ""; $2 = ""; sub(/^  /, ""); print}' |
            sed 's/@.*//' | grep -Ev '^numarena_' | grep -Ev "$replaced" || true)"
   [[ -z "$extra" ]] || complain "exports more than numarena_* and the allocation functions:
