@@ -38,7 +38,7 @@ struct Run {
 // exec, so the program runs there: placement must come from the policy, not from where the
 // first touch happened).
 Run RunUnder(const std::vector<std::string>& run_args, const std::vector<std::string>& program,
-             int cpu = -1) {
+             int cpu = -1, const char* return_idle_ms = nullptr) {
   std::vector<std::string> args = {NUMARENA_LAB_CLI, "run"};
   args.insert(args.end(), run_args.begin(), run_args.end());
   args.push_back("--");
@@ -58,6 +58,7 @@ Run RunUnder(const std::vector<std::string>& run_args, const std::vector<std::st
       CPU_SET(cpu, &set);
       if (sched_setaffinity(0, sizeof set, &set) != 0) _exit(120);
     }
+    if (return_idle_ms != nullptr) setenv("NUMARENA_RETURN_IDLE_MS", return_idle_ms, 1);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -87,8 +88,10 @@ Run RunProbe(const std::vector<std::string>& run_args, const std::vector<std::st
 }
 
 // python3 -S bytearray_probe.py ARGS (see tests/preload/bytearray_probe.py).
-Run RunPython(const std::vector<std::string>& run_args, const std::string& mode, int cpu = -1) {
-  return RunUnder(run_args, {NUMARENA_LAB_PYTHON, "-S", NUMARENA_LAB_PYTHON_PROBE, mode}, cpu);
+Run RunPython(const std::vector<std::string>& run_args, const std::string& mode, int cpu = -1,
+              const char* return_idle_ms = nullptr) {
+  return RunUnder(run_args, {NUMARENA_LAB_PYTHON, "-S", NUMARENA_LAB_PYTHON_PROBE, mode}, cpu,
+                  return_idle_ms);
 }
 
 // "key=value" numbers of the line that starts with `prefix`.
@@ -269,14 +272,18 @@ TEST_CASE("python3 under numarena run --membind N: its bytearray's pages are on 
   const auto& lab = Expected();
   for (const auto& node : lab.nodes) {
     const int from_node = lab.farthest_cpu_node(node.id).value_or(lab.cpu_node_ids().front());
+    // The probe counts the growth of the whole process's pages per node, so memory the
+    // process gives back meanwhile counts against it: the returner thread is off here (its
+    // pass returned 3 pages of Python's start-up garbage in one run: 16381 of 16384), and a
+    // little of jemalloc's own decay at the bytearray's calls is allowed for.
     Run run = RunPython({"--membind", std::to_string(node.id)}, "place",
-                        lab.node(from_node).cpus.front());
+                        lab.node(from_node).cpus.front(), "0");
     REQUIRE(run.exited);
     REQUIRE(run.status == 0);
     auto fields = Fields(run.output, "pages ");
     INFO("node " << node.id);
     const long on = fields[absl::StrCat("node", node.id)];
-    CHECK(on >= 16384);  // the 64 MiB
+    CHECK(on >= 16384 - 16);  // the 64 MiB, less 64 KiB the process may have given back
     for (const auto& [name, pages] : fields) {
       // Python's own small objects (pymalloc maps its arenas itself, first touch) may land
       // elsewhere; the bytearray may not.
