@@ -697,10 +697,8 @@ void* Arena::reallocate(void* p, std::size_t size, std::size_t alignment) noexce
     if (nallocx(request == 0 ? 1 : request, flags) == usable) return p;
     // A large object grows where it lies when the space after it is free: nothing copied,
     // and its old pages are not freed beside a new copy (glibc's mremap, jemalloc's rallocx).
-    if (alignment <= arena_internal::kLargeAlignThreshold &&
-        GrowLargeInPlace(arena_internal::HeapOf(p), p, usable, size)) {
-      return p;
-    }
+    // (`p` is aligned to `alignment` already, and stays where it is.)
+    if (GrowLargeInPlace(arena_internal::HeapOf(p), p, usable, size)) return p;
   }
   void* fresh = allocate(size, alignment);
   if (fresh == nullptr) return nullptr;

@@ -69,9 +69,9 @@ void ReturnFromHeap(Heap& heap, void* context) {
     DepotFlush(heap.id);
     ForEachShardCall(heap, "purge");
   } else {
-    // A class of the depot that nobody took from since the last pass and nobody put to for a
-    // pass's period goes back to jemalloc, not only after the heap's D: objects go back to
-    // their slabs, whose pages jemalloc then reuses for the classes the program allocates now.
+    // A class of the depot that nobody took from or put to for a pass's period goes back to
+    // jemalloc, not only after the heap's D: objects go back to their slabs, whose pages
+    // jemalloc then reuses for the classes the program allocates now.
     // A program that frees one class in a phase and allocates others in the next (redis:
     // LPOP's list nodes, then MSET's strings) otherwise held the first phase's objects beside
     // the second's growth for up to 1.25 D (peak RSS 1.3x the peers'). Pages are not purged

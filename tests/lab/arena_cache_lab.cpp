@@ -219,15 +219,11 @@ TEST_CASE("a batch freed on another node's CPU waits in its arena's depot, not t
   }
 }
 
-// What a growth of a large block left where: for every node A and every other node B with
-// CPUs, `grow` runs on a thread pinned to B's CPUs with a Bind(A) arena (a heap of its own in
-// each section, as far as the shard counts go), purged before and after, and returns the
-// grown block's pages off node A; whether it grew in place and kept its bytes is its to say.
-struct Growth {
-  bool in_place = false;
-  bool kept = false;
-  std::size_t off_node = 0;
-};
+// A 6 MiB block of a Bind(A) arena, written, grown to 12 MiB by `grow` (which returns the
+// 12 MiB block), for every node A and every other node B with CPUs, on a thread pinned to B's
+// CPUs (a heap of its own in each section, as far as the shard counts go; free address space
+// after the block). The growth must keep the block's address and bytes, and every page of the
+// 12 MiB must be on A: a page of the new part that first touch placed would be on B.
 template <typename Grow>
 void ForEachRemoteGrowth(Grow grow) {
   const auto& lab = lab::Expected();
@@ -241,65 +237,48 @@ void ForEachRemoteGrowth(Grow grow) {
         auto made = Arena::ForPolicy(Policy::Bind(a.id), options);
         REQUIRE(made.ok());
         Arena* arena = *made;
-        Growth growth;
+        bool in_place = false;
+        bool kept = false;
+        std::size_t off_node = 0;
         std::thread remote([&] {
           lab::PinnedTo pin(b.cpus);
           void* range = arena->allocate(32 * kMiB);
           REQUIRE(range != nullptr);
           deallocate(range);
           arena->purge();  // free address space of the heap now
-          growth = grow(arena, a.id);
+          auto* block = static_cast<unsigned char*>(arena->allocate(6 * kMiB));
+          REQUIRE(block != nullptr);
+          std::memset(block, 0x11, 6 * kMiB);
+          auto* grown = static_cast<unsigned char*>(grow(arena, block));
+          INFO(last_allocation_error().ToString());
+          REQUIRE(grown != nullptr);
+          in_place = grown == block;
+          kept = grown[0] == 0x11 && grown[6 * kMiB - 1] == 0x11;
+          std::memset(grown, 0x22, 12 * kMiB);
+          off_node = PagesOffNode(grown, 12 * kMiB, a.id);
+          deallocate(grown);
           arena->purge();
         });
         remote.join();
-        CHECK(growth.in_place);
-        CHECK(growth.kept);
-        CHECK(growth.off_node == 0);
+        CHECK(in_place);
+        CHECK(kept);
+        CHECK(off_node == 0);
       }
     }
   }
 }
 
 TEST_CASE("a large block grown in place keeps every page on its arena's node") {
-  // A 12 MiB request meets a freed 6 MiB block in the heap's large cache with free address
-  // space after it: the block is grown in place. The thread runs on another node's CPUs, so
-  // a page of the new part that first touch placed would be on that node, not A's.
-  ForEachRemoteGrowth([](Arena* arena, int node) {
-    Growth growth;
-    auto* small = static_cast<unsigned char*>(arena->allocate(6 * kMiB));
-    REQUIRE(small != nullptr);
-    std::memset(small, 0x11, 6 * kMiB);
-    deallocate(small);  // into the large cache
-    auto* large = static_cast<unsigned char*>(arena->allocate(12 * kMiB));
-    INFO(last_allocation_error().ToString());
-    REQUIRE(large != nullptr);
-    growth.in_place = large == small;
-    growth.kept = large[0] == 0x11 && large[6 * kMiB - 1] == 0x11;
-    std::memset(large, 0x22, 12 * kMiB);
-    growth.off_node = PagesOffNode(large, 12 * kMiB, node);
-    deallocate(large);
-    return growth;
+  // A 12 MiB request meets the freed 6 MiB block in the heap's large cache: grown in place.
+  ForEachRemoteGrowth([](Arena* arena, void* block) {
+    deallocate(block);  // into the large cache
+    return arena->allocate(12 * kMiB);
   });
 }
 
 TEST_CASE("a large block grown by reallocate keeps every page on its arena's node") {
-  // reallocate(6 MiB block, 12 MiB) with free address space after the block grows it where it
-  // lies; the new part must be on A, not on the calling thread's node.
-  ForEachRemoteGrowth([](Arena* arena, int node) {
-    Growth growth;
-    auto* block = static_cast<unsigned char*>(arena->allocate(6 * kMiB));
-    REQUIRE(block != nullptr);
-    std::memset(block, 0x11, 6 * kMiB);
-    auto* grown = static_cast<unsigned char*>(arena->reallocate(block, 12 * kMiB));
-    INFO(last_allocation_error().ToString());
-    REQUIRE(grown != nullptr);
-    growth.in_place = grown == block;
-    growth.kept = grown[0] == 0x11 && grown[6 * kMiB - 1] == 0x11;
-    std::memset(grown, 0x22, 12 * kMiB);
-    growth.off_node = PagesOffNode(grown, 12 * kMiB, node);
-    deallocate(grown);
-    return growth;
-  });
+  ForEachRemoteGrowth(
+      [](Arena* arena, void* block) { return arena->reallocate(block, 12 * kMiB); });
 }
 
 }  // namespace
