@@ -2,7 +2,7 @@
 //
 // A server frees a request's buffers, activations and tensors as a batch, often on another
 // thread than the one that made them, and makes the next batch at the same sizes. A thread's
-// front cache holds 4 MiB of medium objects and a few hundred objects per small class, so
+// front cache holds 1 MiB of medium objects and a few hundred objects per small class, so
 // without the depot most of such a batch would go back to jemalloc one object at a time and
 // come out again the same way, through the explicit-arena path and its extent bookkeeping.
 // jemalloc keeps those pages resident for its decay time anyway; the depot keeps the objects

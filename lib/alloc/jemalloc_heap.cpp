@@ -535,7 +535,7 @@ std::size_t PurgeDirtyOnNode(int node) noexcept {
   LifecycleShared walk;  // no heap is destroyed under this walk
   const int count = g_heap_count.load(std::memory_order_acquire);
   // This thread's cached objects and the heaps' depots and large caches, so their pages can go
-  // too (other threads' front caches hold at most 32 KiB per small class, 4 MiB of medium
+  // too (other threads' front caches hold at most 32 KiB per small class, 1 MiB of medium
   // objects and one object of up to 4 MiB); the bytes they handed to jemalloc.
   // Every refusal purges: memory freed straight to jemalloc since the last purge (a cache's
   // overflow, a large free, another thread's exit) is dirty there and charged until purged,

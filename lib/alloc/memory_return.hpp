@@ -3,6 +3,7 @@
 // activity stamps and the thread that runs the passes: heap_activity.hpp.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "alloc/heap_activity.hpp"
@@ -20,6 +21,14 @@ namespace numarena {
 // 2 D, or holding cached objects); *period_ns (when not null) gets the shortest D / 4 (10 ms to
 // 1 s), how long the thread waits for the next pass. Tests call it with a clock of their own.
 bool ReturnIdleMemory(std::int64_t now_ns, std::int64_t* period_ns = nullptr) noexcept;
+
+// Called when jemalloc had to commit fresh pages for a large block of `heap` (2 MiB or more):
+// the freed memory the heap holds could not serve it (jemalloc carves from its dirty extents
+// first), so the depot's classes nobody took from or put to for 50 ms go back to jemalloc and
+// all of the heap's dirty pages to the kernel now, before the caller first touches the block,
+// rather than sit resident beside it until the decay (with or without a returner thread).
+// Returns the bytes of the heap's commit that went back.
+std::size_t ReturnBeforeLargeGrowth(int heap) noexcept;
 
 // Makes the returner thread run ReturnIdleMemory. The arena layer calls it before it creates
 // the first arena with return_idle_ms set.

@@ -38,6 +38,8 @@ void AppendArenaMetrics(ExpositionWriter& out, const std::vector<const Arena*>& 
   };
   static constexpr Gauge kGauges[] = {
       {"numarena_arena_allocated_bytes", &ArenaStats::allocated, "Bytes in live allocations."},
+      {"numarena_arena_cached_bytes", &ArenaStats::cached,
+       "Part of the allocated bytes that is freed objects the arena's shared caches keep."},
       {"numarena_arena_active_bytes", &ArenaStats::active,
        "Bytes of pages holding live allocations."},
       {"numarena_arena_resident_bytes", &ArenaStats::resident,

@@ -24,6 +24,7 @@
 
 #include "alloc/memory_return.hpp"
 #include "numarena/arena.hpp"
+#include "resident_pages.hpp"
 
 #if defined(__SANITIZE_THREAD__)
 // The fork test's child starts the returner thread: TSan must let a child of a multi-threaded
@@ -49,7 +50,7 @@ Arena* Get(unsigned weight, std::int64_t return_idle_ms) {
 }
 
 // A burst freed at once: 96 objects of 160 KiB (most go to the depot: a thread's front cache
-// keeps 4 MiB of them) and 6 of 8-24 MiB (the large cache), every page written.
+// keeps 1 MiB of them) and 6 of 8-24 MiB (the large cache), every page written.
 void BurstAndFree(Arena* arena) {
   std::vector<std::pair<void*, std::size_t>> blocks;
   for (int i = 0; i < 96; ++i) blocks.emplace_back(arena->allocate(160 * kKiB), 160 * kKiB);
@@ -75,7 +76,7 @@ TEST_CASE("a pass returns an idle arena's shared caches and dirty pages") {
   INFO("after: cached " << after.cached << " committed " << after.committed);
   CHECK(after.cached == 0);
   // What the caches held and jemalloc's dirty pages went back: only the thread's own front
-  // cache (4 MiB of 160 KiB objects) and the arena's metadata stay committed.
+  // cache (1 MiB of 160 KiB objects) and the arena's metadata stay committed.
   CHECK(before.committed - after.committed >= 70 * kMiB);
 }
 
@@ -192,6 +193,63 @@ TEST_CASE("a fork() child starts a returner thread of its own") {
   REQUIRE(waitpid(child, &status, 0) == child);
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);  // 10: inherited, 11: not started, 12: nothing returned
+}
+
+TEST_CASE("a large block on fresh pages returns the depot's idle classes and dirty pages first") {
+  // No returner (return_idle_ms 0): the rule holds whether or not a pass ever runs. A phase's
+  // buffers (96 of 160 KiB) go to the depot; 100 ms later a 64 MiB block needs fresh pages: the
+  // buffers go back to jemalloc and their pages to the kernel before the block is handed out.
+  // The same block again, from the large cache, needs none: the next phase's buffers stay.
+  Arena* arena = Get(68, 0);
+  auto batch = [&](std::size_t size, int count) {
+    std::vector<void*> objects;
+    for (int i = 0; i < count; ++i) {
+      objects.push_back(arena->allocate(size));
+      REQUIRE(objects.back() != nullptr);
+      std::memset(objects.back(), 0x5a, size);
+    }
+    for (void* p : objects) deallocate(p, size);
+    return objects;
+  };
+  // Whole pages only (a large object may start inside a page: jemalloc's random offset).
+  auto resident = [](const std::vector<void*>& objects, std::size_t size) {
+    std::size_t count = 0;
+    for (void* p : objects) count += testing::CountResident(p, size).resident;
+    return count;
+  };
+  auto pages = [](const std::vector<void*>& objects, std::size_t size) {
+    std::size_t count = 0;
+    for (void* p : objects) count += testing::CountResident(p, size).pages;
+    return count;
+  };
+  const std::vector<void*> first = batch(160 * kKiB, 96);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const ArenaStats before = arena->stats();
+  INFO("cached before " << before.cached);
+  REQUIRE(before.cached >= 14 * kMiB);  // what the front cache's 1 MiB had no room for
+  REQUIRE(resident(first, 160 * kKiB) == pages(first, 160 * kKiB));
+
+  void* block = arena->allocate(64 * kMiB);
+  REQUIRE(block != nullptr);
+  const ArenaStats after = arena->stats();
+  INFO("cached after " << after.cached << ", committed " << before.committed << " -> "
+                       << after.committed);
+  CHECK(after.cached == 0);
+  // What the thread's own front cache keeps of the class (its 1 MiB of medium objects) stays
+  // resident; the depot's part is the kernel's again.
+  CHECK(resident(first, 160 * kKiB) <= pages(first, 160 * kKiB) / 12);
+
+  deallocate(block);  // to the large cache
+  const std::vector<void*> second = batch(160 * kKiB, 96);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const std::size_t second_cached = arena->stats().cached;
+  block = arena->allocate(64 * kMiB);  // the cached block: no fresh pages
+  REQUIRE(block != nullptr);
+  INFO("cached with the block " << second_cached << ", then " << arena->stats().cached);
+  CHECK(arena->stats().cached == second_cached - 64 * kMiB);
+  CHECK(resident(second, 160 * kKiB) == pages(second, 160 * kKiB));
+  deallocate(block);
+  arena->purge();
 }
 
 TEST_CASE("a loop of random 5-25 MiB blocks holds its live block and not the large cache's bound") {
