@@ -4,7 +4,11 @@ Runs with `python3 -S` (the lab VM carries only the interpreter and the encoding
     bytearray_probe.py place     a 64 MiB bytearray, every page written; prints
                                  "pages nodeK=D ..." with D the growth of the process's pages
                                  on node K, the kernel's own per-node page counts summed over
-                                 /proc/self/numa_maps, before and after
+                                 /proc/self/numa_maps, before and after. A first bytearray of
+                                 the same size is made (and kept) before the count starts: a
+                                 large block on fresh pages makes numarena give back what it
+                                 holds freed (the interpreter's start-up garbage), which would
+                                 count against the second one's growth
     bytearray_probe.py exhaust   16 MiB bytearrays until MemoryError; prints
                                  "MemoryError after=M MiB" and exits 0
 """
@@ -23,6 +27,7 @@ def node_pages():
 
 
 if sys.argv[1] == "place":
+    first = bytearray(64 << 20)
     before = node_pages()
     block = bytearray(64 << 20)
     for i in range(0, len(block), 4096):
