@@ -21,12 +21,13 @@
 
 namespace numarena::arena_internal {
 
-// Where the kernel keeps the calling thread's CPU id, as an offset from the thread pointer
-// (glibc's __rseq_offset plus the cpu_id field's 4), copied once by the override's
-// Initialize() so that a --local malloc reads it with one load instead of two through the GOT;
-// 0 (never a valid offset: the thread pointer points at the TCB's self pointer) while unset
-// or when glibc could not register rseq.
-inline std::ptrdiff_t rseq_cpu_id_offset = 0;
+// Where the calling thread's CPU id is, as an offset from the thread pointer: glibc's
+// __rseq_offset plus the cpu_id field's 4, copied once by the override's Initialize() so that
+// a --local malloc reads it with one load instead of two through the GOT; without rseq, the
+// offset of t_no_rseq_cpu, which reads ~0u in every thread (a CPU no table knows), so the read
+// needs no test first. 0 until Initialize() (no fast path runs before it).
+[[gnu::visibility("hidden")]] inline std::ptrdiff_t rseq_cpu_id_offset = 0;
+inline thread_local constinit unsigned t_no_rseq_cpu = ~0u;
 
 struct OverrideFastPath {
   // An object of at least `size` bytes, default alignment, popped from the calling thread's
@@ -58,15 +59,22 @@ struct OverrideFastPath {
   //
   // The thread's last answer is kept with the CPU it was for (t_local_heap), so a call on the
   // same CPU as the last one makes two dependent loads (the offset, then the CPU id through
-  // %fs) before the front list, not six (the GOT's rseq offset, its value, the thread pointer,
-  // the CPU id, the CPU-to-node table, the arena's heap of that node): --local's malloc took
-  // 66 instructions to --membind's 44, and 5-15 % more time on most programs.
+  // %fs) and a compare before the front list, not six loads (the GOT's rseq offset, its value,
+  // the thread pointer, the CPU id, the CPU-to-node table, the arena's heap of that node):
+  // --local's malloc took 66 instructions to --membind's 44, and 5-15 % more time on most
+  // programs. The cache is keyed by the CPU alone: every call passes the same arena, the
+  // override's (preload.cpp), whose heaps are never destroyed; and it holds a heap only once
+  // the node has one, so a hit needs no test of it.
   [[gnu::always_inline]] static int LocalHeap(const Arena& arena) noexcept {
     using os::current_node_internal::cpu_node_plus_one;
     using os::current_node_internal::kTableCpus;
     const unsigned cpu = ThreadCpu();
     LocalHeapCache& cached = t_local_heap;
-    if (cpu == cached.cpu && &arena == cached.arena) return cached.heap;
+    if (__builtin_expect(cpu == cached.cpu, 1)) {
+      const int heap = cached.heap;
+      if (heap < 0) __builtin_unreachable();  // kept only once >= 0 (below)
+      return heap;
+    }
     if (cpu >= kTableCpus) return -1;
     const unsigned node_plus_one = cpu_node_plus_one[cpu].load(std::memory_order_relaxed);
     if (node_plus_one == 0 || node_plus_one > static_cast<unsigned>(arena.node_heap_count_)) {
@@ -76,7 +84,7 @@ struct OverrideFastPath {
     // Kept only once the node has a heap (heaps of a live arena are never destroyed), so a
     // node's first call still goes to the guarded path, which creates it. A CPU id the table
     // does not know (~0u: no rseq) never gets here, so never matches the cache.
-    if (heap >= 0) cached = LocalHeapCache{&arena, cpu, heap};
+    if (heap >= 0) cached = LocalHeapCache{cpu, heap};
     return heap;
   }
 
@@ -85,23 +93,21 @@ struct OverrideFastPath {
   // glibc's offset through the GOT and adds the thread pointer: three).
   [[gnu::always_inline]] static unsigned ThreadCpu() noexcept {
 #if defined(__x86_64__) && defined(NUMARENA_HAVE_GLIBC_RSEQ)
-    const std::ptrdiff_t offset = rseq_cpu_id_offset;
-    if (offset == 0) return ~0u;
     unsigned cpu;
     // The kernel rewrites the field whenever it moves the thread: read it every call.
-    asm volatile("movl %%fs:(%1), %0" : "=r"(cpu) : "r"(offset));
+    asm volatile("movl %%fs:(%1), %0" : "=r"(cpu) : "r"(rseq_cpu_id_offset));
     return cpu;
 #else
     return os::current_node_internal::RseqCpuId();
 #endif
   }
 
+  // `cpu` starts as ~1u, which no thread reads (a CPU id is below kTableCpus, or ~0u).
   struct LocalHeapCache {
-    const Arena* arena;
     unsigned cpu;
     int heap;
   };
-  static inline thread_local constinit LocalHeapCache t_local_heap{nullptr, ~0u, -1};
+  static inline thread_local constinit LocalHeapCache t_local_heap{~1u, -1};
 };
 
 }  // namespace numarena::arena_internal

@@ -60,6 +60,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -389,10 +390,18 @@ void Initialize() {
         "': " + Excerpt(arena.status().message(), 1000));
   }
   g_arena = *arena;
-#ifdef NUMARENA_HAVE_GLIBC_RSEQ
+#if defined(__x86_64__) && defined(NUMARENA_HAVE_GLIBC_RSEQ)
   // The fast path's copy of where a thread's CPU id is (override_fast_path.hpp); 4: the
-  // offset of struct rseq's cpu_id.
-  if (__rseq_size != 0) arena_internal::rseq_cpu_id_offset = __rseq_offset + 4;
+  // offset of struct rseq's cpu_id. Without rseq, where t_no_rseq_cpu is: the preload's
+  // thread-locals are static TLS, at the same offset from every thread's pointer.
+  if (__rseq_size != 0) {
+    arena_internal::rseq_cpu_id_offset = __rseq_offset + 4;
+  } else {
+    std::uintptr_t thread_pointer;
+    asm("movq %%fs:0, %0" : "=r"(thread_pointer));
+    arena_internal::rseq_cpu_id_offset = static_cast<std::ptrdiff_t>(
+        reinterpret_cast<std::uintptr_t>(&arena_internal::t_no_rseq_cpu) - thread_pointer);
+  }
 #endif
   g_state.store(kReady, std::memory_order_release);
   if (std::string problem = StartMetrics(g_arena, MarkThreadInside); !problem.empty()) {
