@@ -786,7 +786,11 @@ ArenaStats Arena::stats() const {
 
 std::size_t usable_size(const void* p) {
   if (p == nullptr || arena_internal::HeapOf(p) < 0) return 0;
-  if (checked::Enabled()) checked::CheckLive(p, "numarena::usable_size");
+  if (checked::Enabled()) {
+    checked::CheckLive(p, "numarena::usable_size");
+  } else if (const std::size_t bytes = arena_internal::RecordedUsableSize(p)) {
+    return bytes;  // the class map's answer, without jemalloc's radix-tree lookup
+  }
   return sallocx(const_cast<void*>(p), 0);
 }
 

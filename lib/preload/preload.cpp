@@ -220,8 +220,8 @@ void* Reallocate(void* p, std::size_t size) {
     Free(p);
     return nullptr;
   }
-  std::size_t usable;
-  {
+  std::size_t usable = arena_internal::RecordedUsableSize(p);
+  if (usable == 0) {
     Inside inside;
     usable = usable_size(p);
   }
@@ -243,6 +243,10 @@ void* Reallocate(void* p, std::size_t size) {
 std::size_t UsableSize(void* p) {
   if (p == nullptr) return 0;
   if (owns(p)) {
+    // From the class map, unguarded (a load or two, no call): programs that count their
+    // memory call this on every malloc and free (redis's zmalloc), and jemalloc's lookup
+    // behind the guard was 3 % of redis's time.
+    if (const std::size_t bytes = arena_internal::RecordedUsableSize(p)) return bytes;
     Inside inside;
     return usable_size(p);
   }

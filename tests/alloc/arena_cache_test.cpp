@@ -25,6 +25,8 @@
 #include <utility>
 #include <vector>
 
+#include <jemalloc/jemalloc.h>
+
 #include "absl/strings/str_cat.h"
 #include "limit_gate.hpp"
 #include "resident_pages.hpp"
@@ -71,6 +73,28 @@ std::vector<std::size_t> BoundarySizes() {
 }
 
 }  // namespace
+
+TEST_CASE("usable_size answers from the class map exactly what jemalloc says") {
+  // usable_size reads the object's class from numarena's class map, not jemalloc's radix tree
+  // (sallocx): the two must agree for every size and alignment the caches serve, for objects
+  // fresh from jemalloc and reused from the lists alike.
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 59}}));
+  std::vector<std::size_t> sizes;
+  for (std::size_t size = 1; size <= 4200; ++size) sizes.push_back(size);
+  for (std::size_t size : BoundarySizes()) sizes.push_back(size);
+  for (int round = 0; round < 2; ++round) {  // the second round reuses the first's objects
+    for (std::size_t alignment : {alignof(std::max_align_t), std::size_t{64}, std::size_t{4096}}) {
+      for (std::size_t size : sizes) {
+        void* p = arena->allocate(size, alignment);
+        REQUIRE(p != nullptr);
+        INFO("size " << size << " alignment " << alignment);
+        REQUIRE(numarena::usable_size(p) == sallocx(p, 0));
+        numarena::deallocate(p);
+      }
+    }
+  }
+  arena->purge();
+}
 
 TEST_CASE("medium and large caches never hand out an object smaller than asked") {
   Arena* arena = Get(Policy::WeightedInterleave({{0, 11}}));

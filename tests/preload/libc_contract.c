@@ -7,6 +7,12 @@
  *   libc_contract refill         fills memory with 64 KiB blocks until malloc says no (at most
  *                                4 GiB), frees them all, and at once asks for 128 B to 4 KiB:
  *                                exit 0 only when every one of those is given
+ *   libc_contract usable         malloc_usable_size of malloc, calloc, memalign and realloc
+ *                                blocks of 0 B to 3 MiB, each checked: at least the size
+ *                                asked, at most a size class above it, all of it writable,
+ *                                the same answer after the block's neighbours were freed, and
+ *                                (numarena's blocks) realloc to it keeps the block in place;
+ *                                exit 0 when all hold
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -119,6 +125,72 @@ static int refill(void) {
   return refused == 0 && count < kMax ? 0 : 1;
 }
 
+/* Checks the usable size of `p`, asked for `size` bytes at `alignment` (0: malloc's). */
+static int check_usable(void* p, size_t size, size_t alignment, const char* how) {
+  if (p == NULL) {
+    printf("%s(%zu): NULL\n", how, size);
+    return 1;
+  }
+  const size_t usable = malloc_usable_size(p);
+  /* jemalloc's classes are at most a quarter of the size apart above 64 B, 16 B below
+   * (glibc's smallest chunk holds 24 B); an aligned block may be rounded up to its alignment
+   * too. */
+  const size_t slack = (size / 4 > 32 ? size / 4 : 32) + alignment;
+  if (usable < size || usable > size + slack) {
+    printf("%s(%zu): malloc_usable_size %zu\n", how, size, usable);
+    return 1;
+  }
+  memset(p, 0x5a, usable);
+  return 0;
+}
+
+static int usable(void) {
+  int failures = 0;
+  enum { kKept = 64 };
+  void* kept[kKept] = {0};
+  size_t kept_size[kKept] = {0};
+  int slot = 0;
+  for (size_t size = 0; size <= (3u << 20); size += size < 4200 ? 1 : size < 70000 ? 61 : 40961) {
+    void* a = malloc(size);
+    void* b = calloc(1, size);
+    void* c = memalign(64, size);
+    failures += check_usable(a, size, 0, "malloc") + check_usable(b, size, 0, "calloc") +
+                check_usable(c, size, 64, "memalign");
+    /* realloc to the usable size keeps numarena's block where it is (glibc may move an
+     * mmapped chunk) */
+    if (a != NULL && numarena_owns != NULL && numarena_owns(a)) {
+      const size_t usable_a = malloc_usable_size(a);
+      void* same = realloc(a, usable_a);
+      if (same != a) {
+        printf("realloc(%zu -> its usable %zu) moved the block\n", size, usable_a);
+        ++failures;
+      }
+      a = same;
+    }
+    note(a), note(b), note(c);
+    /* one of them kept a while, so later answers come from blocks whose neighbours were freed */
+    free(kept[slot]);
+    kept[slot] = b;
+    kept_size[slot] = b != NULL ? malloc_usable_size(b) : 0;
+    slot = (slot + 1) % kKept;
+    free(a);
+    free(c);
+    for (int i = 0; i < kKept; ++i) {
+      if (kept[i] != NULL && malloc_usable_size(kept[i]) != kept_size[i]) {
+        printf("a kept block's usable size changed: %zu -> %zu\n", kept_size[i],
+               malloc_usable_size(kept[i]));
+        ++failures;
+        kept_size[i] = malloc_usable_size(kept[i]);
+      }
+    }
+    if (failures > 20) break;
+  }
+  for (int i = 0; i < kKept; ++i) free(kept[i]);
+  fprintf(stderr, "owned by numarena: %d of %d\n", owned, allocated);
+  printf("usable: %d failures\n", failures);
+  return failures == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   numarena_owns = (int (*)(const void*))dlsym(RTLD_DEFAULT, "numarena_owns");
   if (argc >= 2 && strcmp(argv[1], "edges") == 0) return edges();
@@ -126,6 +198,7 @@ int main(int argc, char** argv) {
     return double_free((size_t)strtoull(argv[2], NULL, 10));
   }
   if (argc >= 2 && strcmp(argv[1], "refill") == 0) return refill();
-  fprintf(stderr, "usage: libc_contract edges | double-free BYTES | refill\n");
+  if (argc >= 2 && strcmp(argv[1], "usable") == 0) return usable();
+  fprintf(stderr, "usage: libc_contract edges | double-free BYTES | refill | usable\n");
   return 2;
 }

@@ -12,6 +12,10 @@
   start-up in one line, by `numarena run` and by the preload library alone.
 - Under a quota, memory a program just freed is given again at once: a program that fills
   its quota until malloc says no, frees everything and asks for 128 B-4 KiB gets it all.
+- malloc_usable_size (answered from numarena's class map without a call into jemalloc) says
+  at least the size asked and at most a class above it, all of it writable, unchanged while
+  the block lives, under glibc and under the override; there realloc to it keeps the block in
+  place.
 Exit status 0 only when every check passes.
 """
 import os
@@ -106,6 +110,16 @@ def main():
               f"numarena run {' '.join(policy)} --budget quota:32M: a program that filled the "
               "quota, freed everything and asked for 128 B-4 KiB at once got them all",
               f"exit {result.returncode}: {result.stdout}{result.stderr}")
+
+    # malloc_usable_size.
+    reference = run([program, "usable"], env=base_env)
+    check(reference.returncode == 0, "glibc: malloc_usable_size keeps its contract",
+          reference.stdout[-2000:])
+    for policy in (["--membind", "0"], ["--local"]):
+        result = run([cli, "run", *policy, "--", program, "usable"])
+        check(result.returncode == 0 and "owned by numarena: 0 of" not in result.stderr,
+              f"numarena run {' '.join(policy)}: malloc_usable_size keeps its contract",
+              f"exit {result.returncode}: {result.stdout[-2000:]}{result.stderr[-500:]}")
 
     print(f"{failed()} failed" if failed() else "all passed")
     return 1 if failed() else 0

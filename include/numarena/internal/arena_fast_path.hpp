@@ -151,6 +151,15 @@ inline unsigned RecordedClassPlusOne(const void* p) noexcept {
   return table[(a >> kChunkShift) & (kChunksPerGranule - 1)].load(std::memory_order_relaxed);
 }
 
+// The usable size of the live numarena object at p from the class map: its class's bytes (the
+// size sallocx would say, without the lookup in jemalloc's radix tree), or 0 when the map does
+// not say (a class of 2 MiB or more, or no record: checked mode, the front cache off), and
+// then jemalloc must be asked.
+inline std::size_t RecordedUsableSize(const void* p) noexcept {
+  const unsigned class_plus_one = RecordedClassPlusOne(p);
+  return class_plus_one - 1 < unsigned{kFrontClasses} ? front_class_bytes[class_plus_one - 1] : 0;
+}
+
 // ---- the front cache (filled by lib/alloc/front_cache.cpp) ----
 // Objects of up to kFrontMaxCached (1.75 MiB), one LIFO list per class threaded through the
 // objects' first word. A list belongs to one (thread, heap), so an object only ever returns
