@@ -16,7 +16,7 @@
 // front cache (lib/alloc/front_cache.cpp; the state the inline paths read is in
 // numarena/internal/arena_fast_path.hpp): per (thread, arena), per size class up to 1.75 MiB,
 // a list of freed objects (about 32 KiB per class up to 4 KiB; above that about 1 MiB per class
-// and 4 MiB for all of them together). The fast paths are inline: `allocate` pops a list, a
+// and 1 MiB for all of them together, so objects above 1 MiB go straight to the shared depot). The fast paths are inline: `allocate` pops a list, a
 // `deallocate` pushes one; an unsized one finds the class in numarena's class map (a byte per
 // 4 KiB of address space, recorded when jemalloc hands the object out; class_map.cpp), not by
 // asking jemalloc. Objects of 2 MiB and more that are freed go to their heap's large cache
@@ -37,7 +37,7 @@
 // the heaps' depots and large caches are emptied first; every refusal does this, however
 // soon after the last), so
 // memory one thread freed is not what refuses another, up to what other threads' front
-// caches hold (per thread and arena at most about 32 KiB per class up to 4 KiB and 4 MiB of
+// caches hold (per thread and arena at most about 32 KiB per class up to 4 KiB and 1 MiB of
 // larger objects), which only they can hand back. `Preferred` arenas
 // then move on to the next node by distance, also when the preferred node is already full
 // when the arena is made.
@@ -284,8 +284,8 @@ class Arena {
   // calling thread's caches and the arena's shared caches go back first; other threads'
   // cached objects stay until those threads overflow their lists or exit. What one thread's
   // cache for one heap holds at most: about 32 KiB per size class up to 4 KiB, plus up to
-  // 8 MiB more when its lists grow for batches freed together, 4 MiB of larger objects up to
-  // 1.75 MiB each, and one object of 2 MiB to 4 MiB. The shared caches, per heap: the depot
+  // 8 MiB more when its lists grow for batches freed together, 1 MiB of larger objects up to
+  // 1 MiB each, and one object of 2 MiB to 4 MiB. The shared caches, per heap: the depot
   // (objects of 16 B to 1.75 MiB that the threads' caches had no room for, up to 128 MiB, and
   // a size class nobody took from for a second goes back by itself) and the large cache
   // (2 MiB to 256 MiB, up to 256 MiB); ArenaStats::cached counts them. With a capacity gate

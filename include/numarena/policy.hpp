@@ -227,8 +227,10 @@ struct ArenaOptions {
   static constexpr int kMaxShards = 8;
 
   // Memory return. 0 (default): freed memory stays with the arena for reuse (its caches, then
-  // jemalloc's dirty pages) until purge(), a refusal for lack of room, or jemalloc's decay at
-  // later calls into the arena. 1 to kMaxReturnIdleMs: memory nobody reuses for that many
+  // jemalloc's dirty pages) until purge(), a refusal for lack of room, jemalloc's decay at
+  // later calls into the arena, or a large allocation (2 MiB or more) that takes fresh pages:
+  // none of it could serve that one, so the depot's classes unused for 50 ms and the dirty
+  // pages go back first, whatever this option says. 1 to kMaxReturnIdleMs: memory nobody reuses for that many
   // milliseconds goes back to the kernel within about 1.25 times that, even if the program
   // makes no more calls: a background thread ("numarena-return"), started at the arena's
   // first cache overflow or 2 MiB+ free, returns the arena's shared caches and dirty pages

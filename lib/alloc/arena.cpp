@@ -472,7 +472,7 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
       // are (node_pages.hpp).
       HugeAdviceLimit huge_limit(size >= NodePages::kHugePage ? size : 0);
       const bool large = size >= arena_internal::kLargeAlignThreshold;
-      const std::size_t committed_before = large ? HeapById(heap)->pages->committed_bytes() : 0;
+      const std::size_t committed_before = large ? NodePages::ThreadCommittedBytes() : 0;
       if (void* p = mallocx(size, flags)) {
         if (__builtin_expect(arena_internal::HeapOf(p) != heap, 0)) {
           return RefuseForeignAllocation(p, size, error);
@@ -483,7 +483,7 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
         // driver freed 20 MiB, took 2 MiB of it and asked for 20 MiB again: the first block's
         // other 18 MiB and the model load's freed buffers in the depot stayed on top of the new
         // block (peak RSS 1.15x glibc's, which unmaps a freed large block at once).
-        if (large && HeapById(heap)->pages->committed_bytes() >=
+        if (large && NodePages::ThreadCommittedBytes() >=
                          committed_before + arena_internal::kLargeAlignThreshold) {
           ReturnBeforeLargeGrowth(heap);
         }

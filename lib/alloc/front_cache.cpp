@@ -29,7 +29,8 @@
 // if every full list grew, the limits would ratchet up to the bound, all of it RSS per thread
 // and heap. A grown list keeps its growth until it overflows again, so lists that an earlier
 // phase grew and that now sit idle hold part of the bound; 8 MiB leaves room beside them for
-// a batch of 8192 objects of 16-512 B, whose lists want about 4.5 MiB of growth. A medium list (above 4 KiB) holds about 1 MiB (2 to 32 objects), and all medium
+// a batch of 8192 objects of 16-512 B, whose lists want about 4.5 MiB of growth. A medium list (above 4 KiB) holds about 1 MiB (2 to 32 objects, fewer when the bound
+// below is smaller), and all medium
 // lists of one cache together at most Bounds::medium (1 MiB: a thread's medium objects of an
 // earlier phase stay resident until it overflows or exits, and a server has dozens of
 // threads; at 4 MiB, node's llama.cpp driver held 9 MiB in its threads' lists at its peak,
@@ -405,6 +406,12 @@ void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) no
     }
   }
   if (size_class > kClassOf4K) {
+    if (bytes > cache->medium_limit) {
+      // Larger than the whole bound (above 1 MiB without a gate): it can never be kept, and
+      // draining the other lists would not make room, only empty them on every such free.
+      DepotPut(heap, size_class, ObjectChain{p, p, 1}, bounds.depot, cache->depot_home);
+      return;
+    }
     // Still over the medium bound: the largest lists go first (they free the most bytes
     // per call), this list last.
     for (unsigned c = kFrontClasses - 1;
@@ -413,10 +420,6 @@ void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) no
     }
     if (cache->medium_bytes + bytes > cache->medium_limit) {
       DrainToDepot(heap, *cache, size_class, 0, bounds.depot);
-    }
-    if (bytes > cache->medium_limit) {  // larger than a pressed cache's whole bound
-      DepotPut(heap, size_class, ObjectChain{p, p, 1}, bounds.depot, cache->depot_home);
-      return;
     }
   }
   FrontPush(heap, cache, size_class, p);  // room now: no second overflow

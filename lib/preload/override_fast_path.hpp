@@ -13,7 +13,9 @@
 // Include order: numarena/arena.hpp, then os/current_node.hpp; used by preload.cpp only.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 
 #include "numarena/arena.hpp"
 #include "numarena/internal/arena_fast_path.hpp"
@@ -27,7 +29,9 @@ namespace numarena::arena_internal {
 // offset of t_no_rseq_cpu, which reads ~0u in every thread (a CPU no table knows), so the read
 // needs no test first. 0 until Initialize() (no fast path runs before it).
 [[gnu::visibility("hidden")]] inline std::ptrdiff_t rseq_cpu_id_offset = 0;
-inline thread_local constinit unsigned t_no_rseq_cpu = ~0u;
+// Initial-exec like all of the preload's thread-locals (its build says so; named here because
+// the offset above depends on it).
+[[gnu::tls_model("initial-exec")]] inline thread_local constinit unsigned t_no_rseq_cpu = ~0u;
 
 struct OverrideFastPath {
   // An object of at least `size` bytes, default alignment, popped from the calling thread's
@@ -65,6 +69,10 @@ struct OverrideFastPath {
   // programs. The cache is keyed by the CPU alone: every call passes the same arena, the
   // override's (preload.cpp), whose heaps are never destroyed; and it holds a heap only once
   // the node has one, so a hit needs no test of it.
+  //
+  // The heap is written before the CPU, with a signal fence between: a signal handler's malloc
+  // that interrupts the update sees either the old CPU (and a heap of the old or the new
+  // node: a placement a moment late at worst) or the new pair, never a CPU with no heap.
   [[gnu::always_inline]] static int LocalHeap(const Arena& arena) noexcept {
     using os::current_node_internal::cpu_node_plus_one;
     using os::current_node_internal::kTableCpus;
@@ -72,7 +80,7 @@ struct OverrideFastPath {
     LocalHeapCache& cached = t_local_heap;
     if (__builtin_expect(cpu == cached.cpu, 1)) {
       const int heap = cached.heap;
-      if (heap < 0) __builtin_unreachable();  // kept only once >= 0 (below)
+      if (heap < 0) __builtin_unreachable();  // never read before a heap >= 0 was kept (below)
       return heap;
     }
     if (cpu >= kTableCpus) return -1;
@@ -83,8 +91,13 @@ struct OverrideFastPath {
     const int heap = arena.node_heaps_[node_plus_one - 1].load(std::memory_order_acquire);
     // Kept only once the node has a heap (heaps of a live arena are never destroyed), so a
     // node's first call still goes to the guarded path, which creates it. A CPU id the table
-    // does not know (~0u: no rseq) never gets here, so never matches the cache.
-    if (heap >= 0) cached = LocalHeapCache{cpu, heap};
+    // does not know (~0u: no rseq; -1 or -2 from glibc: rseq not or no longer registered)
+    // never gets here, so never matches the cache.
+    if (heap >= 0) {
+      cached.heap = heap;
+      std::atomic_signal_fence(std::memory_order_release);
+      cached.cpu = cpu;
+    }
     return heap;
   }
 
@@ -102,12 +115,15 @@ struct OverrideFastPath {
 #endif
   }
 
-  // `cpu` starts as ~1u, which no thread reads (a CPU id is below kTableCpus, or ~0u).
+  // The thread's last (CPU, heap). The CPU starts as kNoCachedCpu, which no rseq area holds (a
+  // CPU id is below kTableCpus, and glibc writes -1 or -2 there when rseq is not registered),
+  // so nothing matches it before a heap is kept.
+  static constexpr unsigned kNoCachedCpu = 0x80000000u;
   struct LocalHeapCache {
     unsigned cpu;
     int heap;
   };
-  static inline thread_local constinit LocalHeapCache t_local_heap{~1u, -1};
+  static inline thread_local constinit LocalHeapCache t_local_heap{kNoCachedCpu, -1};
 };
 
 }  // namespace numarena::arena_internal

@@ -96,6 +96,36 @@ TEST_CASE("usable_size answers from the class map exactly what jemalloc says") {
   arena->purge();
 }
 
+TEST_CASE("an object above the medium bound goes to the depot and leaves the other lists alone") {
+  // A thread's medium lists hold 1 MiB in all: a 1.5 MiB object can never be kept, and its
+  // free must not empty the thread's other medium lists into the depot on the way (it did,
+  // on every such free, before the bound check came first).
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 61}}));
+  arena->purge();
+  std::vector<void*> kept;
+  for (int i = 0; i < 4; ++i) kept.push_back(arena->allocate(64 * kKiB));
+  for (void* p : kept) {
+    REQUIRE(p != nullptr);
+    numarena::deallocate(p);  // into this thread's 64 KiB list
+  }
+  const std::size_t before = arena->stats().cached;
+  void* big = arena->allocate(1536 * kKiB);
+  REQUIRE(big != nullptr);
+  const std::size_t big_bytes = numarena::usable_size(big);
+  numarena::deallocate(big);
+  const std::size_t after = arena->stats().cached;
+  INFO("cached " << before << " -> " << after << ", the big object " << big_bytes);
+  CHECK(after - before == big_bytes);
+  // And the 64 KiB objects are still this thread's: the next four are the same four.
+  std::set<void*> old(kept.begin(), kept.end());
+  for (int i = 0; i < 4; ++i) {
+    void* p = arena->allocate(64 * kKiB);
+    CHECK(old.count(p) == 1);
+    numarena::deallocate(p);
+  }
+  arena->purge();
+}
+
 TEST_CASE("medium and large caches never hand out an object smaller than asked") {
   Arena* arena = Get(Policy::WeightedInterleave({{0, 11}}));
   const std::vector<std::size_t> sizes = BoundarySizes();
