@@ -16,10 +16,11 @@
 // front cache (lib/alloc/front_cache.cpp; the state the inline paths read is in
 // numarena/internal/arena_fast_path.hpp): per (thread, arena), per size class up to 1.75 MiB,
 // a list of freed objects (about 32 KiB per class up to 4 KiB; above that about 1 MiB per class
-// and 1 MiB for all of them together, so objects above 1 MiB go straight to the shared depot). The fast paths are inline: `allocate` pops a list, a
-// `deallocate` pushes one; an unsized one finds the class in numarena's class map (a byte per
-// 4 KiB of address space, recorded when jemalloc hands the object out; class_map.cpp), not by
-// asking jemalloc. Objects of 2 MiB and more that are freed go to their heap's large cache
+// and 1 MiB for all of them together, so objects above 1 MiB go straight to the shared depot). The
+// fast paths are inline: `allocate` pops a list, a `deallocate` pushes one; an unsized one finds
+// the class in numarena's class map (a byte per 4 KiB of address space, recorded when jemalloc
+// hands the object out; class_map.cpp), not by asking jemalloc. Objects of 2 MiB and more that are
+// freed go to their heap's large cache
 // (up to 256 MiB per heap, less with a capacity gate, lib/alloc/large_cache.cpp), which
 // hands them out again to the same arena, from any thread. Only misses call into jemalloc,
 // whose explicit-arena calls (mallocx with flags) always take its slower generic path. What

@@ -29,21 +29,22 @@
 // if every full list grew, the limits would ratchet up to the bound, all of it RSS per thread
 // and heap. A grown list keeps its growth until it overflows again, so lists that an earlier
 // phase grew and that now sit idle hold part of the bound; 8 MiB leaves room beside them for
-// a batch of 8192 objects of 16-512 B, whose lists want about 4.5 MiB of growth. A medium list (above 4 KiB) holds about 1 MiB (2 to 32 objects, fewer when the bound
-// below is smaller), and all medium
-// lists of one cache together at most Bounds::medium (1 MiB: a thread's medium objects of an
-// earlier phase stay resident until it overflows or exits, and a server has dozens of
-// threads; at 4 MiB, node's llama.cpp driver held 9 MiB in its threads' lists at its peak,
-// 1.1x glibc's RSS; tensor churn of 64 KiB-1 MiB measured no slower through the depot). When a list cannot grow, or the
-// medium bound is full, half of that list goes to the heap's depot at once (and, if the bound
-// is still short, the largest medium lists), not one object per free. Cached objects stay
+// a batch of 8192 objects of 16-512 B, whose lists want about 4.5 MiB of growth. A medium
+// list (above 4 KiB) holds about 1 MiB (2 to 32 objects, fewer when the bound below is
+// smaller), and all medium lists of one cache together at most Bounds::medium (1 MiB: a
+// thread's medium objects of an earlier phase stay resident until it overflows or exits, and a
+// server has dozens of threads; at 4 MiB, node's llama.cpp driver held 9 MiB in its threads'
+// lists at its peak, 1.1x glibc's RSS; tensor churn of 64 KiB-1 MiB measured no slower through
+// the depot). An object larger than the bound goes to the depot at once. When a list cannot grow,
+// or the medium bound is full, half of that list goes to the heap's depot at once (and, if the
+// bound is still short, the largest medium lists), not one object per free. Cached objects stay
 // committed and charged to the capacity gate, so with a gate installed the bounds are smaller
-// (1 MiB of growth), and when the gate says a node of the heap is
-// under pressure (CapacityGate::CachesShouldShrink; a Budget from its warn line on) the small
-// lists go back to their start limits and the medium lists hold at most 256 KiB. The bounds
-// are re-read on every overflow (the cold path), so a cache shrinks at its thread's next
-// overflow, not at once. Everything in it is returned, and the small limits reset, when the
-// thread exits and when the thread calls Arena::purge() or a purge for lack of room runs on
+// (1 MiB of growth), and when the gate says a node of the heap is under pressure
+// (CapacityGate::CachesShouldShrink; a Budget from its warn line on) the small lists go back to
+// their start limits and the medium lists hold at most 256 KiB. The bounds are re-read on every
+// overflow (the cold path), so a cache shrinks at its thread's next overflow, not at once.
+// Everything in it is returned, and the small limits reset, when the thread exits and when the
+// thread calls Arena::purge() or a purge for lack of room runs on
 // it.
 //
 // Above the lists, one object of 2 MiB to 4 MiB per cache (FrontLargePut): without it, two

@@ -21,13 +21,13 @@
 //     depot and large cache go back to jemalloc and every dirty page of its shards to the
 //     kernel at once.
 // So memory freed in a burst is back with the kernel between D and about 1.25 D after the
-// program stops freeing. And whatever D (0 included), when jemalloc must commit fresh pages for
-// a large block (ReturnBeforeLargeGrowth), the freed memory it holds could not serve it: the
-// depot's classes unused for 50 ms and all dirty pages go back before the block is touched,
-// as glibc unmaps a freed large block at once (a phase that frees its buffers and then grows
-// otherwise holds both at its peak). What a thread's own front cache holds is not returned while the
-// thread sleeps (only the thread itself may touch its lists, without locks): at most a few
-// MiB per (thread, heap), design.md's bounds; it goes back at the thread's exit or purge().
+// program stops freeing. And whatever D (0 included), when jemalloc must commit fresh pages for a
+// large block (ReturnBeforeLargeGrowth), the freed memory it holds could not serve it: the depot's
+// classes unused for 50 ms and all dirty pages go back before the block is touched, as glibc unmaps
+// a freed large block at once (a phase that frees its buffers and then grows otherwise holds both
+// at its peak). What a thread's own front cache holds is not returned while the thread sleeps (only
+// the thread itself may touch its lists, without locks): at most a few MiB per (thread, heap),
+// design.md's bounds; it goes back at the thread's exit or purge().
 //
 // Placement: returning is purging. jemalloc's purge calls the heap's hooks, which drop the pages
 // with MADV_DONTNEED and keep the mapping and its mbind policy, so a page faulted in again
@@ -101,14 +101,9 @@ bool ReturnIdleMemory(std::int64_t now_ns, std::int64_t* period_ns) noexcept {
   return pass.more;
 }
 
-std::size_t ReturnBeforeLargeGrowth(int heap) noexcept {
-  Heap* live = HeapById(heap);
-  if (live == nullptr) return 0;
-  const std::size_t before = live->pages->committed_bytes();
+void ReturnBeforeLargeGrowth(int heap) noexcept {
   DepotSweep(heap, CoarseNanos(), kMinClassIdleNanos);
-  ForEachShardCall(*live, "purge");
-  const std::size_t after = live->pages->committed_bytes();
-  return before > after ? before - after : 0;
+  PurgeHeapDirty(heap);
 }
 
 void EnableMemoryReturn() noexcept { SetMemoryReturnPass(&RunPass); }

@@ -3,7 +3,6 @@
 // activity stamps and the thread that runs the passes: heap_activity.hpp.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 
 #include "alloc/heap_activity.hpp"
@@ -27,8 +26,7 @@ bool ReturnIdleMemory(std::int64_t now_ns, std::int64_t* period_ns = nullptr) no
 // first), so the depot's classes nobody took from or put to for 50 ms go back to jemalloc and
 // all of the heap's dirty pages to the kernel now, before the caller first touches the block,
 // rather than sit resident beside it until the decay (with or without a returner thread).
-// Returns the bytes of the heap's commit that went back.
-std::size_t ReturnBeforeLargeGrowth(int heap) noexcept;
+void ReturnBeforeLargeGrowth(int heap) noexcept;
 
 // Makes the returner thread run ReturnIdleMemory. The arena layer calls it before it creates
 // the first arena with return_idle_ms set.
