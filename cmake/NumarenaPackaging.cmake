@@ -37,7 +37,7 @@ set(CPACK_DEBIAN_DEV_PACKAGE_NAME libnumarena-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_COMPONENT_DEV_DEPENDS lib)
 # What numarenaConfig.cmake and the .pc files ask a consumer's build for.
-set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libabsl-dev, libnuma-dev, libjemalloc-dev")
+set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libabsl-dev, libjemalloc-dev")
 set(CPACK_COMPONENT_DEV_DESCRIPTION "numarena's headers, static libraries, CMake and pkg-config files")
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME numarena)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION admin)

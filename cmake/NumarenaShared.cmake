@@ -19,9 +19,9 @@
 # library that needs them loads on one distribution; Debian's libabsl_*.a are not PIC (and
 # some use local-exec TLS), so they cannot go into a shared object. cmake/abseil/build.sh
 # builds the components numarena uses from Debian's source package as PIC with hidden
-# visibility; the objects below are compiled against its headers. libnuma and libstdc++
-# stay shared, so with glibc they are the library's only dependencies
-# (tests/shared/check_self_contained.sh).
+# visibility; the objects below are compiled against its headers. libstdc++ stays shared, so
+# with glibc it is the library's only dependency (tests/shared/check_self_contained.sh); the
+# memory policy calls are system calls of its own (lib/os/os_linux.cpp), not libnuma's.
 # -z nodelete: dlclose() never unloads it -- jemalloc's thread-exit destructors and fork
 # handlers, and memory numarena handed out, must outlive any dlclose.
 
@@ -78,7 +78,7 @@ numarena_compile_against_nje(numarena_nje_objects)
 set_target_properties(numarena_nje_objects PROPERTIES POSITION_INDEPENDENT_CODE ON)
 # What a shared object made of these objects links.
 set(NUMARENA_NJE_LINK_LIBRARIES
-  ${NUMARENA_NJE_ARCHIVE} ${NUMARENA_ABSL_PIC_ARCHIVE} numa Threads::Threads)
+  ${NUMARENA_NJE_ARCHIVE} ${NUMARENA_ABSL_PIC_ARCHIVE} Threads::Threads)
 
 add_library(numarena_shared SHARED $<TARGET_OBJECTS:numarena_nje_objects>)
 add_library(numarena::shared ALIAS numarena_shared)

@@ -10,6 +10,7 @@
 #include <new>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,7 @@
 #include "alloc/large_cache.hpp"
 #include "alloc/depot.hpp"
 #include "os/fork.hpp"
+#include "os/os.hpp"
 
 // jemalloc's start-up options, unless the program sets its own malloc_conf (ours is weak, so
 // a program's definition wins; MALLOC_CONF in the environment is applied on top either way).
@@ -56,11 +58,19 @@
 namespace {
 char g_jemalloc_options[96] = "oversize_threshold:0,narenas:1,tcache:false";
 
+// No snprintf: the digits are written by hand, since the formatting code is a part of libc
+// that no other start-up call of the override reaches (a 64 KiB window of it mapped into
+// every process under `numarena run` for one number).
 __attribute__((constructor(101))) void AddBinShards() {
-  const std::size_t used = std::strlen(g_jemalloc_options);
-  std::snprintf(g_jemalloc_options + used, sizeof g_jemalloc_options - used,
-                ",bin_shards:1-14336:%u",
-                numarena::BinShardCount(std::thread::hardware_concurrency()));
+  constexpr std::string_view kOption = ",bin_shards:1-14336:";
+  char* out = g_jemalloc_options + std::strlen(g_jemalloc_options);
+  out = std::copy(kOption.begin(), kOption.end(), out);
+  // At most 64 (jemalloc's BIN_SHARDS_MAX, BinShardCount): two digits, and the buffer has
+  // room for them and the terminator.
+  const unsigned count = numarena::BinShardCount(numarena::os::AllowedCpuCount());
+  if (count >= 10) *out++ = static_cast<char>('0' + count / 10);
+  *out++ = static_cast<char>('0' + count % 10);
+  *out = '\0';
 }
 }  // namespace
 
@@ -156,15 +166,29 @@ bool HookMerge(extent_hooks_t* hooks, void* addr_a, size_t, void* addr_b, size_t
   return !PagesOf(hooks)->SameRange(addr_a, addr_b);
 }
 
+// mallctl("arena.<arena_index>.<leaf>", write `value`): the name translated with index 0
+// (jemalloc's MIB interface) and the index put in its place, rather than formatted into the
+// text: no snprintf on the paths that create arenas (every process's start-up under the
+// override, where libc's formatting code would cost a 64 KiB window of its own) or purge them.
+int ArenaMallctl(unsigned arena_index, std::string_view leaf, void* value = nullptr,
+                 std::size_t value_bytes = 0) {
+  constexpr std::string_view kPrefix = "arena.0.";
+  char name[48];
+  if (leaf.size() >= sizeof name - kPrefix.size()) return EINVAL;
+  *std::copy(leaf.begin(), leaf.end(), std::copy(kPrefix.begin(), kPrefix.end(), name)) = '\0';
+  std::size_t mib[3];
+  std::size_t mib_length = 3;
+  if (int err = mallctlnametomib(name, mib, &mib_length); err != 0) return err;
+  mib[1] = arena_index;
+  return mallctlbymib(mib, mib_length, nullptr, nullptr, value, value_bytes);
+}
+
 // The jemalloc side of ArenaOptions::return_idle_ms (memory_return.cpp): dirty pages decay
 // over that time, and there is no muzzy state (the hooks provide no lazy purge).
 void SetReturnSchedule(unsigned arena_index, std::int64_t return_idle_ms) {
   ssize_t dirty_ms = static_cast<ssize_t>(return_idle_ms), muzzy_ms = 0;
-  char key[48];
-  std::snprintf(key, sizeof key, "arena.%u.dirty_decay_ms", arena_index);
-  mallctl(key, nullptr, nullptr, &dirty_ms, sizeof dirty_ms);
-  std::snprintf(key, sizeof key, "arena.%u.muzzy_decay_ms", arena_index);
-  mallctl(key, nullptr, nullptr, &muzzy_ms, sizeof muzzy_ms);
+  ArenaMallctl(arena_index, "dirty_decay_ms", &dirty_ms, sizeof dirty_ms);
+  ArenaMallctl(arena_index, "muzzy_decay_ms", &muzzy_ms, sizeof muzzy_ms);
 }
 
 // Makes one more jemalloc arena over `heap`'s hooks. Caller holds g_create_mutex.
@@ -497,7 +521,7 @@ StatusOr<Heap*> CreateHeap(const Policy& placement, const ArenaOptions& options)
   // front, jemalloc's arena locks are taken only on their misses.
   heap->shard_limit = options.shards > 0
                           ? std::min(options.shards, kMaxShards)
-                          : DefaultShardCount(std::thread::hardware_concurrency());
+                          : DefaultShardCount(os::AllowedCpuCount());
   for (std::atomic<int>& shard : heap->shard_arena) shard.store(-1, std::memory_order_relaxed);
   for (std::atomic<int>& threads : heap->shard_threads) threads.store(0, std::memory_order_relaxed);
   StatusOr<unsigned> first =
@@ -564,11 +588,7 @@ std::size_t PurgeDirtyOnNode(int node) noexcept {
 }
 
 void ForEachShardCall(const Heap& heap, const char* action) noexcept {
-  ForEachShard(heap, [action](unsigned arena_index) {
-    char key[48];
-    std::snprintf(key, sizeof key, "arena.%u.%s", arena_index, action);
-    mallctl(key, nullptr, nullptr, nullptr, 0);
-  });
+  ForEachShard(heap, [action](unsigned arena_index) { ArenaMallctl(arena_index, action); });
 }
 
 void PurgeHeapDirty(int heap) noexcept {
@@ -663,9 +683,7 @@ Status DestroyHeap(int id) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   for (std::atomic<int>& shard : heap->shard_arena) {
     const int index = shard.load(std::memory_order_acquire);
     if (index < 0) continue;
-    char key[48];
-    std::snprintf(key, sizeof key, "arena.%d.destroy", index);
-    if (int err = mallctl(key, nullptr, nullptr, nullptr, 0); err != 0) {
+    if (int err = ArenaMallctl(static_cast<unsigned>(index), "destroy"); err != 0) {
       failed_index = index;
       failed_err = err;
       continue;

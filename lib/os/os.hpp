@@ -92,8 +92,10 @@ void Unmap(void* addr, std::size_t bytes);
 
 // ---- memory policy -------------------------------------------------------------------
 
-// Size of the kernel's possible node mask as libnuma reports it (at least highest possible
-// id + 1; often the kernel's MAX_NUMNODES, e.g. 1024). Node masks are sized from it.
+// A node mask size the kernel takes: the shortest whole number of 64-bit words holding its
+// node id range (nr_node_ids, i.e. highest possible node id + 1), as get_mempolicy tells;
+// 1 on a kernel without NUMA calls (ENOSYS) or one that refuses them (seccomp: EPERM).
+// Node masks are sized from it. Found once, without allocating.
 int PossibleNodeCount();
 
 // kPreferredMany is MPOL_PREFERRED_MANY (Linux 5.15+): pages on the node of the set nearest
@@ -173,6 +175,12 @@ PlacementCallProbe ProbePlacementCalls(int node);
 // ThreadAffinity (or the main thread's mask) the union does not shrink when one thread,
 // the caller or the main thread, pins itself to a node.
 [[nodiscard]] StatusOr<std::vector<int>> ProcessAffinity();
+// How many CPUs the calling thread may run on (its sched_getaffinity mask), at least 1: what
+// sizes numarena's shards, where std::thread::hardware_concurrency() would count every online
+// CPU of the host, also those a container's cpuset keeps the process off. Reads no file and
+// allocates nothing, so it may run in a constructor before any allocator is ready; a thread
+// that pinned itself to fewer CPUs than the process has sees its own count.
+unsigned AllowedCpuCount();
 // Pins the calling thread to `cpus` (sched_setaffinity).
 [[nodiscard]] Status SetThreadAffinity(std::span<const int> cpus);
 // (cpu, node) the calling thread is running on now (getcpu).

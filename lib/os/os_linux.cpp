@@ -1,9 +1,15 @@
-// Linux implementation of the OS layer (os.hpp). Nothing else in numarena includes
-// <numaif.h>, <sys/mman.h> or <sched.h>, or opens files under /sys and /proc.
+// Linux implementation of the OS layer (os.hpp). Nothing else in numarena makes a memory
+// policy system call, includes <sys/mman.h> or <sched.h>, or opens files under /sys and /proc.
+//
+// The policy calls (mbind, set_mempolicy, get_mempolicy, move_pages) are made directly, not
+// through libnuma's wrappers of the same names: linking libnuma runs its constructor in every
+// process that loads numarena, which reads /proc/self/status and /sys/devices/system/node
+// through stdio and formats a path per node, whether or not the process ever places a page.
+// Under `numarena run` that is every program, and it cost each 0.15-0.45 MiB of resident
+// memory (bench/RESULTS.md, "the override's fixed cost").
 #include <dirent.h>
 #include <fcntl.h>
-#include <numa.h>
-#include <numaif.h>
+#include <linux/mempolicy.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -38,6 +44,23 @@
 
 namespace numarena::os {
 namespace {
+
+// The kernel's calls, with libnuma's argument types; -1 and errno on failure.
+long SysMbind(void* addr, unsigned long len, int mode, const unsigned long* nodemask,
+              unsigned long maxnode, unsigned flags) {
+  return ::syscall(SYS_mbind, addr, len, mode, nodemask, maxnode, flags);
+}
+long SysSetMempolicy(int mode, const unsigned long* nodemask, unsigned long maxnode) {
+  return ::syscall(SYS_set_mempolicy, mode, nodemask, maxnode);
+}
+long SysGetMempolicy(int* mode, unsigned long* nodemask, unsigned long maxnode, void* addr,
+                     unsigned long flags) {
+  return ::syscall(SYS_get_mempolicy, mode, nodemask, maxnode, addr, flags);
+}
+long SysMovePages(int pid, unsigned long count, void** pages, const int* nodes, int* status,
+                  int flags) {
+  return ::syscall(SYS_move_pages, pid, count, pages, nodes, status, flags);
+}
 
 constexpr std::size_t kBitsPerWord = sizeof(unsigned long) * 8;
 // move_pages copies its arrays into the kernel; batches keep that allocation small.
@@ -114,7 +137,7 @@ Status BatchedMovePages(std::span<void* const> pages, const int* target, std::sp
   }
   for (std::size_t first = 0; first < pages.size(); first += kMovePagesBatch) {
     std::size_t count = std::min(kMovePagesBatch, pages.size() - first);
-    long rc = move_pages(0, count, const_cast<void**>(pages.data() + first),
+    long rc = SysMovePages(0, count, const_cast<void**>(pages.data() + first),
                          target == nullptr ? nullptr : target + first, status.data() + first,
                          MPOL_MF_MOVE);
     if (rc < 0) {
@@ -203,15 +226,35 @@ StatusOr<std::string> ReadFile(const std::string& path, std::size_t max_bytes) {
 }
 
 StatusOr<std::vector<std::string>> ListDirectory(const std::string& path) {
-  DIR* dir = ::opendir(path.c_str());
-  if (dir == nullptr) return ErrnoToStatus(errno, absl::StrCat("opendir ", path));
+  // getdents64 rather than opendir/readdir: those sit in a part of libc no other start-up
+  // call reaches, a 64 KiB fault-around window of it mapped into every process under
+  // `numarena run` for one listing of /sys (bench/RESULTS.md, "the override's fixed cost").
+  // O_DIRECTORY: a FIFO or a device is refused (ENOTDIR) before it could block.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open directory ", path));
+  // struct linux_dirent64: u64 d_ino, s64 d_off, u16 d_reclen, u8 d_type, char d_name[].
+  constexpr std::size_t kRecordLengthAt = 16, kNameAt = 19;
+  alignas(8) char buffer[4096];
   std::vector<std::string> names;
-  while (dirent* entry = ::readdir(dir)) {
-    std::string_view name = entry->d_name;
-    if (name == "." || name == "..") continue;
-    names.emplace_back(name);
+  for (;;) {
+    const long filled = ::syscall(SYS_getdents64, fd, buffer, sizeof buffer);
+    if (filled < 0) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoToStatus(err, absl::StrCat("getdents64 ", path));
+    }
+    if (filled == 0) break;
+    for (std::size_t at = 0; at + kNameAt < static_cast<std::size_t>(filled);) {
+      std::uint16_t length;
+      std::memcpy(&length, buffer + at + kRecordLengthAt, sizeof length);
+      if (length <= kNameAt || at + length > static_cast<std::size_t>(filled)) break;
+      const std::string_view name(buffer + at + kNameAt,
+                                  ::strnlen(buffer + at + kNameAt, length - kNameAt));
+      if (name != "." && name != "..") names.emplace_back(name);
+      at += length;
+    }
   }
-  ::closedir(dir);
+  ::close(fd);
   return names;
 }
 
@@ -382,9 +425,18 @@ Status PopulateWrite(void* addr, std::size_t bytes) {
 
 int PossibleNodeCount() {
   static const int count = [] {
-    // libnuma derives this from the kernel's possible node mask; without NUMA it is 1.
-    int n = numa_available() < 0 ? 1 : numa_num_possible_nodes();
-    return n > 0 ? n : 1;
+    // get_mempolicy refuses (EINVAL) a mask shorter than the kernel's node id range
+    // (nr_node_ids, at most MAX_NUMNODES = 1024): the shortest it takes, in whole words,
+    // holds every possible node. A kernel without NUMA (ENOSYS) or a filter that refuses the
+    // call (EPERM) leaves one node, as libnuma's numa_available() would.
+    constexpr unsigned long kMaxBits = 1024;
+    unsigned long words[kMaxBits / kBitsPerWord];
+    for (unsigned long bits = kBitsPerWord; bits <= kMaxBits; bits *= 2) {
+      int mode = 0;
+      if (SysGetMempolicy(&mode, words, bits, nullptr, 0) == 0) return static_cast<int>(bits);
+      if (errno != EINVAL) return 1;
+    }
+    return static_cast<int>(kMaxBits);
   }();
   return count;
 }
@@ -431,7 +483,7 @@ Status BindRange(void* addr, std::size_t bytes, PolicyMode mode, std::span<const
   }
   NodeMask mask(without_nodes ? std::span<const int>() : nodes);
   long rc = WithPreferredManyFallback(mode, [&](int kernel_mode) {
-    return mbind(addr, bytes, kernel_mode, without_nodes ? nullptr : mask.words.data(),
+    return SysMbind(addr, bytes, kernel_mode, without_nodes ? nullptr : mask.words.data(),
                  without_nodes ? 0 : mask.max_node, flags);
   });
   if (rc != 0) {
@@ -449,7 +501,7 @@ Status SetThreadPolicy(PolicyMode mode, std::span<const int> nodes) {
   }
   NodeMask mask(without_nodes ? std::span<const int>() : nodes);
   long rc = WithPreferredManyFallback(mode, [&](int kernel_mode) {
-    return set_mempolicy(kernel_mode, without_nodes ? nullptr : mask.words.data(),
+    return SysSetMempolicy(kernel_mode, without_nodes ? nullptr : mask.words.data(),
                          without_nodes ? 0 : mask.max_node);
   });
   if (rc != 0) {
@@ -461,7 +513,7 @@ Status SetThreadPolicy(PolicyMode mode, std::span<const int> nodes) {
 
 StatusOr<int> NodeOfAddress(void* addr) {
   int node = -1;
-  if (get_mempolicy(&node, nullptr, 0, addr, MPOL_F_NODE | MPOL_F_ADDR) != 0) {
+  if (SysGetMempolicy(&node, nullptr, 0, addr, MPOL_F_NODE | MPOL_F_ADDR) != 0) {
     return ErrnoToStatus(errno,
                          absl::StrCat("get_mempolicy(MPOL_F_NODE|MPOL_F_ADDR, ", Hex(addr), ")"));
   }
@@ -470,7 +522,7 @@ StatusOr<int> NodeOfAddress(void* addr) {
 
 StatusOr<int> KernelPolicyModeOfAddress(void* addr) {
   int mode = -1;
-  if (get_mempolicy(&mode, nullptr, 0, addr, MPOL_F_ADDR) != 0) {
+  if (SysGetMempolicy(&mode, nullptr, 0, addr, MPOL_F_ADDR) != 0) {
     return ErrnoToStatus(errno, absl::StrCat("get_mempolicy(MPOL_F_ADDR, ", Hex(addr), ")"));
   }
   // <linux/mempolicy.h>'s MPOL_MODE_FLAGS: MPOL_F_STATIC_NODES, _RELATIVE_NODES, _NUMA_BALANCING.
@@ -509,7 +561,8 @@ PlacementCallProbe ProbePlacementCalls(int node) {
     }
     const int nodes[] = {node};
     NodeMask mask(nodes);
-    probe.mbind = ::mbind(memory, page, MPOL_BIND, mask.words.data(), mask.max_node, 0) == 0 ? 0 : errno;
+    probe.mbind =
+        SysMbind(memory, page, MPOL_BIND, mask.words.data(), mask.max_node, 0) == 0 ? 0 : errno;
     static_cast<char*>(memory)[0] = 1;
     ThreadPolicy current;
     probe.get_mempolicy = GetThreadPolicyNoAlloc(&current);
@@ -517,7 +570,7 @@ PlacementCallProbe ProbePlacementCalls(int node) {
     probe.set_mempolicy = SetThreadPolicyNoAlloc(current);
     void* pages[] = {memory};
     int status[] = {0};
-    probe.move_pages = move_pages(0, 1, pages, nullptr, status, 0) == 0 ? 0 : errno;
+    probe.move_pages = SysMovePages(0, 1, pages, nullptr, status, 0) == 0 ? 0 : errno;
     ::munmap(memory, page);
   });
   worker.join();
@@ -538,13 +591,17 @@ Status MovePages(std::span<void* const> pages, std::span<const int> target, std:
 namespace {
 // sched_getaffinity of thread `tid` (0: the calling thread).
 StatusOr<std::vector<int>> AffinityOf(pid_t tid) {
-  // Size the set from the kernel's CPU count so machines with > 1024 CPUs work.
-  std::size_t cpus = static_cast<std::size_t>(std::max(::sysconf(_SC_NPROCESSORS_CONF), 1L));
+  // The set grows until the kernel takes it (EINVAL while it is shorter than the kernel's
+  // CPU ids), so machines with more than 1024 CPUs work. The system call itself, not glibc's
+  // wrapper: the kernel writes the bytes it has and the rest stays zeroed, as the wrapper
+  // would leave it, and no start-up call of the override reaches that part of libc
+  // otherwise (see ListDirectory).
+  std::size_t cpus = 1024;
   for (int attempt = 0; attempt < 8; ++attempt, cpus *= 2) {
     cpu_set_t* set = CPU_ALLOC(cpus);
     std::size_t size = CPU_ALLOC_SIZE(cpus);
     CPU_ZERO_S(size, set);
-    if (::sched_getaffinity(tid, size, set) != 0) {
+    if (::syscall(SYS_sched_getaffinity, tid, size, set) < 0) {
       int err = errno;
       CPU_FREE(set);
       if (err == EINVAL) continue;
@@ -562,6 +619,19 @@ StatusOr<std::vector<int>> AffinityOf(pid_t tid) {
 }  // namespace
 
 StatusOr<std::vector<int>> ThreadAffinity() { return AffinityOf(0); }
+
+unsigned AllowedCpuCount() {
+  // 8192 CPUs: Debian's kernels' NR_CPUS. A kernel built for more refuses the mask (EINVAL),
+  // and then the online count stands in.
+  unsigned long mask[8192 / kBitsPerWord] = {};
+  const long filled = ::syscall(SYS_sched_getaffinity, 0, sizeof mask, mask);
+  if (filled <= 0) return std::max(std::thread::hardware_concurrency(), 1u);
+  unsigned count = 0;
+  for (std::size_t word = 0; word < static_cast<std::size_t>(filled) / sizeof mask[0]; ++word) {
+    count += static_cast<unsigned>(__builtin_popcountl(mask[word]));
+  }
+  return std::max(count, 1u);
+}
 
 StatusOr<std::vector<int>> ProcessAffinity() {
   // The union over the process's threads (/proc/self/task): neither the calling thread's
@@ -629,7 +699,7 @@ int MakeKernelNodeMask(std::span<const int> nodes, KernelNodeMask* mask) {
 int BindRangeNoAlloc(void* addr, std::size_t bytes, PolicyMode mode, const KernelNodeMask& mask) {
   bool without_nodes = mode == PolicyMode::kDefault || mode == PolicyMode::kLocal;
   long rc = WithPreferredManyFallback(mode, [&](int kernel_mode) {
-    return mbind(addr, bytes, kernel_mode, without_nodes ? nullptr : mask.words,
+    return SysMbind(addr, bytes, kernel_mode, without_nodes ? nullptr : mask.words,
                  without_nodes ? 0 : mask.max_node, 0);
   });
   return rc == 0 ? 0 : errno;
@@ -789,7 +859,7 @@ int ReadLinesNoAlloc(const char* path, bool (*on_line)(void* context, std::strin
 int GetThreadPolicyNoAlloc(ThreadPolicy* policy) {
   *policy = ThreadPolicy();
   policy->mask.max_node = sizeof(policy->mask.words) * 8;
-  if (get_mempolicy(&policy->mode, policy->mask.words, policy->mask.max_node, nullptr, 0) != 0) {
+  if (SysGetMempolicy(&policy->mode, policy->mask.words, policy->mask.max_node, nullptr, 0) != 0) {
     return errno;
   }
   policy->mask.max_node += 1;  // set_mempolicy reads maxnode - 1 bits (see NodeMask)
@@ -798,14 +868,14 @@ int GetThreadPolicyNoAlloc(ThreadPolicy* policy) {
 
 int SetThreadPolicyNoAlloc(const ThreadPolicy& policy) {
   // get_mempolicy reports an empty mask for the modes that take none (default, local).
-  long rc = set_mempolicy(policy.mode, policy.mask.words, policy.mask.max_node);
+  long rc = SysSetMempolicy(policy.mode, policy.mask.words, policy.mask.max_node);
   return rc == 0 ? 0 : errno;
 }
 
 int PreferNodeNoAlloc(int node) {
   KernelNodeMask mask;
   if (int err = MakeKernelNodeMask(std::span<const int>(&node, 1), &mask); err != 0) return err;
-  return set_mempolicy(MPOL_PREFERRED, mask.words, mask.max_node) == 0 ? 0 : errno;
+  return SysSetMempolicy(MPOL_PREFERRED, mask.words, mask.max_node) == 0 ? 0 : errno;
 }
 
 namespace current_node_internal {

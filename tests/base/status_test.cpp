@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cerrno>
+#include <cstring>
 #include <string>
 
 namespace {
@@ -46,6 +47,13 @@ TEST_CASE("ErrnoToStatus names every errno the C library knows") {
     CHECK(Message(s).find("(errno " + std::to_string(c.err) + " " + c.name + ")") !=
           std::string::npos);
   }
+}
+
+TEST_CASE("ErrnoToStatus's own ENOENT text is the C library's in the C locale") {
+  // ENOENT's text is not asked of strerror (status.cpp says why): it must read the same.
+  CHECK(Message(numarena::ErrnoToStatus(ENOENT, "open /sys/x")) ==
+        std::string("open /sys/x: ") + std::strerror(ENOENT) + " (errno " +
+            std::to_string(ENOENT) + " " + strerrorname_np(ENOENT) + ")");
 }
 
 TEST_CASE("ErrnoToStatus never makes up a name") {

@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "hostile_files.hpp"
 #include "numarena/page_nodes.hpp"
@@ -258,6 +259,52 @@ TEST_CASE("files, directories and links of the live system are read whole") {
   CHECK(self->find("os_test") != std::string::npos);
 }
 
+TEST_CASE("ListDirectory reads a directory longer than one getdents64 buffer, and no other kind") {
+  testing::TempDir dir;
+  std::vector<std::string> made;
+  for (int i = 0; i < 300; ++i) {  // ~300 records of ~80 bytes: several 4 KiB reads
+    made.push_back("entry_" + std::to_string(i) + "_" +
+                   std::string(static_cast<std::size_t>(i % 60), 'x'));
+    std::FILE* f = std::fopen((dir.path() / made.back()).c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fclose(f);
+  }
+  auto listed = os::ListDirectory(dir.path().string());
+  REQUIRE(listed.ok());
+  std::sort(made.begin(), made.end());
+  std::sort(listed->begin(), listed->end());
+  CHECK(*listed == made);
+
+  // Not a directory: refused at once (a FIFO must not block), the path named.
+  for (testing::Hostile kind : {testing::Hostile::kFifo, testing::Hostile::kLinkToZero,
+                                testing::Hostile::kSocket, testing::Hostile::kLoopingLink}) {
+    INFO(testing::HostileName(kind));
+    const std::string path = (dir.path() / "node0").string();
+    testing::MakeHostile(path, kind);
+    const auto begin = std::chrono::steady_clock::now();
+    auto refused = os::ListDirectory(path);
+    CHECK(std::chrono::steady_clock::now() - begin < std::chrono::seconds(2));
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(Contains(refused.status(), path));
+  }
+}
+
+TEST_CASE("AllowedCpuCount counts the calling thread's CPUs") {
+  auto mine = os::ThreadAffinity();
+  REQUIRE(mine.ok());
+  CHECK(os::AllowedCpuCount() == mine->size());
+  unsigned pinned_count = 0;
+  Status pinned;
+  std::thread([&] {
+    const int one[] = {mine->front()};
+    pinned = os::SetThreadAffinity(one);
+    pinned_count = os::AllowedCpuCount();
+  }).join();
+  REQUIRE(pinned.ok());
+  CHECK(pinned_count == 1);
+}
+
 TEST_CASE("GetEnv returns the variable or an empty string") {
   ::setenv("NUMARENA_OS_TEST_VARIABLE", "value with spaces", 1);
   CHECK(os::GetEnv("NUMARENA_OS_TEST_VARIABLE") == "value with spaces");
@@ -395,6 +442,25 @@ TEST_CASE(
   Status refused = os::BindRange(map.data, map.bytes, os::PolicyMode::kPreferredMany, bad);
   CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
   CHECK(Contains(refused, "MPOL_PREFERRED_MANY"));
+}
+
+TEST_CASE("PossibleNodeCount is the shortest node mask get_mempolicy takes") {
+  const int count = os::PossibleNodeCount();
+  INFO("PossibleNodeCount() = " << count);
+  // /sys/devices/system/node/possible: "0" or "0-3" or "0,2-5"; the highest id is last.
+  auto possible = os::ReadFile("/sys/devices/system/node/possible");
+  REQUIRE(possible.ok());
+  const std::string text(absl::StripAsciiWhitespace(*possible));
+  const int highest = std::stoi(text.substr(text.find_last_of(",-") == std::string::npos
+                                                ? 0
+                                                : text.find_last_of(",-") + 1));
+  CHECK(count > highest);
+  CHECK(count % 64 == 0);
+  std::vector<unsigned long> words(static_cast<std::size_t>(count) / 64 + 1);
+  int mode = -1;
+  // libnuma's wrapper: the kernel's answer through a route other than the library's.
+  CHECK(get_mempolicy(&mode, words.data(), static_cast<unsigned long>(count), nullptr, 0) == 0);
+  CHECK(count - 64 <= highest);  // the shortest: one word less would not hold every id
 }
 
 TEST_CASE("BindRange to the host node places every page there") {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What a numarena shared object needs from the system and what it shows it:
-#   - DT_NEEDED: glibc's libraries, libstdc++ (with libgcc_s) and libnuma only: jemalloc
-#     and Abseil are linked in, so the library loads on any distribution with those;
+#   - DT_NEEDED: glibc's libraries and libstdc++ (with libgcc_s) only: jemalloc and Abseil
+#     are linked in, and the memory policy calls are its own system calls, not libnuma's
+#     (whose constructor would run in every process that loads it);
 #   - no Abseil symbol in its dynamic symbol table, defined or undefined;
 #   - with --preload: it exports numarena_* and the allocation functions it replaces
 #     (malloc & co., operator new/delete), nothing else, and needs neither libstdc++ (linked
@@ -15,11 +16,11 @@ preload="${2:-}"
 fail=0
 complain() { printf 'check_self_contained: %s: %s\n' "$lib" "$*" >&2; fail=1; }
 
-allowed_needed='^(libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|ld-linux-x86-64\.so\.2|ld-linux-aarch64\.so\.1|libstdc\+\+\.so\.6|libgcc_s\.so\.1|libnuma\.so\.1)$'
+allowed_needed='^(libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|ld-linux-x86-64\.so\.2|ld-linux-aarch64\.so\.1|libstdc\+\+\.so\.6|libgcc_s\.so\.1)$'
 needed="$(readelf -dW "$lib" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')"
 [[ -n "$needed" ]] || complain "readelf shows no DT_NEEDED at all"
 stray="$(grep -Ev "$allowed_needed" <<<"$needed" || true)"
-[[ -z "$stray" ]] || complain "needs libraries beyond glibc, libstdc++ and libnuma:
+[[ -z "$stray" ]] || complain "needs libraries beyond glibc and libstdc++:
 $stray"
 
 dynamic_symbols="$(nm -D "$lib" | awk '{print $NF}')"
