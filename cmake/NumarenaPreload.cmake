@@ -38,7 +38,8 @@ target_link_libraries(numarena_preload PRIVATE ${NUMARENA_NJE_LINK_LIBRARIES} ${
 set(NUMARENA_PRELOAD_MAP ${PROJECT_SOURCE_DIR}/cmake/numarena_preload.map)
 # The functions every process runs at start-up and on its first allocations go side by side at
 # the front of the text (the objects are built with -ffunction-sections), so the kernel's 64 KiB
-# fault-around windows map 7 of its 31 windows into a short program, not 16-27 (tools/
+# fault-around windows map 6 of its 20 windows into a short program, not 16-27, and those an
+# allocation-heavy program runs after start-up right behind them (tools/
 # preload_startup_order.py writes the list; an INSERT script adds to the default one).
 set(NUMARENA_PRELOAD_ORDER ${PROJECT_SOURCE_DIR}/cmake/preload_startup_order.ld)
 # libstdc++ linked statically (and hidden by --exclude-libs, so the program's own libstdc++,

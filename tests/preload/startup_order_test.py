@@ -5,8 +5,9 @@ written by tools/preload_startup_order.py).
     startup_order_test.py LIBNUMARENA_PRELOAD ORDER_FILE
 
 - The library has the output section .text.numarena_startup, and at least 90 % of the
-  functions the order file names still exist in the library (a list gone stale fails here:
-  re-run the tool) and lie inside that section.
+  functions the order file names for it still exist in the library (a list gone stale fails
+  here: re-run the tool) and lie inside that section; likewise those it names for
+  .text.numarena_steady (what allocation-heavy programs run after start-up), inside that one.
 - A short program under the library (/bin/sleep), under NUMARENA_POLICY=local and bind(0),
   has its text resident in no more 64 KiB windows than the section spans plus one: the kernel
   maps file pages around each one a process touches (fault-around), so functions run at
@@ -37,6 +38,7 @@ from checks import check, failed  # noqa: E402
 from preload_startup_order import WINDOW, text_symbols  # noqa: E402
 
 SECTION = ".text.numarena_startup"
+STEADY_SECTION = ".text.numarena_steady"
 
 
 def section_of(library, name):
@@ -84,17 +86,26 @@ def main():
           "%s has a %s section of at least 64 KiB (found %s)" % (library, SECTION, section))
     if section is None:
         return failed()
-    names = re.findall(r"^\s*\*\(\.text\.(\S+)", open(order_file).read(), re.M)
+    order = open(order_file).read()
+    steady_at = order.find(STEADY_SECTION + " :")
+    check(steady_at > 0, "the order file has a %s part" % STEADY_SECTION)
     symbols = text_symbols(library)
-    present = [name for name in names if name in symbols]
-    check(len(names) >= 100 and len(present) >= 0.9 * len(names),
-          "%d of the order file's %d functions exist in the library (>= 90 %%)"
-          % (len(present), len(names)))
+    for part, text, minimum in ((SECTION, order[:steady_at], 100),
+                                (STEADY_SECTION, order[steady_at:], 10)):
+        names = re.findall(r"^\s*\*\(\.text\.(\S+)", text, re.M)
+        present = [name for name in names if name in symbols]
+        check(len(names) >= minimum and len(present) >= 0.9 * len(names),
+              "%d of the order file's %d functions for %s exist in the library (>= 90 %%)"
+              % (len(present), len(names), part))
+        placed = section_of(library, part)
+        check(placed is not None, "%s has a %s section" % (library, part))
+        if placed is None:
+            continue
+        inside = [name for name in present
+                  if all(placed[0] <= a < placed[0] + placed[1] for a, _ in symbols[name])]
+        check(len(inside) >= 0.9 * len(present),
+              "%d of those %d lie inside %s" % (len(inside), len(present), part))
     start, size = section
-    inside = [name for name in present
-              if all(start <= a < start + size for a, _ in symbols[name])]
-    check(len(inside) >= 0.9 * len(present),
-          "%d of those %d lie inside %s" % (len(inside), len(present), SECTION))
 
     # .data is read from the file like text, 64 KiB around each page touched: a table with a
     # non-zero initialiser (the node memory table, 0.7 MiB) put 40-64 KiB of it in every
