@@ -471,21 +471,19 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
       // A large request's class rounds it up: huge pages only where the request's own bytes
       // are (node_pages.hpp).
       HugeAdviceLimit huge_limit(size >= NodePages::kHugePage ? size : 0);
-      const bool large = size >= arena_internal::kLargeAlignThreshold;
-      const std::size_t committed_before = large ? NodePages::ThreadCommittedBytes() : 0;
       if (void* p = mallocx(size, flags)) {
         if (__builtin_expect(arena_internal::HeapOf(p) != heap, 0)) {
           return RefuseForeignAllocation(p, size, error);
         }
         if (cached_modes) RecordClass(heap, p);
-        // jemalloc committed fresh pages for a large block: what the heap holds freed could
-        // not serve it, and would stay resident beside it (memory_return.hpp). llama.cpp's
-        // driver freed 20 MiB, took 2 MiB of it and asked for 20 MiB again: the first block's
-        // other 18 MiB and the model load's freed buffers in the depot stayed on top of the new
-        // block (peak RSS 1.15x glibc's, which unmaps a freed large block at once).
-        if (large && NodePages::ThreadCommittedBytes() >=
-                         committed_before + arena_internal::kLargeAlignThreshold) {
-          ReturnBeforeLargeGrowth(heap);
+        // jemalloc committed fresh pages (this call's, or earlier ones' that no allocation
+        // through the caches has answered yet): before the caller touches the block, what the
+        // heap holds freed goes back (memory_return.hpp). llama.cpp's driver freed 20 MiB,
+        // took 2 MiB of it and asked for 20 MiB again: the first block's other 18 MiB and the
+        // model load's freed buffers in the depot stayed on top of the new block (peak RSS
+        // 1.15x glibc's, which unmaps a freed large block at once).
+        if (arena_internal::fresh_commit_bytes >= arena_internal::kReturnAfterFreshBytes) {
+          arena_internal::ReturnAfterGrowth(heap);
         }
         return p;
       }
@@ -714,7 +712,11 @@ void* Arena::reallocate(void* p, std::size_t size, std::size_t alignment) noexce
   void* fresh = allocate(size, alignment);
   if (fresh == nullptr) return nullptr;
   std::memcpy(fresh, p, size < usable ? size : usable);
-  numarena::deallocate(p);
+  // Outgrown: a medium block goes back to jemalloc, which can carve the next step of the
+  // growth from it, not into this thread's list of its size (arena_fast_path.hpp).
+  if (size <= usable || !arena_internal::FreeOutgrown(arena_internal::HeapOf(p), p)) {
+    numarena::deallocate(p);
+  }
   return fresh;
 }
 

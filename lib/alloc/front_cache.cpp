@@ -426,6 +426,14 @@ void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) no
   FrontPush(heap, cache, size_class, p);  // room now: no second overflow
 }
 
+bool FreeOutgrown(int heap, void* p) noexcept {
+  if (heap < 0 || front_caches[heap] == nullptr) return false;
+  const unsigned size_class = RecordedClassPlusOne(p) - 1;
+  if (size_class <= kClassOf4K || size_class >= unsigned{kFrontClasses}) return false;
+  sdallocx(p, front_class_bytes[size_class], thread_flags[heap]);
+  return true;
+}
+
 void FrontPushRefused(int heap, FrontCache* cache, unsigned size_class, void* p) noexcept {
   if (cache->lists[size_class].head == p) FrontDoubleFree(heap, size_class, p);
   FrontOverflow(heap, cache, size_class, p);

@@ -21,11 +21,13 @@
 //     depot and large cache go back to jemalloc and every dirty page of its shards to the
 //     kernel at once.
 // So memory freed in a burst is back with the kernel between D and about 1.25 D after the
-// program stops freeing. And whatever D (0 included), when jemalloc must commit fresh pages for a
-// large block (ReturnBeforeLargeGrowth), the freed memory it holds could not serve it: the depot's
-// classes unused for 50 ms and all dirty pages go back before the block is touched, as glibc unmaps
-// a freed large block at once (a phase that frees its buffers and then grows otherwise holds both
-// at its peak). What a thread's own front cache holds is not returned while the thread sleeps (only
+// program stops freeing. And whatever D (0 included), once a thread's allocations made jemalloc
+// commit 1 MiB of fresh pages (ReturnAfterGrowth), the freed memory the heap holds could not
+// serve them: the depot's classes unused for 50 ms and all dirty pages go back before the
+// allocation that noticed returns, as glibc unmaps a freed large block at once and reuses a
+// freed small one for any size (a phase that frees its buffers and then grows otherwise holds
+// both at its peak: redis-server's outgrown hash tables and freed client buffers, 12 MiB of its
+// peak). What a thread's own front cache holds is not returned while the thread sleeps (only
 // the thread itself may touch its lists, without locks): at most a few MiB per (thread, heap),
 // design.md's bounds; it goes back at the thread's exit or purge().
 //
@@ -101,10 +103,13 @@ bool ReturnIdleMemory(std::int64_t now_ns, std::int64_t* period_ns) noexcept {
   return pass.more;
 }
 
-void ReturnBeforeLargeGrowth(int heap) noexcept {
+namespace arena_internal {
+void ReturnAfterGrowth(int heap) noexcept {
+  fresh_commit_bytes = 0;
   DepotSweep(heap, CoarseNanos(), kMinClassIdleNanos);
   PurgeHeapDirty(heap);
 }
+}  // namespace arena_internal
 
 void EnableMemoryReturn() noexcept { SetMemoryReturnPass(&RunPass); }
 

@@ -21,12 +21,12 @@ namespace numarena {
 // 1 s), how long the thread waits for the next pass. Tests call it with a clock of their own.
 bool ReturnIdleMemory(std::int64_t now_ns, std::int64_t* period_ns = nullptr) noexcept;
 
-// Called when jemalloc had to commit fresh pages for a large block of `heap` (2 MiB or more):
-// the freed memory the heap holds could not serve it (jemalloc carves from its dirty extents
-// first), so the depot's classes nobody took from or put to for 50 ms go back to jemalloc and
-// all of the heap's dirty pages to the kernel now, before the caller first touches the block,
-// rather than sit resident beside it until the decay (with or without a returner thread).
-void ReturnBeforeLargeGrowth(int heap) noexcept;
+// arena_internal::ReturnAfterGrowth(heap) (declared in numarena/internal/arena_fast_path.hpp,
+// defined in memory_return.cpp): once a thread's allocations made jemalloc commit 1 MiB of
+// fresh pages, the depot's classes nobody took from or put to for 50 ms go back to jemalloc and
+// all of the heap's dirty pages to the kernel, before the allocation that noticed returns,
+// rather than sit resident beside the new memory until the decay (with or without a returner
+// thread).
 
 // Makes the returner thread run ReturnIdleMemory. The arena layer calls it before it creates
 // the first arena with return_idle_ms set.

@@ -22,6 +22,9 @@
 #include "os/current_node.hpp"
 
 namespace numarena {
+namespace arena_internal {
+thread_local constinit std::size_t fresh_commit_bytes = 0;
+}  // namespace arena_internal
 
 namespace {
 
@@ -30,8 +33,6 @@ std::atomic<CapacityGate*> g_gate{nullptr};
 // HugeAdviceLimit's bound for this thread's commits (0: none).
 thread_local constinit std::size_t t_huge_advice_limit = 0;
 
-// Bytes of objects' pages this thread's commits charged, ever (ThreadCommittedBytes).
-thread_local constinit std::size_t t_thread_committed = 0;
 
 // Providers live as long as their heap (for the process, unless the heap is destroyed:
 // DestroyHeap discards its provider); this table keeps them reachable for the fork child.
@@ -604,7 +605,6 @@ int NodePages::NodeIndexOfPage(const Range& range, std::uintptr_t page) const no
   }
 }
 
-std::size_t NodePages::ThreadCommittedBytes() noexcept { return t_thread_committed; }
 
 HugeAdviceLimit::HugeAdviceLimit(std::size_t request_bytes) noexcept
     : saved_(t_huge_advice_limit) {
@@ -774,7 +774,7 @@ bool NodePages::Commit(void* addr, std::size_t size, bool advise_huge) noexcept 
                           std::memory_order_relaxed);
   }
   committed_bytes_.fetch_add(new_pages * page_, std::memory_order_relaxed);
-  t_thread_committed += new_pages * page_;
+  arena_internal::fresh_commit_bytes += new_pages * page_;
   if (advise_huge && size >= kHugePage) {
     // Under a HugeAdviceLimit, a request that only crosses into its last huge page (by less
     // than kCrossing: 8 MiB + 1 byte, a Python bytearray; 8 MiB + a header) leaves that page

@@ -112,10 +112,6 @@ class NodePages {
   std::size_t mapped_bytes() const { return mapped_bytes_.load(std::memory_order_relaxed); }
   // Bytes charged now: committed spans and the page tables that describe them.
   std::size_t committed_bytes() const { return committed_bytes_.load(std::memory_order_relaxed); }
-  // Bytes of objects' pages the calling thread's commits charged so far, in every provider
-  // (never decreases): the difference across a call says whether that call took fresh pages,
-  // whatever other threads commit or purge meanwhile.
-  static std::size_t ThreadCommittedBytes() noexcept;
   // The page-table part of committed_bytes().
   std::size_t table_bytes() const { return table_bytes_.load(std::memory_order_relaxed); }
   std::uint64_t fallbacks() const { return fallbacks_.load(std::memory_order_relaxed); }

@@ -236,6 +236,12 @@ void* Reallocate(void* p, std::size_t size) {
   void* fresh = Allocate(size, kMinAlign);
   if (fresh == nullptr) return nullptr;  // errno set; p untouched, as realloc promises
   std::memcpy(fresh, p, size < usable ? size : usable);
+  if (size > usable) {
+    // Outgrown: a medium block goes back to jemalloc, which can carve the next step of the
+    // growth from it, not into this thread's list of its size (arena_fast_path.hpp).
+    Inside inside;
+    if (arena_internal::FreeOutgrown(arena_internal::HeapOf(p), p)) return fresh;
+  }
   Free(p);
   return fresh;
 }

@@ -126,6 +126,38 @@ TEST_CASE("an object above the medium bound goes to the depot and leaves the oth
   arena->purge();
 }
 
+TEST_CASE("a block that grows by reallocation leaves no outgrown block in the thread's lists") {
+  // 8 KiB grown by half each step to 768 KiB: each outgrown block goes back to jemalloc, which
+  // can carve later steps from it; kept in the thread's lists by size, the eleven of them
+  // (2 MiB) stayed allocated while nothing asked for their sizes again.
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 62}}));
+  arena->purge();
+  const std::size_t base = arena->stats().allocated;
+  std::size_t size = 8 * kKiB;
+  auto* p = static_cast<unsigned char*>(arena->allocate(size));
+  REQUIRE(p != nullptr);
+  std::memset(p, 0x11, size);
+  std::size_t outgrown = 0;
+  while (size < 768 * kKiB) {
+    const std::size_t next = size + size / 2;
+    outgrown += numarena::usable_size(p);
+    auto* q = static_cast<unsigned char*>(arena->reallocate(p, next));
+    REQUIRE(q != nullptr);
+    CHECK(q[0] == 0x11);
+    CHECK(q[size - 1] == 0x11);  // the contents came along
+    std::memset(q, 0x11, next);
+    p = q;
+    size = next;
+  }
+  const std::size_t held = arena->stats().allocated - base;
+  INFO("allocated grew by " << held << "; the block is " << numarena::usable_size(p)
+                            << ", the outgrown blocks were " << outgrown);
+  CHECK(held >= numarena::usable_size(p));
+  CHECK(held < numarena::usable_size(p) + outgrown / 4);
+  numarena::deallocate(p);
+  arena->purge();
+}
+
 TEST_CASE("medium and large caches never hand out an object smaller than asked") {
   Arena* arena = Get(Policy::WeightedInterleave({{0, 11}}));
   const std::vector<std::size_t> sizes = BoundarySizes();

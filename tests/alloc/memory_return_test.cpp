@@ -20,6 +20,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <set>
 #include <vector>
 
 #include "alloc/memory_return.hpp"
@@ -249,6 +250,68 @@ TEST_CASE("a large block on fresh pages returns the depot's idle classes and dir
   CHECK(arena->stats().cached == second_cached - 64 * kMiB);
   CHECK(resident(second, 160 * kKiB) == pages(second, 160 * kKiB));
   deallocate(block);
+  arena->purge();
+}
+
+TEST_CASE("small allocations that take 1 MiB of fresh pages return the depot's idle classes first") {
+  // No returner (return_idle_ms 0). A phase's 64 KiB buffers (8 MiB) are freed: the thread's
+  // lists keep 1 MiB, the depot the rest. 100 ms later the next phase allocates 16 KiB
+  // objects, another class, which jemalloc cannot carve from the buffers the depot holds: once
+  // they have taken 1 MiB of fresh pages, the buffers go back to jemalloc and their pages to
+  // the kernel (before, only a large block on fresh pages did this, and the buffers stayed
+  // resident beside the new phase until the decay or the idle pass).
+  Arena* arena = Get(69, 0);
+  arena->purge();
+  constexpr std::size_t kBuffer = 64 * kKiB, kObject = 16 * kKiB;
+  std::vector<void*> buffers;
+  for (int i = 0; i < 128; ++i) {
+    buffers.push_back(arena->allocate(kBuffer));
+    REQUIRE(buffers.back() != nullptr);
+    std::memset(buffers.back(), 0x5a, kBuffer);
+  }
+  for (void* p : buffers) deallocate(p, kBuffer);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::size_t pages = 0, resident_before = 0;
+  for (void* p : buffers) {
+    const auto count = testing::CountResident(p, kBuffer);
+    pages += count.pages;
+    resident_before += count.resident;
+  }
+  const ArenaStats before = arena->stats();
+  INFO("cached before " << before.cached);
+  REQUIRE(before.cached >= 6 * kMiB);
+  REQUIRE(resident_before == pages);
+
+  std::vector<void*> objects;
+  for (int i = 0; i < 192; ++i) {  // 3 MiB
+    objects.push_back(arena->allocate(kObject));
+    REQUIRE(objects.back() != nullptr);
+    std::memset(objects.back(), 0x33, kObject);
+  }
+  const ArenaStats after = arena->stats();
+  // The buffers' whole pages that no new object lies on: resident only where the thread's own
+  // lists keep a buffer (1 MiB: 16 of the 128); the rest (jemalloc carved part of the new
+  // objects from them) is the kernel's again.
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  std::set<std::uintptr_t> object_pages;
+  for (void* p : objects) {
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    for (std::uintptr_t a = at / page * page; a < at + kObject; a += page) object_pages.insert(a);
+  }
+  std::size_t resident_after = 0;
+  for (void* p : buffers) {
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    for (std::uintptr_t a = (at + page - 1) / page * page; a + page <= at + kBuffer; a += page) {
+      if (object_pages.count(a) == 0) {
+        resident_after += testing::CountResident(reinterpret_cast<void*>(a), page).resident;
+      }
+    }
+  }
+  INFO("cached after " << after.cached << "; buffers' pages resident off the new objects "
+                       << resident_after << " of " << pages);
+  CHECK(after.cached == 0);
+  CHECK(resident_after <= 16 * kBuffer / page);
+  for (void* p : objects) deallocate(p, kObject);
   arena->purge();
 }
 
