@@ -142,8 +142,8 @@ def functions_run(library, program, entries, policy):
 
     The program runs under ptrace: single-stepped until the dynamic linker has mapped the
     library (before any of its code runs: that is after relocation), then with a breakpoint
-    on every function's first instruction, each removed at its first hit. Single-threaded
-    Every thread is traced (PTRACE_O_TRACECLONE): the library's own threads (the memory
+    on every function's first instruction, each removed at its first hit. Every thread is
+    traced (PTRACE_O_TRACECLONE): the library's own threads (the memory
     returner) run its functions too, and a breakpoint in an untraced thread would kill the
     program."""
     library = os.path.realpath(library)
@@ -210,18 +210,21 @@ def follow(main_pid, saved, entered):
         if event in (PTRACE_EVENT_CLONE, PTRACE_EVENT_EXIT) or stop_signal == signal.SIGSTOP:
             pass  # a new thread's first stop, a thread starting another, or one ending
         elif stop_signal == signal.SIGTRAP:
-            where = ptrace(PTRACE_PEEKUSER, pid, RIP_OFFSET) - 1
-            if where in saved:
-                word = ptrace(PTRACE_PEEKTEXT, pid, where)
-                ptrace(PTRACE_POKETEXT, pid, where, (word & ~0xFF) | saved.pop(where))
-                restored.add(where)
-                entered.add(where)
-            if where in restored:
-                # This thread's trap, or another's at the same entry, queued before the byte
-                # came back: run the original instruction.
-                ptrace(PTRACE_POKEUSER, pid, RIP_OFFSET, where)
-            else:
-                deliver = stop_signal
+            try:
+                where = ptrace(PTRACE_PEEKUSER, pid, RIP_OFFSET) - 1
+                if where in saved:
+                    word = ptrace(PTRACE_PEEKTEXT, pid, where)
+                    ptrace(PTRACE_POKETEXT, pid, where, (word & ~0xFF) | saved.pop(where))
+                    restored.add(where)
+                    entered.add(where)
+                if where in restored:
+                    # This thread's trap, or another's at the same entry, queued before the
+                    # byte came back: run the original instruction.
+                    ptrace(PTRACE_POKEUSER, pid, RIP_OFFSET, where)
+                else:
+                    deliver = stop_signal
+            except ProcessLookupError:
+                continue  # the thread was killed meanwhile (its process is exiting)
         else:
             deliver = stop_signal
         try:

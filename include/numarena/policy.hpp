@@ -228,9 +228,9 @@ struct ArenaOptions {
 
   // Memory return. 0 (default): freed memory stays with the arena for reuse (its caches, then
   // jemalloc's dirty pages) until purge(), a refusal for lack of room, jemalloc's decay at
-  // later calls into the arena, or a large allocation (2 MiB or more) that takes fresh pages:
-  // none of it could serve that one, so the depot's classes unused for 50 ms and the dirty
-  // pages go back first, whatever this option says. 1 to kMaxReturnIdleMs: memory nobody reuses for
+  // later calls into the arena, or a thread's allocations taking 1 MiB of fresh pages: none of
+  // it could serve them, so the depot's classes unused for 50 ms and the dirty pages of the
+  // thread's shard go back then, whatever this option says. 1 to kMaxReturnIdleMs: memory nobody reuses for
   // that many milliseconds goes back to the kernel within about 1.25 times that, even if the
   // program makes no more calls: a background thread ("numarena-return"), started at the arena's
   // first cache overflow or 2 MiB+ free, returns the arena's shared caches and dirty pages (each

@@ -431,6 +431,7 @@ bool FreeOutgrown(int heap, void* p) noexcept {
   const unsigned size_class = RecordedClassPlusOne(p) - 1;
   if (size_class <= kClassOf4K || size_class >= unsigned{kFrontClasses}) return false;
   sdallocx(p, front_class_bytes[size_class], thread_flags[heap]);
+  NoteHeapActivity(heap);  // dirty pages to return
   return true;
 }
 

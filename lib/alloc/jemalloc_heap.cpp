@@ -595,6 +595,17 @@ void PurgeHeapDirty(int heap) noexcept {
   if (const Heap* live = HeapById(heap)) ForEachShardCall(*live, "purge");
 }
 
+void PurgeThreadShardDirty(int heap) noexcept {
+  const Heap* live = HeapById(heap);
+  if (live == nullptr) return;
+  const int shard = arena_internal::ArenaIndexOf(arena_internal::thread_flags[heap]);
+  if (shard < 0) {
+    ForEachShardCall(*live, "purge");
+    return;
+  }
+  ArenaMallctl(static_cast<unsigned>(shard), "purge");
+}
+
 int EnsureThreadCache(int heap) noexcept {
   int* table = FlagTable();
   int flags = table == nullptr ? 0 : table[heap];

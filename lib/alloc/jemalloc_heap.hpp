@@ -82,6 +82,11 @@ void ForEachShardCall(const Heap& heap, const char* action) noexcept;
 // Nothing when `heap` is not live.
 void PurgeHeapDirty(int heap) noexcept;
 
+// The dirty pages of the calling thread's own shard of `heap` (every shard's when the thread
+// has none yet) go to the kernel: what jemalloc could have carved this thread's allocations
+// from (a jemalloc arena reuses only its own extents). Nothing when `heap` is not live.
+void PurgeThreadShardDirty(int heap) noexcept;
+
 // This thread's mallocx flags for `heap` (arena_internal::thread_flags): its shard's
 // MALLOCX_ARENA and its own MALLOCX_TCACHE, creating both on first use. The tcache part is
 // MALLOCX_TCACHE_NONE when jemalloc's explicit cache table is full or the thread is exiting.

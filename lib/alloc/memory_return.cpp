@@ -107,7 +107,9 @@ namespace arena_internal {
 void ReturnAfterGrowth(int heap) noexcept {
   fresh_commit_bytes = 0;
   DepotSweep(heap, CoarseNanos(), kMinClassIdleNanos);
-  PurgeHeapDirty(heap);
+  // This thread's shard only: the others' dirty pages could not have served it anyway, and
+  // purging them would make their threads commit afresh, and so purge this one in turn.
+  PurgeThreadShardDirty(heap);
 }
 }  // namespace arena_internal
 

@@ -774,7 +774,9 @@ bool NodePages::Commit(void* addr, std::size_t size, bool advise_huge) noexcept 
                           std::memory_order_relaxed);
   }
   committed_bytes_.fetch_add(new_pages * page_, std::memory_order_relaxed);
-  arena_internal::fresh_commit_bytes += new_pages * page_;
+  // Objects' pages only (the commit hook; a jemalloc metadata block, committed from
+  // AllocateSpan without huge pages, frees nothing the heap could return).
+  if (advise_huge) arena_internal::fresh_commit_bytes += new_pages * page_;
   if (advise_huge && size >= kHugePage) {
     // Under a HugeAdviceLimit, a request that only crosses into its last huge page (by less
     // than kCrossing: 8 MiB + 1 byte, a Python bytearray; 8 MiB + a header) leaves that page

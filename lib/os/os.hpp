@@ -93,9 +93,10 @@ void Unmap(void* addr, std::size_t bytes);
 // ---- memory policy -------------------------------------------------------------------
 
 // A node mask size the kernel takes: the shortest whole number of 64-bit words holding its
-// node id range (nr_node_ids, i.e. highest possible node id + 1), as get_mempolicy tells;
-// 1 on a kernel without NUMA calls (ENOSYS) or one that refuses them (seccomp: EPERM).
-// Node masks are sized from it. Found once, without allocating.
+// node id range (nr_node_ids, i.e. highest possible node id + 1), as get_mempolicy tells
+// (before Linux 4.17 the kernel wants MAX_NUMNODES bits, 1024 at most); 1 on a kernel without
+// NUMA calls (ENOSYS) or one that refuses them (seccomp: EPERM). Node masks are sized from
+// it. Found once, without allocating.
 int PossibleNodeCount();
 
 // kPreferredMany is MPOL_PREFERRED_MANY (Linux 5.15+): pages on the node of the set nearest
@@ -175,11 +176,14 @@ PlacementCallProbe ProbePlacementCalls(int node);
 // ThreadAffinity (or the main thread's mask) the union does not shrink when one thread,
 // the caller or the main thread, pins itself to a node.
 [[nodiscard]] StatusOr<std::vector<int>> ProcessAffinity();
-// How many CPUs the calling thread may run on (its sched_getaffinity mask), at least 1: what
-// sizes numarena's shards, where std::thread::hardware_concurrency() would count every online
-// CPU of the host, also those a container's cpuset keeps the process off. Reads no file and
-// allocates nothing, so it may run in a constructor before any allocator is ready; a thread
-// that pinned itself to fewer CPUs than the process has sees its own count.
+// How many CPUs the process may run on, at least 1: the sched_getaffinity mask of the thread
+// that first asks, which is the main thread at load (the library's constructors ask), before
+// any thread of the program pins itself to fewer. What sizes numarena's bin and heap shards
+// (the two must agree, heap_table.hpp), where std::thread::hardware_concurrency() would count
+// every online CPU of the host, also those a container's cpuset keeps the process off. The
+// same answer for the life of the process; no allocation, and no file read unless the kernel
+// refuses an 8192-CPU mask (then the online count stands in), so it may run in a constructor
+// before any allocator is ready.
 unsigned AllowedCpuCount();
 // Pins the calling thread to `cpus` (sched_setaffinity).
 [[nodiscard]] Status SetThreadAffinity(std::span<const int> cpus);

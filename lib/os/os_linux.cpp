@@ -426,12 +426,13 @@ Status PopulateWrite(void* addr, std::size_t bytes) {
 int PossibleNodeCount() {
   static const int count = [] {
     // get_mempolicy refuses (EINVAL) a mask shorter than the kernel's node id range
-    // (nr_node_ids, at most MAX_NUMNODES = 1024): the shortest it takes, in whole words,
-    // holds every possible node. A kernel without NUMA (ENOSYS) or a filter that refuses the
-    // call (EPERM) leaves one node, as libnuma's numa_available() would.
+    // (nr_node_ids, at most MAX_NUMNODES = 1024; before Linux 4.17, MAX_NUMNODES itself): the
+    // shortest it takes, in whole words, holds every possible node. A kernel without NUMA
+    // (ENOSYS) or a filter that refuses the call (EPERM) leaves one node, as libnuma's
+    // numa_available() would.
     constexpr unsigned long kMaxBits = 1024;
     unsigned long words[kMaxBits / kBitsPerWord];
-    for (unsigned long bits = kBitsPerWord; bits <= kMaxBits; bits *= 2) {
+    for (unsigned long bits = kBitsPerWord; bits <= kMaxBits; bits += kBitsPerWord) {
       int mode = 0;
       if (SysGetMempolicy(&mode, words, bits, nullptr, 0) == 0) return static_cast<int>(bits);
       if (errno != EINVAL) return 1;
@@ -620,7 +621,8 @@ StatusOr<std::vector<int>> AffinityOf(pid_t tid) {
 
 StatusOr<std::vector<int>> ThreadAffinity() { return AffinityOf(0); }
 
-unsigned AllowedCpuCount() {
+namespace {
+unsigned CallingThreadCpuCount() {
   // 8192 CPUs: Debian's kernels' NR_CPUS. A kernel built for more refuses the mask (EINVAL),
   // and then the online count stands in.
   unsigned long mask[8192 / kBitsPerWord] = {};
@@ -631,6 +633,16 @@ unsigned AllowedCpuCount() {
     count += static_cast<unsigned>(__builtin_popcountl(mask[word]));
   }
   return std::max(count, 1u);
+}
+
+// Asked at load, on the main thread, before the program's own code runs (a constructor of
+// the jemalloc options may have asked already).
+[[gnu::constructor]] void AskAllowedCpuCountAtLoad() { (void)AllowedCpuCount(); }
+}  // namespace
+
+unsigned AllowedCpuCount() {
+  static const unsigned count = CallingThreadCpuCount();
+  return count;
 }
 
 StatusOr<std::vector<int>> ProcessAffinity() {

@@ -27,8 +27,8 @@
 // lookup in its address-range table, no system call) and hand every other pointer to glibc,
 // so memory glibc handed out before or around the override is freed by glibc.
 //
-// Initialisation runs in this library's constructor, after its dependencies' constructors
-// (libstdc++, libnuma): numarena's C++ code needs them. (The Abseil linked into this library
+// Initialisation runs in this library's constructor, after the C library's and those of the
+// libstdc++ linked into it: numarena's C++ code needs them. (The Abseil linked into this library
 // is constant-initialised: its objects' only constructors are <iostream>'s ios_base::Init,
 // so their order beside this one does not matter.) A bad NUMARENA_POLICY or
 // NUMARENA_BUDGET, or an arena the kernel refuses, ends the process there with a message

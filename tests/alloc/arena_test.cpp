@@ -31,6 +31,7 @@
 #include "resident_pages.hpp"
 #include "numarena/budget.hpp"
 #include "numarena/page_nodes.hpp"
+#include "os/os.hpp"
 
 namespace {
 
@@ -377,12 +378,14 @@ TEST_CASE("live threads get their own jemalloc arena shard while the arena has s
 }
 
 TEST_CASE("an arena has one shard per 4 CPUs by default, and the shards option is checked") {
-  // Default: threads beyond the shard count share; here every live thread joins a shard.
+  // Default: threads beyond the shard count share; here every live thread joins a shard. The
+  // CPUs are those the process may run on (os::AllowedCpuCount), not every online one.
   Arena* arena = Get(Policy::WeightedInterleave({{0, 17}}));
   const int heap = numarena::arena_internal::HeapOf(arena->allocate(64));
-  const int expected = std::clamp<int>(static_cast<int>(std::thread::hardware_concurrency() / 4),
-                                       1, numarena::ArenaOptions::kMaxShards);
-  CHECK(numarena::DefaultShardCount(std::thread::hardware_concurrency()) == expected);
+  const unsigned cpus = numarena::os::AllowedCpuCount();
+  const int expected = std::clamp<int>(static_cast<int>(cpus / 4), 1,
+                                       numarena::ArenaOptions::kMaxShards);
+  CHECK(numarena::DefaultShardCount(cpus) == expected);
   constexpr int kThreads = 12;
   std::atomic<int> assigned{0};
   std::set<int> seen;

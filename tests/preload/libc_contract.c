@@ -13,6 +13,10 @@
  *                                the same answer after the block's neighbours were freed, and
  *                                (numarena's blocks) realloc to it keeps the block in place;
  *                                exit 0 when all hold
+ *   libc_contract grow           three buffers grown by realloc, in turns, from 1 B to 3 MiB
+ *                                by steps of 1/8 (outgrown blocks of one are reused for the
+ *                                others), every byte checked after each step; exit 0 when
+ *                                none changed
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -191,6 +195,49 @@ static int usable(void) {
   return failures == 0 ? 0 : 1;
 }
 
+/* Byte i of buffer k holds (i * 7 + k) & 0xff: checked every `stride` bytes. */
+static int check_grown(const unsigned char* p, size_t size, int k, size_t stride) {
+  for (size_t i = 0; i < size; i += stride) {
+    if (p[i] != (unsigned char)(i * 7 + (size_t)k)) {
+      printf("grow: buffer %d byte %zu of %zu is %u\n", k, i, size, p[i]);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static int grow(void) {
+  enum { kBuffers = 3 };
+  unsigned char* buffers[kBuffers] = {0};
+  size_t sizes[kBuffers] = {0};
+  int failures = 0;
+  for (int round = 0; failures == 0; ++round) {
+    const int k = round % kBuffers;
+    const size_t next = sizes[k] + sizes[k] / 8 + 1 + (size_t)k;
+    if (next > (3u << 20)) break;
+    unsigned char* grown = realloc(buffers[k], next);
+    if (grown == NULL) {
+      printf("grow: realloc(%zu) failed\n", next);
+      return 1;
+    }
+    failures += check_grown(grown, sizes[k], k, 1);
+    for (size_t i = sizes[k]; i < next; ++i) grown[i] = (unsigned char)(i * 7 + (size_t)k);
+    buffers[k] = grown;
+    sizes[k] = next;
+    for (int other = 0; other < kBuffers; ++other) {
+      /* the others (a block freed while in use would be carved for this one) */
+      if (other != k) failures += check_grown(buffers[other], sizes[other], other, 61);
+    }
+  }
+  for (int k = 0; k < kBuffers; ++k) {
+    note(buffers[k]);
+    free(buffers[k]);
+  }
+  fprintf(stderr, "owned by numarena: %d of %d\n", owned, allocated);
+  printf("grow: %d failures\n", failures);
+  return failures == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   numarena_owns = (int (*)(const void*))dlsym(RTLD_DEFAULT, "numarena_owns");
   if (argc >= 2 && strcmp(argv[1], "edges") == 0) return edges();
@@ -199,6 +246,7 @@ int main(int argc, char** argv) {
   }
   if (argc >= 2 && strcmp(argv[1], "refill") == 0) return refill();
   if (argc >= 2 && strcmp(argv[1], "usable") == 0) return usable();
+  if (argc >= 2 && strcmp(argv[1], "grow") == 0) return grow();
   fprintf(stderr, "usage: libc_contract edges | double-free BYTES | refill | usable\n");
   return 2;
 }

@@ -16,6 +16,8 @@
   at least the size asked and at most a class above it, all of it writable, unchanged while
   the block lives, under glibc and under the override; there realloc to it keeps the block in
   place.
+- Buffers grown by realloc in turns, 1 B to 3 MiB, keep every byte under glibc and under the
+  override (whose realloc hands an outgrown medium block back to jemalloc).
 Exit status 0 only when every check passes.
 """
 import os
@@ -119,6 +121,17 @@ def main():
         result = run([cli, "run", *policy, "--", program, "usable"])
         check(result.returncode == 0 and "owned by numarena: 0 of" not in result.stderr,
               f"numarena run {' '.join(policy)}: malloc_usable_size keeps its contract",
+              f"exit {result.returncode}: {result.stdout[-2000:]}{result.stderr[-500:]}")
+
+    # Buffers grown by realloc keep their contents (an outgrown block goes back to jemalloc,
+    # which carves the other buffers' next steps from it).
+    reference = run([program, "grow"], env=base_env)
+    check(reference.returncode == 0, "glibc: buffers grown by realloc keep every byte",
+          reference.stdout[-2000:])
+    for policy in (["--membind", "0"], ["--local"]):
+        result = run([cli, "run", *policy, "--", program, "grow"])
+        check(result.returncode == 0 and "owned by numarena: 0 of" not in result.stderr,
+              f"numarena run {' '.join(policy)}: buffers grown by realloc keep every byte",
               f"exit {result.returncode}: {result.stdout[-2000:]}{result.stderr[-500:]}")
 
     print(f"{failed()} failed" if failed() else "all passed")
