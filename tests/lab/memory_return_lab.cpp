@@ -52,69 +52,11 @@ PageCount Pages(const void* p, std::size_t size, int node) {
   return count;
 }
 
-TEST_CASE("pages returned to the kernel come back on the arena's node when written again") {
-  const auto& lab = lab::Expected();
-  for (const auto& node : lab.nodes) {
-    const auto far = lab.farthest_cpu_node(node.id);
-    if (!far) continue;
-    DYNAMIC_SECTION("arena on node " << node.id << ", thread on node " << *far) {
-      ArenaOptions options;
-      options.return_idle_ms = kHourNanos / 1'000'000;  // only the pass below returns it
-      auto arena = Arena::ForPolicy(Policy::Bind(node.id), options);
-      INFO(arena.status().ToString());
-      REQUIRE(arena.ok());
-      std::thread far_thread([&] {
-        lab::PinnedTo pin(lab.node(*far).cpus);
-        const std::size_t pages = kBlock / static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-        std::vector<void*> first;
-        for (int i = 0; i < kBlocks; ++i) {
-          void* p = (*arena)->allocate(kBlock);
-          REQUIRE(p != nullptr);
-          std::memset(p, 0x5a, kBlock);
-          CHECK(Pages(p, kBlock, node.id).on_node == pages);
-          first.push_back(p);
-        }
-        for (void* p : first) deallocate(p);  // into the heap's large cache
-        ReturnIdleMemory(CoarseNanos() + 2 * kHourNanos);
-        for (void* p : first) {
-          const PageCount returned = Pages(p, kBlock, node.id);
-          INFO("after the pass: " << returned.on_node << " on the node, " << returned.elsewhere
-                                  << " elsewhere");
-          CHECK(returned.absent == pages);
-        }
-        const std::set<void*> before(first.begin(), first.end());
-        std::size_t same_address = 0;
-        std::vector<void*> again;
-        for (int i = 0; i < kBlocks; ++i) {
-          void* p = (*arena)->allocate(kBlock);
-          REQUIRE(p != nullptr);
-          std::memset(p, 0x6b, kBlock);  // faulted in by this thread, far from the node
-          const PageCount count = Pages(p, kBlock, node.id);
-          INFO("block " << i << ": " << count.elsewhere << " pages elsewhere, " << count.absent
-                        << " absent");
-          CHECK(count.on_node == pages);
-          same_address += before.count(p);
-          again.push_back(p);
-        }
-        // The returned ranges themselves were written again, not fresh ones.
-        CHECK(same_address >= 1);
-        for (void* p : again) deallocate(p);
-        (*arena)->purge();
-      });
-      far_thread.join();
-    }
-  }
-}
-
-TEST_CASE("objects returned because a thread took fresh pages come back on the arena's node") {
-  // No returner pass runs (an hour's idle time): the return under test is the one a thread's
-  // growth makes (ReturnAfterGrowth, every 1 MiB of fresh pages). A thread far from the node
-  // frees 48 buffers of 160 KiB (most go to the heap's depot), then allocates 2 MiB of 16 KiB
-  // objects, which takes fresh pages: the depot's buffers go back to jemalloc and their pages
-  // to the kernel. Every page of the new objects, and of the buffers allocated and written
-  // again afterwards, is on the arena's node; no page of a returned buffer is anywhere else.
-  constexpr std::size_t kBuffer = 160 * 1024, kObject = 16 * 1024;
-  constexpr int kBuffers = 48, kObjects = 128;
+// For every node with a farthest node that has CPUs: `body(arena, node)` on a thread pinned to
+// the far node's CPUs, with an arena bound to the node whose returner never runs on its own
+// (an hour's idle time): only the returns the test makes happen.
+template <typename Body>
+void OnEachNodeFromFar(Body body) {
   const auto& lab = lab::Expected();
   for (const auto& node : lab.nodes) {
     const auto far = lab.farthest_cpu_node(node.id);
@@ -127,40 +69,94 @@ TEST_CASE("objects returned because a thread took fresh pages come back on the a
       REQUIRE(arena.ok());
       std::thread far_thread([&] {
         lab::PinnedTo pin(lab.node(*far).cpus);
-        auto written = [&](std::size_t size, unsigned char fill) {
-          void* p = (*arena)->allocate(size);
-          REQUIRE(p != nullptr);
-          std::memset(p, fill, size);
-          const PageCount count = Pages(p, size, node.id);
-          INFO(count.elsewhere << " pages elsewhere, " << count.absent << " absent");
-          CHECK(count.elsewhere == 0);
-          CHECK(count.absent == 0);
-          return p;
-        };
-        std::vector<void*> buffers;
-        for (int i = 0; i < kBuffers; ++i) buffers.push_back(written(kBuffer, 0x5a));
-        for (void* p : buffers) deallocate(p, kBuffer);
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        std::vector<void*> objects;
-        for (int i = 0; i < kObjects; ++i) objects.push_back(written(kObject, 0x33));
-        std::size_t absent = 0, total = 0;
-        for (void* p : buffers) {
-          const PageCount count = Pages(p, kBuffer, node.id);
-          CHECK(count.elsewhere == 0);
-          absent += count.absent;
-          total += count.on_node + count.absent + count.elsewhere;
-        }
-        INFO(absent << " of the freed buffers' " << total << " pages were returned");
-        CHECK(absent >= total / 2);  // the thread's lists keep 1 MiB; new objects reuse some
-        for (void* p : objects) deallocate(p, kObject);
-        std::vector<void*> again;
-        for (int i = 0; i < kBuffers; ++i) again.push_back(written(kBuffer, 0x6b));
-        for (void* p : again) deallocate(p, kBuffer);
-        (*arena)->purge();
+        body(*arena, node.id);
       });
       far_thread.join();
     }
   }
+}
+
+TEST_CASE("pages returned to the kernel come back on the arena's node when written again") {
+  OnEachNodeFromFar([](Arena* arena, int node_id) {
+    const std::size_t pages = kBlock / static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    std::vector<void*> first;
+    for (int i = 0; i < kBlocks; ++i) {
+      void* p = arena->allocate(kBlock);
+      REQUIRE(p != nullptr);
+      std::memset(p, 0x5a, kBlock);
+      CHECK(Pages(p, kBlock, node_id).on_node == pages);
+      first.push_back(p);
+    }
+    for (void* p : first) deallocate(p);  // into the heap's large cache
+    ReturnIdleMemory(CoarseNanos() + 2 * kHourNanos);
+    for (void* p : first) {
+      const PageCount returned = Pages(p, kBlock, node_id);
+      INFO("after the pass: " << returned.on_node << " on the node, " << returned.elsewhere
+                              << " elsewhere");
+      CHECK(returned.absent == pages);
+    }
+    const std::set<void*> before(first.begin(), first.end());
+    std::size_t same_address = 0;
+    std::vector<void*> again;
+    for (int i = 0; i < kBlocks; ++i) {
+      void* p = arena->allocate(kBlock);
+      REQUIRE(p != nullptr);
+      std::memset(p, 0x6b, kBlock);  // faulted in by this thread, far from the node
+      const PageCount count = Pages(p, kBlock, node_id);
+      INFO("block " << i << ": " << count.elsewhere << " pages elsewhere, " << count.absent
+                    << " absent");
+      CHECK(count.on_node == pages);
+      same_address += before.count(p);
+      again.push_back(p);
+    }
+    // The returned ranges themselves were written again, not fresh ones.
+    CHECK(same_address >= 1);
+    for (void* p : again) deallocate(p);
+    arena->purge();
+  });
+}
+
+TEST_CASE("objects returned because a thread took fresh pages come back on the arena's node") {
+  // No returner pass runs (an hour's idle time): the return under test is the one a thread's
+  // growth makes (ReturnAfterGrowth, every 1 MiB of fresh pages). A thread far from the node
+  // frees 48 buffers of 160 KiB (most go to the heap's depot), then allocates 2 MiB of 16 KiB
+  // objects, which takes fresh pages: the depot's buffers go back to jemalloc and their pages
+  // to the kernel. Every page of the new objects, and of the buffers allocated and written
+  // again afterwards, is on the arena's node; no page of a returned buffer is anywhere else.
+  constexpr std::size_t kBuffer = 160 * 1024, kObject = 16 * 1024;
+  constexpr int kBuffers = 48, kObjects = 128;
+  OnEachNodeFromFar([&](Arena* arena, int node_id) {
+    auto written = [&](std::size_t size, unsigned char fill) {
+      void* p = arena->allocate(size);
+      REQUIRE(p != nullptr);
+      std::memset(p, fill, size);
+      const PageCount count = Pages(p, size, node_id);
+      INFO(count.elsewhere << " pages elsewhere, " << count.absent << " absent");
+      CHECK(count.elsewhere == 0);
+      CHECK(count.absent == 0);
+      return p;
+    };
+    std::vector<void*> buffers;
+    for (int i = 0; i < kBuffers; ++i) buffers.push_back(written(kBuffer, 0x5a));
+    for (void* p : buffers) deallocate(p, kBuffer);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::vector<void*> objects;
+    for (int i = 0; i < kObjects; ++i) objects.push_back(written(kObject, 0x33));
+    std::size_t absent = 0, total = 0;
+    for (void* p : buffers) {
+      const PageCount count = Pages(p, kBuffer, node_id);
+      CHECK(count.elsewhere == 0);
+      absent += count.absent;
+      total += count.on_node + count.absent + count.elsewhere;
+    }
+    INFO(absent << " of the freed buffers' " << total << " pages were returned");
+    CHECK(absent >= total / 2);  // the thread's lists keep 1 MiB; new objects reuse some
+    for (void* p : objects) deallocate(p, kObject);
+    std::vector<void*> again;
+    for (int i = 0; i < kBuffers; ++i) again.push_back(written(kBuffer, 0x6b));
+    for (void* p : again) deallocate(p, kBuffer);
+    arena->purge();
+  });
 }
 
 }  // namespace
