@@ -230,11 +230,12 @@ struct ArenaOptions {
   // jemalloc's dirty pages) until purge(), a refusal for lack of room, jemalloc's decay at
   // later calls into the arena, or a thread's allocations taking 1 MiB of fresh pages: none of
   // it could serve them, so the depot's classes unused for 50 ms and the dirty pages of the
-  // thread's shard go back then, whatever this option says. 1 to kMaxReturnIdleMs: memory nobody reuses for
-  // that many milliseconds goes back to the kernel within about 1.25 times that, even if the
-  // program makes no more calls: a background thread ("numarena-return"), started at the arena's
-  // first cache overflow or 2 MiB+ free, returns the arena's shared caches and dirty pages (each
-  // thread's own front cache goes back at its exit or purge()). Placement is kept: the
+  // thread's shard go back then, whatever this option says. 1 to kMaxReturnIdleMs: memory
+  // nobody reuses for that many milliseconds goes back to the kernel within about 1.25 times
+  // that, even if the program makes no more calls: a background thread ("numarena-return"),
+  // started at the arena's first cache overflow or 2 MiB+ free, returns the arena's shared
+  // caches and dirty pages (each thread's own front cache goes back at its exit or purge()).
+  // Placement is kept: the
   // pages are purged, not unmapped, and come back on the arena's nodes. More is
   // InvalidArgument. `numarena run` uses 1000 (NUMARENA_RETURN_IDLE_MS).
   std::int64_t return_idle_ms = 0;

@@ -482,9 +482,7 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
         // took 2 MiB of it and asked for 20 MiB again: the first block's other 18 MiB and the
         // model load's freed buffers in the depot stayed on top of the new block (peak RSS
         // 1.15x glibc's, which unmaps a freed large block at once).
-        if (arena_internal::fresh_commit_bytes >= arena_internal::kReturnAfterFreshBytes) {
-          arena_internal::ReturnAfterGrowth(heap);
-        }
+        arena_internal::ReturnAfterGrowthIfDue(heap);
         return p;
       }
     }
@@ -745,10 +743,7 @@ void Arena::purge() {
       unsigned id = static_cast<unsigned>(tcache);
       mallctl("tcache.flush", nullptr, nullptr, &id, sizeof id);
     }
-    ForEachShard(heap, [](unsigned arena_index) {
-      std::string key = absl::StrCat("arena.", arena_index, ".purge");
-      mallctl(key.c_str(), nullptr, nullptr, nullptr, 0);
-    });
+    ForEachShardCall(heap, "purge");
   });
 }
 

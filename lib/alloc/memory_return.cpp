@@ -23,13 +23,13 @@
 // So memory freed in a burst is back with the kernel between D and about 1.25 D after the
 // program stops freeing. And whatever D (0 included), once a thread's allocations made jemalloc
 // commit 1 MiB of fresh pages (ReturnAfterGrowth), the freed memory the heap holds could not
-// serve them: the depot's classes unused for 50 ms and all dirty pages go back before the
-// allocation that noticed returns, as glibc unmaps a freed large block at once and reuses a
-// freed small one for any size (a phase that frees its buffers and then grows otherwise holds
-// both at its peak: redis-server's outgrown hash tables and freed client buffers, 12 MiB of its
-// peak). What a thread's own front cache holds is not returned while the thread sleeps (only
-// the thread itself may touch its lists, without locks): at most a few MiB per (thread, heap),
-// design.md's bounds; it goes back at the thread's exit or purge().
+// serve them: the depot's classes unused for 50 ms and the dirty pages of the thread's shard
+// go back before the allocation that noticed returns, as glibc unmaps a freed large block at
+// once and reuses a freed small one for any size (a phase that frees its buffers and then
+// grows otherwise holds both at its peak: redis-server's outgrown hash tables and freed client
+// buffers, 12 MiB of its peak). What a thread's own front cache holds is not returned while
+// the thread sleeps (only the thread itself may touch its lists, without locks): at most a few
+// MiB per (thread, heap), design.md's bounds; it goes back at the thread's exit or purge().
 //
 // Placement: returning is purging. jemalloc's purge calls the heap's hooks, which drop the pages
 // with MADV_DONTNEED and keep the mapping and its mbind policy, so a page faulted in again

@@ -24,9 +24,9 @@ bool ReturnIdleMemory(std::int64_t now_ns, std::int64_t* period_ns = nullptr) no
 // arena_internal::ReturnAfterGrowth(heap) (declared in numarena/internal/arena_fast_path.hpp,
 // defined in memory_return.cpp): once a thread's allocations made jemalloc commit 1 MiB of
 // fresh pages, the depot's classes nobody took from or put to for 50 ms go back to jemalloc and
-// all of the heap's dirty pages to the kernel, before the allocation that noticed returns,
-// rather than sit resident beside the new memory until the decay (with or without a returner
-// thread).
+// the dirty pages of the thread's own shard of the heap to the kernel, before the allocation
+// that noticed returns, rather than sit resident beside the new memory until the decay (with
+// or without a returner thread).
 
 // Makes the returner thread run ReturnIdleMemory. The arena layer calls it before it creates
 // the first arena with return_idle_ms set.

@@ -33,7 +33,6 @@ std::atomic<CapacityGate*> g_gate{nullptr};
 // HugeAdviceLimit's bound for this thread's commits (0: none).
 thread_local constinit std::size_t t_huge_advice_limit = 0;
 
-
 // Providers live as long as their heap (for the process, unless the heap is destroyed:
 // DestroyHeap discards its provider); this table keeps them reachable for the fork child.
 std::atomic<NodePages*> g_providers[arena_internal::kMaxHeaps];
@@ -604,7 +603,6 @@ int NodePages::NodeIndexOfPage(const Range& range, std::uintptr_t page) const no
       return 0;
   }
 }
-
 
 HugeAdviceLimit::HugeAdviceLimit(std::size_t request_bytes) noexcept
     : saved_(t_huge_advice_limit) {

@@ -6,8 +6,7 @@
 // process that loads numarena, which reads /proc/self/status and /sys/devices/system/node
 // through stdio and formats a path per node, whether or not the process ever places a page.
 // Under `numarena run` that is every program, and it cost each 0.15-0.45 MiB of resident
-// memory (bench/RESULTS.md, "the override's fixed cost").
-#include <dirent.h>
+// memory (bench/RESULTS.md, "The fixed cost, the text layout, and freed memory on growth").
 #include <fcntl.h>
 #include <linux/mempolicy.h>
 #include <sched.h>
@@ -228,7 +227,8 @@ StatusOr<std::string> ReadFile(const std::string& path, std::size_t max_bytes) {
 StatusOr<std::vector<std::string>> ListDirectory(const std::string& path) {
   // getdents64 rather than opendir/readdir: those sit in a part of libc no other start-up
   // call reaches, a 64 KiB fault-around window of it mapped into every process under
-  // `numarena run` for one listing of /sys (bench/RESULTS.md, "the override's fixed cost").
+  // `numarena run` for one listing of /sys (bench/RESULTS.md, "The fixed cost, the text
+  // layout, and freed memory on growth").
   // O_DIRECTORY: a FIFO or a device is refused (ENOTDIR) before it could block.
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open directory ", path));

@@ -280,6 +280,10 @@ inline constexpr std::size_t kReturnAfterFreshBytes = std::size_t{1} << 20;
 // and unused goes back now rather than sit resident beside the new memory
 // (lib/alloc/memory_return.cpp). Resets fresh_commit_bytes. Cold.
 void ReturnAfterGrowth(int heap) noexcept;
+// The check both allocation paths make once jemalloc has handed them an object.
+inline void ReturnAfterGrowthIfDue(int heap) noexcept {
+  if (__builtin_expect(fresh_commit_bytes >= kReturnAfterFreshBytes, 0)) ReturnAfterGrowth(heap);
+}
 
 // `size` bytes (1 <= size <= kFrontMaxCached, default alignment) from this thread's caches
 // for `heap`: its front cache, the heap's depot, else jemalloc with the thread's flags.
@@ -296,7 +300,7 @@ inline void* AllocateFromThreadCaches(int heap, std::size_t size) noexcept {
   }
   void* p = mallocx(size, thread_flags[heap]);
   if (p != nullptr) RecordClass(p, size_class);
-  if (__builtin_expect(fresh_commit_bytes >= kReturnAfterFreshBytes, 0)) ReturnAfterGrowth(heap);
+  ReturnAfterGrowthIfDue(heap);
   return p;
 }
 
