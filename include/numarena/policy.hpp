@@ -216,6 +216,18 @@ struct ArenaOptions {
   static constexpr std::size_t kHugetlb2M = std::size_t{2} << 20;
   static constexpr std::size_t kHugetlb1G = std::size_t{1} << 30;
 
+  // With hugetlb_page_bytes 0: true (default) asks for transparent huge pages
+  // (MADV_HUGEPAGE) where a commit of 2 MiB or more holds whole huge pages, as above; false
+  // asks for none, so every page of the arena is a base page (MADV_NOHUGEPAGE), whatever
+  // /sys/kernel/mm/transparent_hugepage/enabled says. Why false: a huge page's fault clears
+  // 2 MiB at once and, in a virtual machine whose host takes freed guest memory back (free
+  // page reporting, ballooning), first makes the host fault in 512 pages; a loop that frees
+  // and allocates large blocks then pays that on every cold block (bench/RESULTS.md). The
+  // malloc override (`numarena run`) uses false unless NUMARENA_HUGE_PAGES=1, as glibc,
+  // jemalloc, tcmalloc and mimalloc ask for no huge pages by default. Placement is the same
+  // either way.
+  bool transparent_huge_pages = true;
+
   // jemalloc arenas ("shards") per heap: threads that use the arena spread over them, a new
   // thread joining the least used, so threads whose requests miss numarena's caches (new
   // memory, objects of 2 MiB and more) do not all wait for one jemalloc arena's lock. Each
@@ -244,7 +256,8 @@ struct ArenaOptions {
   friend bool operator==(const ArenaOptions&, const ArenaOptions&) = default;
   template <typename H>
   friend H AbslHashValue(H h, const ArenaOptions& o) {
-    return H::combine(std::move(h), o.hugetlb_page_bytes, o.shards, o.return_idle_ms);
+    return H::combine(std::move(h), o.hugetlb_page_bytes, o.transparent_huge_pages, o.shards,
+                      o.return_idle_ms);
   }
 };
 

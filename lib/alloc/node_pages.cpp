@@ -612,7 +612,8 @@ HugeAdviceLimit::HugeAdviceLimit(std::size_t request_bytes) noexcept
 HugeAdviceLimit::~HugeAdviceLimit() { t_huge_advice_limit = saved_; }
 
 void NodePages::AdviseLargeCommit(std::uintptr_t begin, std::uintptr_t end, bool huge) noexcept {
-  if (hugetlb_ || interleaved_) return;
+  // Without transparent huge pages the range keeps the MADV_NOHUGEPAGE it was mapped with.
+  if (hugetlb_ || interleaved_ || !options_.transparent_huge_pages) return;
   std::uintptr_t inner_begin = AlignUp(begin, kHugePage);
   std::uintptr_t inner_end = AlignDown(end, kHugePage);
   if (inner_end <= inner_begin) return;

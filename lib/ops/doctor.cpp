@@ -121,9 +121,9 @@ class Audit {
     }
     Add({"thp_enabled", Severity::kWarning, "transparent_hugepage/enabled", value,
          "always or madvise",
-         "numarena asks for transparent huge pages on large spans (MADV_HUGEPAGE); with "
-         "'never' every tensor and KV block is mapped with 4 KiB pages, which multiplies "
-         "TLB misses.",
+         "numarena's linked arenas (and `numarena run --huge-pages`) ask for transparent huge "
+         "pages on large spans (MADV_HUGEPAGE); with 'never' every tensor and KV block is "
+         "mapped with 4 KiB pages, which multiplies TLB misses.",
          absl::StrCat("echo madvise > ", kThpDir, "enabled")});
     return absl::OkStatus();
   }

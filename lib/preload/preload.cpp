@@ -40,6 +40,10 @@
 // for D milliseconds goes back to the kernel, by a thread of numarena's started at the first
 // large free or cache overflow (ArenaOptions::return_idle_ms; docs/run.md, "Memory return").
 //
+// NUMARENA_HUGE_PAGES=1 asks for transparent huge pages on blocks of 2 MiB and more, as a
+// linked arena does; unset or 0, the override asks for none, like the allocators it replaces
+// (ArenaOptions::transparent_huge_pages says why).
+//
 // NUMARENA_METRICS_PORT=P (or a range P-Q) starts a thread that serves numarena's metrics
 // (Prometheus text) at http://127.0.0.1:P/metrics (NUMARENA_METRICS_LISTEN changes the
 // address); preload_metrics.hpp says how.
@@ -393,6 +397,15 @@ void Initialize() {
         !problem.empty()) {
       Die(std::string("NUMARENA_RETURN_IDLE_MS='") + Excerpt(text) + "': " + problem);
     }
+  }
+  // No transparent huge pages unless asked (ArenaOptions::transparent_huge_pages says why).
+  options.transparent_huge_pages = false;
+  if (const char* text = std::getenv("NUMARENA_HUGE_PAGES"); text != nullptr && *text) {
+    if (std::strcmp(text, "0") != 0 && std::strcmp(text, "1") != 0) {
+      Die(std::string("NUMARENA_HUGE_PAGES='") + Excerpt(text) +
+          "': expected 1 (transparent huge pages for blocks of 2 MiB and more) or 0 (none)");
+    }
+    options.transparent_huge_pages = text[0] == '1';
   }
   auto arena = Arena::ForPolicy(*policy, options);
   if (!arena.ok()) {

@@ -498,6 +498,41 @@ TEST_CASE("a large request rounded up to its class leaves the rounding out of hu
   numarena::deallocate(p);
 }
 
+TEST_CASE("an arena without transparent huge pages keeps large blocks in base pages") {
+  std::string modes;
+  if (!numarena::testing::HugePagesOnRequest(&modes)) {
+    WARN("skipped: transparent huge pages are off (" << modes << ")");
+    return;
+  }
+  numarena::ArenaOptions options;
+  options.transparent_huge_pages = false;
+  options.shards = 6;  // a heap of its own (a shard count no other test uses)
+  auto arena = Arena::ForPolicy(Policy::Bind(0), options);
+  REQUIRE(arena.ok());
+  // A different arena from the one with huge pages, whatever else the options share.
+  numarena::ArenaOptions with_huge = options;
+  with_huge.transparent_huge_pages = true;
+  auto huge = Arena::ForPolicy(Policy::Bind(0), with_huge);
+  REQUIRE(huge.ok());
+  CHECK(*huge != *arena);
+  const long page = sysconf(_SC_PAGESIZE);
+  for (int round = 0; round < 2; ++round) {  // fresh pages, then a freed block's pages
+    auto* p = static_cast<unsigned char*>((*arena)->allocate(9 * kMiB));
+    REQUIRE(p != nullptr);
+    std::memset(p, 0x5a, 9 * kMiB);
+    for (std::size_t at = 0; at < 9 * kMiB; at += 2 * kMiB) {
+      INFO("round " << round << ", offset " << at);
+      CHECK(ThpEligible(p + at) == 0);
+    }
+    CHECK(ThpEligible(p + 9 * kMiB - page) == 0);
+    numarena::deallocate(p);
+  }
+  auto* q = static_cast<unsigned char*>((*huge)->allocate(9 * kMiB));
+  REQUIRE(q != nullptr);
+  CHECK(ThpEligible(q + 4 * kMiB) == 1);  // the default, for contrast
+  numarena::deallocate(q);
+}
+
 TEST_CASE("bin shards give each CPU's thread a pair of arena shard and bin of its own") {
   // Threads take shards least used first (thread k: shard k % shards) and jemalloc gives them
   // bins in turn (thread k: bin k % bins): on a host with `cpus` CPUs the first `cpus` threads

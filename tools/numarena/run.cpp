@@ -10,9 +10,10 @@
 // It checks the policy against this machine and the budget spec, finds the preload library
 // (NUMARENA_PRELOAD_LIBRARY, else beside this binary, else in ../<libdir>), sets
 // LD_PRELOAD (in front of any value already there), NUMARENA_POLICY, NUMARENA_BUDGET and
-// NUMARENA_METRICS_{PORT,LISTEN,DEVICES} (lib/preload/preload_metrics.hpp), and execs the program (searched in PATH), which keeps this process's id. Exit status: the
-// program's; 2 for a usage error, a bad policy or budget, or no preload library; 127 when the
-// program cannot be executed.
+// NUMARENA_METRICS_{PORT,LISTEN,DEVICES} (lib/preload/preload_metrics.hpp) and, with
+// --huge-pages, NUMARENA_HUGE_PAGES=1, and execs the program (searched in PATH), which keeps
+// this process's id. Exit status: the program's; 2 for a usage error, a bad policy or budget,
+// or no preload library; 127 when the program cannot be executed.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -73,6 +74,7 @@ struct RunOptions {
   std::optional<std::string> budget;  // set when --budget was given, even as ''
   std::string metrics_port, metrics_listen = "127.0.0.1";
   std::vector<std::string> metrics_devices;
+  bool huge_pages = false;
 };
 
 // The policy option and its value, as a policy string.
@@ -219,7 +221,8 @@ int RunRun(const RunOptions& options, const std::vector<std::string>& args) {
       (options.metrics_devices.empty()
            ? unsetenv("NUMARENA_METRICS_DEVICES")
            : setenv("NUMARENA_METRICS_DEVICES",
-                    absl::StrJoin(options.metrics_devices, ",").c_str(), 1)) != 0) {
+                    absl::StrJoin(options.metrics_devices, ",").c_str(), 1)) != 0 ||
+      (options.huge_pages && setenv("NUMARENA_HUGE_PAGES", "1", 1) != 0)) {
     return Fail("run", absl::StrCat("cannot set the environment: ", std::strerror(errno)));
   }
 
@@ -257,6 +260,10 @@ CommandRunner SetupRun(CLI::App& app) {
   policy("--weighted", "N=W,...", "2 MiB chunks in proportion to the weights: weighted(N:W,...)");
   app.add_flag("--local", options->local,
                "each allocation on the node of the CPU the thread runs on");
+  app.add_flag("--huge-pages", options->huge_pages,
+               "transparent huge pages for blocks of 2 MiB and more (NUMARENA_HUGE_PAGES=1); "
+               "without it the program's memory is in base pages, as under glibc, jemalloc, "
+               "tcmalloc and mimalloc");
   policy("--policy", "POLICY",
          "any policy string: bind(NODES), preferred(NODES), interleave(NODES), weighted(N:W,...), "
          "target(bandwidth|latency|capacity[@NODE|@any]) (the memory tier the kernel's HMAT "
