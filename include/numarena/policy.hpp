@@ -246,9 +246,9 @@ struct ArenaOptions {
   // nobody reuses for that many milliseconds goes back to the kernel within about 1.25 times
   // that, even if the program makes no more calls: a background thread ("numarena-return"),
   // started at the arena's first cache overflow or 2 MiB+ free, returns the arena's shared
-  // caches and dirty pages (each thread's own front cache goes back at its exit or purge()).
-  // Placement is kept: the
-  // pages are purged, not unmapped, and come back on the arena's nodes. More is
+  // caches, each thread's single cached object of 2 MiB to 4 MiB and the dirty pages (a
+  // thread's own lists go back at its exit or purge()). Placement is kept: the pages are
+  // purged, not unmapped, and come back on the arena's nodes. More is
   // InvalidArgument. `numarena run` uses 1000 (NUMARENA_RETURN_IDLE_MS).
   std::int64_t return_idle_ms = 0;
   static constexpr std::int64_t kMaxReturnIdleMs = 3'600'000;

@@ -283,7 +283,7 @@ void CreateFrontCache(int heap) noexcept {
   cache->medium_bytes = 0;
   cache->medium_limit = CacheBounds(heap).medium;
   cache->small_growth = 0;
-  cache->large = nullptr;
+  cache->large.store(nullptr, std::memory_order_relaxed);
   cache->large_class = 0;
   cache->depot_home = DepotNewHome();
   arena_internal::front_caches[heap] = cache;
@@ -295,26 +295,33 @@ bool FrontLargePut(int heap, unsigned size_class, void* p) noexcept {
   if (heap < 0 || heap >= arena_internal::kMaxHeaps) return false;
   FrontCache* cache = arena_internal::front_caches[heap];
   if (cache == nullptr) return false;
-  if (cache->large == p) [[unlikely]] arena_internal::FrontDoubleFree(heap, size_class, p);
-  if (cache->large != nullptr) return false;
+  void* const kept = cache->large.load(std::memory_order_relaxed);
+  if (kept == p) [[unlikely]] arena_internal::FrontDoubleFree(heap, size_class, p);
+  if (kept != nullptr) return false;
   if (size_class < kFirstLargeClass || size_class > kLastFrontLargeClass) return false;
   if ((reinterpret_cast<std::uintptr_t>(p) & (arena_internal::kLargeAlignThreshold - 1)) != 0) {
     return false;  // allocate promises 2 MiB alignment to whoever takes it next
   }
   if (arena_internal::MediumClassBytes(size_class) > CacheBounds(heap).large) return false;
-  cache->large = p;
   cache->large_class = size_class;
+  // Release: the memory return's thread may take it (StealFrontLarge) and free it, once the
+  // heap has been idle for its return time from now, even if this thread never calls again.
+  cache->large.store(p, std::memory_order_release);
+  NoteHeapActivity(heap);
   return true;
 }
 
 void* FrontLargeTake(int heap, unsigned size_class) noexcept {
   if (heap < 0 || heap >= arena_internal::kMaxHeaps) return nullptr;
   FrontCache* cache = arena_internal::front_caches[heap];
-  if (cache == nullptr || cache->large == nullptr || cache->large_class != size_class) {
+  if (cache == nullptr) return nullptr;
+  void* p = cache->large.load(std::memory_order_relaxed);
+  if (p == nullptr || cache->large_class != size_class) return nullptr;
+  // Fails only when the memory return took it since the load (StealFrontLarge).
+  if (!cache->large.compare_exchange_strong(p, nullptr, std::memory_order_acquire,
+                                            std::memory_order_relaxed)) {
     return nullptr;
   }
-  void* p = cache->large;
-  cache->large = nullptr;
   return p;
 }
 
@@ -327,14 +334,18 @@ std::size_t FlushFrontCache(int heap) noexcept {
   for (unsigned c = 0; c < static_cast<unsigned>(kFrontClasses); ++c) {
     flushed += Drain(heap, *cache, c, 0);
   }
-  if (void* large = cache->large) {
-    cache->large = nullptr;
+  if (void* large = cache->large.exchange(nullptr, std::memory_order_acquire)) {
     flushed += sallocx(large, 0);
     dallocx(large, arena_internal::thread_flags[heap]);  // jemalloc frees to p's own arena
   }
   ResetSmallLimits(heap, *cache);
   cache->medium_limit = CacheBounds(heap).medium;
   return flushed;
+}
+
+void* StealFrontLarge(arena_internal::FrontCache* cache) noexcept {
+  if (cache->large.load(std::memory_order_relaxed) == nullptr) return nullptr;
+  return cache->large.exchange(nullptr, std::memory_order_acquire);
 }
 
 void DestroyFrontCaches() noexcept {

@@ -45,4 +45,13 @@ std::size_t FlushFrontCache(int heap) noexcept;
 // Flushes and frees all of the calling thread's front caches (at thread exit).
 void DestroyFrontCaches() noexcept;
 
+namespace arena_internal {
+struct FrontCache;
+}
+// Takes the large object another thread's front cache keeps (FrontLargePut), for the memory
+// return to free: the object, or nullptr when there is none. Safe against the owner's own
+// puts and takes at the same time (one of the two gets the object); the caller must keep
+// `cache` from being freed meanwhile (ReturnSleepingThreadsLarge, jemalloc_heap.cpp).
+void* StealFrontLarge(arena_internal::FrontCache* cache) noexcept;
+
 }  // namespace numarena

@@ -353,11 +353,12 @@ struct ThreadCacheOwner {
     LifecycleShared walk;  // a heap destruction changes this thread's tables too
     int* table = StoredFlagTable();
     t_thread_exiting = true;
+    // Out of the list before the front caches are freed: ReturnSleepingThreadsLarge walks it
+    // (under g_threads_mutex) and reads the caches of every thread it finds there. A heap's
+    // destruction, the other walk, cannot run while this thread holds `walk`.
+    UnlinkThreadTables();
     DestroyFrontCaches();  // into the explicit tcaches, before those are destroyed
-    if (table == nullptr) {
-      UnlinkThreadTables();
-      return;
-    }
+    if (table == nullptr) return;
     for (int heap = 0; heap < arena_internal::kMaxHeaps; ++heap) {
       int& flags = table[heap];
       if (flags == 0) continue;
@@ -368,7 +369,6 @@ struct ThreadCacheOwner {
       }
       flags = 0;
     }
-    UnlinkThreadTables();  // before the checked table goes, and before this thread's storage
     if (table == t_checked_flags) {
       t_checked_flags = nullptr;
       delete[] table;
@@ -604,6 +604,32 @@ void PurgeThreadShardDirty(int heap) noexcept {
     return;
   }
   ArenaMallctl(static_cast<unsigned>(shard), "purge");
+}
+
+std::size_t ReturnSleepingThreadsLarge(int heap) noexcept {
+  // Taken under the list's lock, freed outside it (dallocx may purge, and the hooks take the
+  // provider's locks), a batch at a time; a thread that puts a new object meanwhile keeps it.
+  constexpr int kBatch = 32;
+  std::size_t freed = 0;
+  bool more = true;
+  while (more) {
+    void* taken[kBatch];
+    int count = 0;
+    {
+      std::lock_guard<std::mutex> lock(g_threads_mutex);
+      for (ThreadTables* t = g_threads; t != nullptr && count < kBatch; t = t->next) {
+        arena_internal::FrontCache* cache = t->fronts != nullptr ? t->fronts[heap] : nullptr;
+        if (cache == nullptr) continue;
+        if (void* p = StealFrontLarge(cache)) taken[count++] = p;
+      }
+      more = count == kBatch;
+    }
+    for (int i = 0; i < count; ++i) {
+      freed += sallocx(taken[i], 0);
+      dallocx(taken[i], MALLOCX_TCACHE_NONE);  // to the object's own jemalloc arena
+    }
+  }
+  return freed;
 }
 
 int EnsureThreadCache(int heap) noexcept {

@@ -27,9 +27,12 @@
 // go back before the allocation that noticed returns, as glibc unmaps a freed large block at
 // once and reuses a freed small one for any size (a phase that frees its buffers and then
 // grows otherwise holds both at its peak: redis-server's outgrown hash tables and freed client
-// buffers, 12 MiB of its peak). What a thread's own front cache holds is not returned while
-// the thread sleeps (only the thread itself may touch its lists, without locks): at most a few
-// MiB per (thread, heap), design.md's bounds; it goes back at the thread's exit or purge().
+// buffers, 12 MiB of its peak). The lists of a thread's own front cache are not returned while
+// the thread sleeps (only the thread itself may touch them, without locks): at most a few MiB
+// per (thread, heap), design.md's bounds; they go back at the thread's exit or purge(). Its one
+// large object (2 MiB to 4 MiB) is: once the heap is idle for D the pass takes it
+// (ReturnSleepingThreadsLarge; an atomic slot, so the owner's next take simply misses), since
+// a server's workers each keep such a scratch buffer for as long as they wait for requests.
 //
 // Placement: returning is purging. jemalloc's purge calls the heap's hooks, which drop the pages
 // with MADV_DONTNEED and keep the mapping and its mbind policy, so a page faulted in again
@@ -71,6 +74,8 @@ void ReturnFromHeap(Heap& heap, void* context) {
   pass.shortest_period_ns = std::min(pass.shortest_period_ns, MemoryReturnPeriod(idle_ns));
   const std::int64_t since = pass.now_ns - LastHeapActivity(heap.id);
   if (since >= idle_ns) {
+    // Each thread's large object too: a thread that sleeps cannot give it back itself.
+    ReturnSleepingThreadsLarge(heap.id);
     LargeCacheFlush(heap.id);
     DepotFlush(heap.id);
     ForEachShardCall(heap, "purge");

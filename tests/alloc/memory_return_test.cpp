@@ -12,11 +12,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -152,6 +154,65 @@ TEST_CASE("the returner thread returns an idle arena's burst with no call from t
     return now.cached == 0 && committed - now.committed >= 70 * kMiB;
   });
   CHECK(returned);
+}
+
+TEST_CASE("a pass returns the large object a sleeping thread's front cache keeps") {
+  // A thread frees a 3 MiB block (its front cache keeps it, ahead of the heap's shared large
+  // cache) and then sleeps: once the arena is idle for D the pass frees the block and its
+  // pages go back, although that thread makes no call. The thread's next allocation of the
+  // class must not get the block the pass freed while someone else has it.
+  Arena* arena = Get(70, kHourNanos / 1'000'000);
+  constexpr std::size_t kBlock = 3 * kMiB;
+  std::mutex mutex;
+  std::condition_variable changed;
+  void* kept = nullptr;
+  bool wake = false;
+  unsigned char* later = nullptr;
+  std::thread sleeper([&] {
+    auto* p = static_cast<unsigned char*>(arena->allocate(kBlock));
+    if (p != nullptr) std::memset(p, 0x5a, kBlock);
+    deallocate(p);
+    std::unique_lock<std::mutex> lock(mutex);
+    kept = p != nullptr ? p : reinterpret_cast<void*>(1);
+    changed.notify_all();
+    changed.wait(lock, [&] { return wake; });
+    later = static_cast<unsigned char*>(arena->allocate(kBlock));
+    if (later != nullptr) std::memset(later, 0x11, kBlock);
+  });
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    changed.wait(lock, [&] { return kept != nullptr; });
+  }
+  REQUIRE(kept != reinterpret_cast<void*>(1));
+  const auto before = numarena::testing::CountResident(kept, kBlock);
+  INFO(before.resident << " of " << before.pages << " pages of the kept block resident");
+  REQUIRE(before.resident == before.pages);
+  const std::size_t committed = arena->stats().committed;
+
+  ReturnIdleMemory(CoarseNanos() + 2 * kHourNanos);
+  const auto after = numarena::testing::CountResident(kept, kBlock);
+  INFO(after.resident << " of " << after.pages << " pages resident after the pass");
+  CHECK(after.resident == 0);
+  CHECK(committed - arena->stats().committed >= kBlock);
+
+  // The block is jemalloc's again: this thread may get it, the sleeper must not.
+  auto* mine = static_cast<unsigned char*>(arena->allocate(kBlock));
+  REQUIRE(mine != nullptr);
+  std::memset(mine, 0x77, kBlock);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    wake = true;
+  }
+  changed.notify_all();
+  sleeper.join();
+  REQUIRE(later != nullptr);
+  CHECK(later != mine);
+  bool intact = true;
+  for (std::size_t i = 0; i < kBlock; i += 512) intact = intact && mine[i] == 0x77;
+  CHECK(intact);
+  deallocate(later);
+  deallocate(mine);
+  arena->purge();
 }
 
 // Whether a thread of this process is named "numarena-return": the returner names itself first
