@@ -285,7 +285,7 @@ class Arena {
   // calling thread's caches and the arena's shared caches go back first; other threads'
   // cached objects stay until those threads overflow their lists or exit (with
   // ArenaOptions::return_idle_ms, their single objects of 2 MiB to 4 MiB go back too once
-  // the arena has been idle for that long). What one thread's
+  // unused for that long). What one thread's
   // cache for one heap holds at most: about 32 KiB per size class up to 4 KiB, plus up to
   // 8 MiB more when its lists grow for batches freed together, 1 MiB of larger objects up to
   // 1 MiB each, and one object of 2 MiB to 4 MiB. The shared caches, per heap: the depot

@@ -284,9 +284,12 @@ void CreateFrontCache(int heap) noexcept {
   cache->medium_limit = CacheBounds(heap).medium;
   cache->small_growth = 0;
   cache->large.store(nullptr, std::memory_order_relaxed);
+  cache->large_put_ns.store(0, std::memory_order_relaxed);
   cache->large_class = 0;
   cache->depot_home = DepotNewHome();
-  arena_internal::front_caches[heap] = cache;
+  // Release: the memory return's walk may read the cache from now on (LoadFrontCache).
+  std::atomic_ref<FrontCache*>(arena_internal::front_caches[heap])
+      .store(cache, std::memory_order_release);
 }
 
 static_assert(kLastFrontLargeClass == kFirstLargeClass + 4, "2 MiB to 4 MiB: five classes");
@@ -295,6 +298,8 @@ bool FrontLargePut(int heap, unsigned size_class, void* p) noexcept {
   if (heap < 0 || heap >= arena_internal::kMaxHeaps) return false;
   FrontCache* cache = arena_internal::front_caches[heap];
   if (cache == nullptr) return false;
+  // A back-to-back double free of the slot's object aborts; once the memory return took it
+  // (StealFrontLarge), a second free of it is jemalloc's to find, as for any other block.
   void* const kept = cache->large.load(std::memory_order_relaxed);
   if (kept == p) [[unlikely]] arena_internal::FrontDoubleFree(heap, size_class, p);
   if (kept != nullptr) return false;
@@ -304,10 +309,13 @@ bool FrontLargePut(int heap, unsigned size_class, void* p) noexcept {
   }
   if (arena_internal::MediumClassBytes(size_class) > CacheBounds(heap).large) return false;
   cache->large_class = size_class;
-  // Release: the memory return's thread may take it (StealFrontLarge) and free it, once the
-  // heap has been idle for its return time from now, even if this thread never calls again.
+  // The memory return's thread may take it (StealFrontLarge) and free it once it has sat here
+  // for the heap's return time, even if this thread never calls again; the put time is
+  // published with the object (release).
+  const std::int64_t now = CoarseNanos();
+  cache->large_put_ns.store(now, std::memory_order_relaxed);
   cache->large.store(p, std::memory_order_release);
-  NoteHeapActivity(heap);
+  NoteFrontSlotPut(heap, now);
   return true;
 }
 
@@ -343,9 +351,27 @@ std::size_t FlushFrontCache(int heap) noexcept {
   return flushed;
 }
 
-void* StealFrontLarge(arena_internal::FrontCache* cache) noexcept {
-  if (cache->large.load(std::memory_order_relaxed) == nullptr) return nullptr;
-  return cache->large.exchange(nullptr, std::memory_order_acquire);
+void* StealFrontLarge(FrontCache* cache, std::int64_t now_ns, std::int64_t min_age_ns,
+                      bool* young) noexcept {
+  void* p = cache->large.load(std::memory_order_acquire);
+  if (p == nullptr) return nullptr;
+  if (now_ns - cache->large_put_ns.load(std::memory_order_relaxed) < min_age_ns) {
+    *young = true;
+    return nullptr;
+  }
+  // Only that object: if the owner took it and put another since the load, that one is young.
+  if (!cache->large.compare_exchange_strong(p, nullptr, std::memory_order_acquire,
+                                            std::memory_order_relaxed)) {
+    *young = true;
+    return nullptr;
+  }
+  return p;
+}
+
+FrontCache* LoadFrontCache(FrontCache* const& slot) noexcept {
+  // atomic_ref of a const object is C++26; the load writes nothing.
+  return std::atomic_ref<FrontCache*>(const_cast<FrontCache*&>(slot))
+      .load(std::memory_order_acquire);
 }
 
 void DestroyFrontCaches() noexcept {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace numarena {
 
@@ -48,10 +49,17 @@ void DestroyFrontCaches() noexcept;
 namespace arena_internal {
 struct FrontCache;
 }
-// Takes the large object another thread's front cache keeps (FrontLargePut), for the memory
-// return to free: the object, or nullptr when there is none. Safe against the owner's own
-// puts and takes at the same time (one of the two gets the object); the caller must keep
-// `cache` from being freed meanwhile (ReturnSleepingThreadsLarge, jemalloc_heap.cpp).
-void* StealFrontLarge(arena_internal::FrontCache* cache) noexcept;
+// Takes the large object another thread's front cache keeps (FrontLargePut) if it was put
+// there at least `min_age_ns` before `now_ns`, for the memory return to free: the object, or
+// nullptr (none, or a younger one: then *young is set). Safe against the owner's own puts and
+// takes at the same time (one of the two gets the object); the caller must keep `cache` from
+// being freed meanwhile (ReturnSleepingThreadsLarge, jemalloc_heap.cpp).
+void* StealFrontLarge(arena_internal::FrontCache* cache, std::int64_t now_ns,
+                      std::int64_t min_age_ns, bool* young) noexcept;
+
+// The calling thread's front cache for `heap` is published for other threads to read
+// (ReturnSleepingThreadsLarge) with a release store, read there with an acquire load; the
+// owner itself reads arena_internal::front_caches directly.
+arena_internal::FrontCache* LoadFrontCache(arena_internal::FrontCache* const& slot) noexcept;
 
 }  // namespace numarena

@@ -31,6 +31,9 @@ constexpr std::int64_t kMaxPeriodNanos = 1000 * kNanosPerMilli;
 
 // The coarse clock at each heap's last activity (0: none yet).
 std::atomic<std::int64_t> g_last_activity_ns[arena_internal::kMaxHeaps];
+// The same for puts into the threads' large slots (NoteFrontSlotPut): they keep the returner
+// awake, not the heap busy.
+std::atomic<std::int64_t> g_last_slot_put_ns[arena_internal::kMaxHeaps];
 
 enum ReturnerState : int { kNoThread, kRunning, kSleeping, kCannotStart };
 std::atomic<int> g_state{kNoThread};
@@ -48,10 +51,14 @@ std::atomic<MemoryReturnPass> g_pass{nullptr};
 
 std::int64_t ReturnIdleNanos(const Heap& heap) { return heap.return_idle_ms * kNanosPerMilli; }
 
-// Whether any heap was active at or after `since_ns`.
+// Whether any heap was active, or had an object put into a thread's large slot, at or after
+// `since_ns`.
 bool ActiveSince(std::int64_t since_ns) {
-  for (const std::atomic<std::int64_t>& last : g_last_activity_ns) {
-    if (last.load(std::memory_order_seq_cst) >= since_ns) return true;
+  for (int heap = 0; heap < arena_internal::kMaxHeaps; ++heap) {
+    if (g_last_activity_ns[heap].load(std::memory_order_seq_cst) >= since_ns ||
+        g_last_slot_put_ns[heap].load(std::memory_order_seq_cst) >= since_ns) {
+      return true;
+    }
   }
   return false;
 }
@@ -141,9 +148,13 @@ void ChildMemoryReturn() {
 
 }  // namespace
 
-void NoteHeapActivity(int heap, std::int64_t now_ns, bool may_start_thread) noexcept {
-  if (heap < 0 || heap >= arena_internal::kMaxHeaps) return;
-  std::atomic<std::int64_t>& last = g_last_activity_ns[heap];
+namespace {
+
+// Stamps `last` with `now_ns` (seq_cst, before the state is read: see ReturnerMain), then makes
+// sure the returner runs for `heap`: started on the first call when `may_start_thread`, woken
+// when it sleeps.
+void StampAndWake(std::atomic<std::int64_t>& last, int heap, std::int64_t now_ns,
+                  bool may_start_thread) noexcept {
   if (last.load(std::memory_order_relaxed) != now_ns) {
     last.store(now_ns, std::memory_order_seq_cst);
   }
@@ -157,6 +168,18 @@ void NoteHeapActivity(int heap, std::int64_t now_ns, bool may_start_thread) noex
     g_period_ns.store(MemoryReturnPeriod(ReturnIdleNanos(*owner)), std::memory_order_relaxed);
     StartReturner();
   }
+}
+
+}  // namespace
+
+void NoteHeapActivity(int heap, std::int64_t now_ns, bool may_start_thread) noexcept {
+  if (heap < 0 || heap >= arena_internal::kMaxHeaps) return;
+  StampAndWake(g_last_activity_ns[heap], heap, now_ns, may_start_thread);
+}
+
+void NoteFrontSlotPut(int heap, std::int64_t now_ns) noexcept {
+  if (heap < 0 || heap >= arena_internal::kMaxHeaps) return;
+  StampAndWake(g_last_slot_put_ns[heap], heap, now_ns, /*may_start_thread=*/true);
 }
 
 std::int64_t LastHeapActivity(int heap) noexcept {

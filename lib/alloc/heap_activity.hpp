@@ -25,6 +25,12 @@ inline std::int64_t CoarseNanos() noexcept { return CoarseMonotonicNanos(); }
 void NoteHeapActivity(int heap, std::int64_t now_ns, bool may_start_thread = true) noexcept;
 inline void NoteHeapActivity(int heap) noexcept { NoteHeapActivity(heap, CoarseNanos()); }
 
+// Records that a thread of `heap` put a freed object into its own front cache's large slot at
+// `now_ns` (FrontLargePut): not activity of the heap (a slot that a thread keeps reusing moves
+// no memory between threads), but something the returner must look at once it has sat there
+// for the heap's return time, so the returner is started or woken as by NoteHeapActivity.
+void NoteFrontSlotPut(int heap, std::int64_t now_ns) noexcept;
+
 // The coarse clock at `heap`'s last activity (0: none yet, or no such heap).
 std::int64_t LastHeapActivity(int heap) noexcept;
 

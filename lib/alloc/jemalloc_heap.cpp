@@ -606,9 +606,11 @@ void PurgeThreadShardDirty(int heap) noexcept {
   ArenaMallctl(static_cast<unsigned>(shard), "purge");
 }
 
-std::size_t ReturnSleepingThreadsLarge(int heap) noexcept {
+std::size_t ReturnSleepingThreadsLarge(int heap, std::int64_t now_ns, std::int64_t min_age_ns,
+                                       bool* young_left) noexcept {
   // Taken under the list's lock, freed outside it (dallocx may purge, and the hooks take the
-  // provider's locks), a batch at a time; a thread that puts a new object meanwhile keeps it.
+  // provider's locks), a batch at a time. The walk ends: what it takes is gone from the slots,
+  // and what their threads put there meanwhile is younger than `min_age_ns`.
   constexpr int kBatch = 32;
   std::size_t freed = 0;
   bool more = true;
@@ -618,9 +620,11 @@ std::size_t ReturnSleepingThreadsLarge(int heap) noexcept {
     {
       std::lock_guard<std::mutex> lock(g_threads_mutex);
       for (ThreadTables* t = g_threads; t != nullptr && count < kBatch; t = t->next) {
-        arena_internal::FrontCache* cache = t->fronts != nullptr ? t->fronts[heap] : nullptr;
+        // The thread publishes its cache with a release store (CreateFrontCache).
+        arena_internal::FrontCache* cache =
+            t->fronts != nullptr ? LoadFrontCache(t->fronts[heap]) : nullptr;
         if (cache == nullptr) continue;
-        if (void* p = StealFrontLarge(cache)) taken[count++] = p;
+        if (void* p = StealFrontLarge(cache, now_ns, min_age_ns, young_left)) taken[count++] = p;
       }
       more = count == kBatch;
     }

@@ -87,13 +87,15 @@ void PurgeHeapDirty(int heap) noexcept;
 // from (a jemalloc arena reuses only its own extents). Nothing when `heap` is not live.
 void PurgeThreadShardDirty(int heap) noexcept;
 
-// The large object each other thread's front cache keeps for `heap` (one of 2 MiB to 4 MiB
-// per thread, FrontLargePut) goes back to jemalloc; the bytes freed. For the memory return of
-// an idle heap: a thread that sleeps makes no call that would free it, and a server's worker
-// threads that each used a 2-4 MiB scratch buffer would otherwise hold one each for as long
-// as they sleep. The owners' lists stay theirs (no lock guards them). Call from inside
-// ForEachLiveHeap (no heap is destroyed meanwhile); not from extent hooks.
-std::size_t ReturnSleepingThreadsLarge(int heap) noexcept;
+// The large object each thread's front cache keeps for `heap` (one of 2 MiB to 4 MiB per
+// thread, FrontLargePut) goes back to jemalloc if it was put there at least `min_age_ns`
+// before `now_ns`. For the memory return: a thread that sleeps makes no call that would free
+// it, and a server's worker threads that each used a 2-4 MiB scratch buffer would otherwise
+// hold one each for as long as they sleep. The owners' lists stay theirs (no lock guards
+// them). Returns the bytes freed; *young_left is set when a younger object stayed. Call from
+// inside ForEachLiveHeap (no heap is destroyed meanwhile); not from extent hooks.
+std::size_t ReturnSleepingThreadsLarge(int heap, std::int64_t now_ns, std::int64_t min_age_ns,
+                                       bool* young_left) noexcept;
 
 // This thread's mallocx flags for `heap` (arena_internal::thread_flags): its shard's
 // MALLOCX_ARENA and its own MALLOCX_TCACHE, creating both on first use. The tcache part is

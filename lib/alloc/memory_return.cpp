@@ -30,9 +30,10 @@
 // buffers, 12 MiB of its peak). The lists of a thread's own front cache are not returned while
 // the thread sleeps (only the thread itself may touch them, without locks): at most a few MiB
 // per (thread, heap), design.md's bounds; they go back at the thread's exit or purge(). Its one
-// large object (2 MiB to 4 MiB) is: once the heap is idle for D the pass takes it
-// (ReturnSleepingThreadsLarge; an atomic slot, so the owner's next take simply misses), since
-// a server's workers each keep such a scratch buffer for as long as they wait for requests.
+// large object (2 MiB to 4 MiB) is: once it has sat in the slot for D the pass takes it
+// (ReturnSleepingThreadsLarge; an atomic slot, so the owner's next take simply misses), busy
+// heap or not, since a server's workers each keep such a scratch buffer for as long as they
+// wait for requests. A put into the slot wakes the returner without making the heap busy.
 //
 // Placement: returning is purging. jemalloc's purge calls the heap's hooks, which drop the pages
 // with MADV_DONTNEED and keep the mapping and its mbind policy, so a page faulted in again
@@ -73,9 +74,12 @@ void ReturnFromHeap(Heap& heap, void* context) {
   if (idle_ns <= 0) return;
   pass.shortest_period_ns = std::min(pass.shortest_period_ns, MemoryReturnPeriod(idle_ns));
   const std::int64_t since = pass.now_ns - LastHeapActivity(heap.id);
+  // Each thread's large object that has sat in its slot for D, whether or not the heap is
+  // idle: a thread that sleeps cannot give it back itself, while others keep the heap busy.
+  bool young_left = false;
+  ReturnSleepingThreadsLarge(heap.id, pass.now_ns, idle_ns, &young_left);
+  if (young_left) pass.more = true;
   if (since >= idle_ns) {
-    // Each thread's large object too: a thread that sleeps cannot give it back itself.
-    ReturnSleepingThreadsLarge(heap.id);
     LargeCacheFlush(heap.id);
     DepotFlush(heap.id);
     ForEachShardCall(heap, "purge");

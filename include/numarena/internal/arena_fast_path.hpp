@@ -185,8 +185,10 @@ struct FrontCache {
   // One freed object of 2 MiB to 4 MiB kept for this thread ahead of the heap's shared large
   // cache (front_cache.cpp, FrontLargePut): nullptr, or an object of class large_class.
   // Atomic because the memory return may take it from a thread that sleeps
-  // (StealFrontLarge); large_class is the owner's alone.
+  // (StealFrontLarge) once it has sat there since large_put_ns for the heap's return time;
+  // large_class is the owner's alone.
   std::atomic<void*> large;
+  std::atomic<std::int64_t> large_put_ns;
   std::uint32_t large_class;
   std::uint32_t depot_home;  // the heap's depot slot this cache puts to and takes from first
   // Bit c: an allocation of class c missed list c (it ran empty, or the allocation took the
