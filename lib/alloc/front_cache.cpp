@@ -355,7 +355,8 @@ void* StealFrontLarge(FrontCache* cache, std::int64_t now_ns, std::int64_t min_a
                       bool* young) noexcept {
   void* p = cache->large.load(std::memory_order_acquire);
   if (p == nullptr) return nullptr;
-  if (now_ns - cache->large_put_ns.load(std::memory_order_relaxed) < min_age_ns) {
+  if (min_age_ns > 0 &&
+      now_ns - cache->large_put_ns.load(std::memory_order_relaxed) < min_age_ns) {
     *young = true;
     return nullptr;
   }

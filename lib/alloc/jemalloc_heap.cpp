@@ -558,14 +558,17 @@ std::size_t PurgeDirtyOnNode(int node) noexcept {
   if (node < 0 || node >= os::KernelNodeMask::kMaxNodes) return 0;
   LifecycleShared walk;  // no heap is destroyed under this walk
   const int count = g_heap_count.load(std::memory_order_acquire);
-  // This thread's cached objects and the heaps' depots and large caches, so their pages can go
-  // too (other threads' front caches hold at most 32 KiB per small class, 1 MiB of medium
-  // objects and one object of up to 4 MiB); the bytes they handed to jemalloc.
+  // This thread's cached objects, every thread's one large object (a server's workers may each
+  // keep a 2-4 MiB buffer: tens of MiB charged in all) and the heaps' depots and large caches,
+  // so their pages can go too (other threads' lists hold at most 32 KiB per small class and
+  // 1 MiB of medium objects); the bytes they handed to jemalloc.
   // Every refusal purges: memory freed straight to jemalloc since the last purge (a cache's
   // overflow, a large free, another thread's exit) is dirty there and charged until purged,
   // and a purge that finds nothing dirty costs a few microseconds per shard.
   auto flush_caches = [](int id) {
-    return FlushFrontCache(id) + LargeCacheFlush(id) + DepotFlush(id);
+    bool young = false;
+    return FlushFrontCache(id) + ReturnSleepingThreadsLarge(id, 0, 0, &young) +
+           LargeCacheFlush(id) + DepotFlush(id);
   };
   std::size_t before = 0, after = 0;
   for (int id = 0; id < count; ++id) {

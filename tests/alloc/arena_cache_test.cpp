@@ -29,6 +29,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "limit_gate.hpp"
+#include "sleeping_thread.hpp"
 #include "resident_pages.hpp"
 #include "numarena/arena.hpp"
 #include "numarena/budget.hpp"
@@ -298,6 +299,38 @@ TEST_CASE("a refusal moments after another still takes back what was just freed"
     while (void* q = arena->allocate(4 * kMiB)) blocks.push_back(q);  // full again
   }
   for (void* p : blocks) numarena::deallocate(p);
+  arena->purge();
+}
+
+TEST_CASE("a refusal takes back the large object another thread keeps while it sleeps") {
+  // A thread frees a 2 MiB block (with a gate, its front cache keeps one of 2 MiB) and sleeps;
+  // the node is then full. Another thread's 2 MiB allocation must not be refused while that
+  // block sits charged in the sleeper's cache: the refusal's purge takes it back first.
+  Arena* arena = Get(Policy::WeightedInterleave({{0, 38}}));
+  numarena::deallocate(arena->allocate(4 * kKiB));  // the heap, made before the gate
+  LimitGate gate(64 * kMiB);
+  GateScope scope(&gate);
+  numarena::testing::SleepingThread sleeper([&](numarena::testing::SleepingThread& self) {
+    void* p = arena->allocate(2 * kMiB);
+    if (p != nullptr) std::memset(p, 1, 2 * kMiB);
+    numarena::deallocate(p);
+    self.Wait(p);
+  });
+  void* kept = sleeper.Reached();
+  REQUIRE(kept != nullptr);
+  REQUIRE(arena->stats().cached == 0);  // in the sleeper's own cache, not the heap's
+  arena->purge();                        // the calling thread's caches and dirty pages only
+  REQUIRE(gate.used() >= 2 * kMiB);
+  // No room for 2 MiB beside the kept block; 64 KiB for what a new extent needs besides its
+  // pages (numarena's page table, jemalloc's metadata).
+  gate.set_limit(gate.used() + 64 * kKiB);
+  void* q = arena->allocate(2 * kMiB);
+  INFO(numarena::last_allocation_error().ToString());
+  REQUIRE(q != nullptr);
+  std::memset(q, 2, 2 * kMiB);
+  CHECK(gate.refused() >= 1);            // it was refused once, then fitted
+  numarena::deallocate(q);
+  sleeper.Join();
   arena->purge();
 }
 

@@ -29,6 +29,7 @@
 #include "alloc/memory_return.hpp"
 #include "numarena/arena.hpp"
 #include "resident_pages.hpp"
+#include "sleeping_thread.hpp"
 
 #if defined(__SANITIZE_THREAD__)
 // The fork test's child starts the returner thread: TSan must let a child of a multi-threaded
@@ -157,47 +158,6 @@ TEST_CASE("the returner thread returns an idle arena's burst with no call from t
   CHECK(returned);
 }
 
-// Runs `body` on a thread that, once it reaches Wait(), blocks until Release(); joined when
-// this goes out of scope (released first), so a failed REQUIRE in the test leaves no thread
-// behind.
-class SleepingThread {
- public:
-  template <typename Body>
-  explicit SleepingThread(Body body) : thread_([this, body] { body(*this); }) {}
-  ~SleepingThread() { Join(); }
-  // On the thread: publish `value`, then block until Release().
-  void Wait(void* value) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    value_ = value;
-    reached_ = true;
-    changed_.notify_all();
-    changed_.wait(lock, [&] { return released_; });
-  }
-  // On the test's thread: what the thread published once it waits.
-  void* Reached() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [&] { return reached_; });
-    return value_;
-  }
-  void Release() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    released_ = true;
-    changed_.notify_all();
-  }
-  void Join() {
-    Release();
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  void* value_ = nullptr;
-  bool reached_ = false;
-  bool released_ = false;
-  std::thread thread_;
-};
-
 TEST_CASE("a pass returns the large object a sleeping thread's front cache keeps") {
   // A thread frees a 3 MiB block (its front cache keeps it, ahead of the heap's shared large
   // cache) and then sleeps: once the block has sat there for D the pass frees it and its pages
@@ -206,7 +166,7 @@ TEST_CASE("a pass returns the large object a sleeping thread's front cache keeps
   Arena* arena = Get(70, kHourNanos / 1'000'000);
   constexpr std::size_t kBlock = 3 * kMiB;
   unsigned char* later = nullptr;
-  SleepingThread sleeper([&](SleepingThread& self) {
+  numarena::testing::SleepingThread sleeper([&](numarena::testing::SleepingThread& self) {
     auto* p = static_cast<unsigned char*>(arena->allocate(kBlock));
     if (p != nullptr) std::memset(p, 0x5a, kBlock);
     deallocate(p);

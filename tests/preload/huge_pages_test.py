@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from checks import check, failed  # noqa: E402
+from checks import check, check_refused_at_start, failed  # noqa: E402
 
 PROBE = r"""
 import ctypes
@@ -72,12 +72,8 @@ def main():
               "eligible for transparent huge pages",
               f"status {result.returncode}: {result.stdout}{result.stderr}")
     for bad in ("yes", "2", "10", " 1"):
-        refused = run(cli, [], {"NUMARENA_HUGE_PAGES": bad})
-        check(refused.returncode == 127 and
-              f"numarena preload: NUMARENA_HUGE_PAGES='{bad}'" in refused.stderr and
-              "expected 1" in refused.stderr,
-              f"NUMARENA_HUGE_PAGES={bad!r} is refused at start-up with a clear line",
-              f"status {refused.returncode}: {refused.stderr}")
+        check_refused_at_start(run(cli, [], {"NUMARENA_HUGE_PAGES": bad}), "NUMARENA_HUGE_PAGES",
+                               bad, "expected 1")
     return 1 if failed() else 0
 
 

@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from checks import check, failed  # noqa: E402
+from checks import check, check_refused_at_start, failed  # noqa: E402
 
 
 def run(args, extra_env=None):
@@ -46,11 +46,7 @@ def main():
     for bad in ("abc", "-5", "3600001", "99999999999999999999"):
         refused = run([cli, "run", "--membind", "0", "--", program, "kept", "0"],
                       {"NUMARENA_RETURN_IDLE_MS": bad})
-        check(refused.returncode == 127 and
-              f"numarena preload: NUMARENA_RETURN_IDLE_MS='{bad}'" in refused.stderr and
-              "milliseconds" in refused.stderr,
-              f"NUMARENA_RETURN_IDLE_MS={bad} is refused at start-up with a clear line",
-              f"status {refused.returncode}: {refused.stderr}")
+        check_refused_at_start(refused, "NUMARENA_RETURN_IDLE_MS", bad, "milliseconds")
     return 1 if failed() else 0
 
 
