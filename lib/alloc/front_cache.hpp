@@ -50,8 +50,9 @@ namespace arena_internal {
 struct FrontCache;
 }
 // Takes the large object another thread's front cache keeps (FrontLargePut) if it was put
-// there at least `min_age_ns` before `now_ns` (any age when `min_age_ns` <= 0), for the memory return to free: the object, or
-// nullptr (none, or a younger one: then *young is set). Safe against the owner's own puts and
+// there at least `min_age_ns` before `now_ns` (any age when `min_age_ns` <= 0), for the
+// memory return to free: the object, or nullptr (none, or a younger one: then *young is
+// set). Safe against the owner's own puts and
 // takes at the same time (one of the two gets the object); the caller must keep `cache` from
 // being freed meanwhile (ReturnSleepingThreadsLarge, jemalloc_heap.cpp).
 void* StealFrontLarge(arena_internal::FrontCache* cache, std::int64_t now_ns,

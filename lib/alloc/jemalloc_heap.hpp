@@ -89,9 +89,10 @@ void PurgeThreadShardDirty(int heap) noexcept;
 
 // The large object each thread's front cache keeps for `heap` (one of 2 MiB to 4 MiB per
 // thread, FrontLargePut) goes back to jemalloc if it was put there at least `min_age_ns`
-// before `now_ns` (any object when `min_age_ns` is 0: a refusal for lack of room). For the memory return: a thread that sleeps makes no call that would free
-// it, and a server's worker threads that each used a 2-4 MiB scratch buffer would otherwise
-// hold one each for as long as they sleep. The owners' lists stay theirs (no lock guards
+// before `now_ns` (any object when `min_age_ns` is 0: a refusal for lack of room). For the
+// memory return: a thread that sleeps makes no call that would free it, and a server's worker
+// threads that each used a 2-4 MiB scratch buffer would otherwise hold one each for as long
+// as they sleep. The owners' lists stay theirs (no lock guards
 // them). Returns the bytes freed; *young_left is set when a younger object stayed. Call from
 // inside ForEachLiveHeap (no heap is destroyed meanwhile); not from extent hooks.
 std::size_t ReturnSleepingThreadsLarge(int heap, std::int64_t now_ns, std::int64_t min_age_ns,
