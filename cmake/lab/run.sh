@@ -33,7 +33,9 @@
 # (format in README.md; tests/support/lab_support.hpp parses it). Sanitizer options
 # (ASAN_OPTIONS, UBSAN_OPTIONS, LSAN_OPTIONS, TSAN_OPTIONS) are passed through.
 #
-# Environment: NUMARENA_LAB_CACHE (kernel cache), NUMARENA_LAB_KERNEL / NUMARENA_LAB_KERNEL_6_12
+# Environment: NUMARENA_LAB_BOOT_DEADLINE (seconds a boot may take before the program starts,
+# default 120: a boot past it is killed and booted again, at most three boots in all, within
+# --timeout; 0 turns it off), NUMARENA_LAB_CACHE (kernel cache), NUMARENA_LAB_KERNEL / NUMARENA_LAB_KERNEL_6_12
 # (use this vmlinuz for series 6.1 / 6.12),
 # NUMARENA_LAB_LOG_DIR (where failed runs' logs go; default $TMPDIR/numarena-lab-logs),
 # NUMARENA_LAB_ACCEL (tcg | kvm | auto; default tcg: KVM here failed with "emulation failure"
@@ -70,6 +72,9 @@ done
 (($# >= 1)) || usage
 [[ -n "$topology" ]] || die "--topology is required; one of: $(cd "$LAB_DIR/topologies" && ls *.sh | sed 's/\.sh$//' | tr '\n' ' ')"
 [[ "$timeout" =~ ^[0-9]+$ && "$timeout" -gt 0 ]] || die "--timeout must be a positive number of seconds, not '$timeout'"
+boot_deadline="${NUMARENA_LAB_BOOT_DEADLINE:-120}"
+[[ "$boot_deadline" =~ ^[0-9]+$ ]] ||
+  die "NUMARENA_LAB_BOOT_DEADLINE must be a number of seconds (0: off), not '$boot_deadline'"
 topology_file="$LAB_DIR/topologies/$topology.sh"
 [[ -f "$topology_file" ]] ||
   die "no topology '$topology' (no $topology_file); one of: $(cd "$LAB_DIR/topologies" && ls *.sh | sed 's/\.sh$//' | tr '\n' ' ')"
@@ -421,19 +426,47 @@ chmod +x "$root/init"
 # ---- boot ---------------------------------------------------------------------------------
 started=$SECONDS
 # A kernel that panics before /init started the program (the emulated machine failing a boot
-# check on an overloaded host) is booted again, at most twice: the program never ran, so nothing is repeated. The marker
-# line "lab: running" on the console says the program was started.
+# check on an overloaded host), or a boot still short of the program after the boot deadline
+# (an RCU stall on a loaded host's emulated CPUs: CI lost a whole 300 s timeout to one), is
+# booted again, at most three boots in all: the program never ran, so nothing is repeated.
+# The marker line "lab: running" on the console says the program was started.
+boot_stalled=0
 for attempt in 1 2 3; do
   : >"$console_log"
   : >"$output_log"
   remaining=$((timeout - (SECONDS - started)))
   ((remaining > 0)) || remaining=1
+  attempt_started=$SECONDS
   start_share_daemons
   set +e
-  timeout --kill-after=10 "$remaining" "${qemu_cmd[@]}" </dev/null >"$work/qemu.log" 2>&1
+  timeout --kill-after=10 "$remaining" "${qemu_cmd[@]}" </dev/null >"$work/qemu.log" 2>&1 &
+  qemu_pid=$!
+  boot_stalled=0
+  if ((boot_deadline > 0)); then
+    while kill -0 "$qemu_pid" 2>/dev/null && ! grep -q '^lab: running' "$console_log"; do
+      if ((SECONDS - attempt_started >= boot_deadline)); then
+        boot_stalled=1
+        kill -TERM "$qemu_pid" 2>/dev/null  # timeout(1) passes it on to QEMU
+        break
+      fi
+      sleep 1
+    done
+  fi
+  wait "$qemu_pid"
   qemu_status=$?
   set -e
   stop_share_daemons
+  if ((boot_stalled)); then
+    cp "$console_log" "$work/console.boot-failure-$attempt.log"
+    if ((attempt == 3 || timeout - (SECONDS - started) <= 0)); then
+      qemu_status=124
+      break
+    fi
+    printf 'lab: the VM had not started the program after %s s (attempt %s): %s; booting again\n' \
+      "$boot_deadline" "$attempt" \
+      "$(tr -d '\r' <"$console_log" | grep -v '^ *$' | tail -n1 | cut -c1-160 | grep . || echo "the console is empty")" >&2
+    continue
+  fi
   if grep -q '^lab: running' "$console_log" || ! grep -q 'Kernel panic' "$console_log" ||
     ((attempt == 3)); then
     break
@@ -457,6 +490,13 @@ if [[ -z "$status_line" ]]; then
   fi
 fi
 
+if ((boot_stalled)); then
+  printf 'lab: TIMEOUT: the VM did not start %s in topology %s on Linux %s: %s boots each still booting after %s s (NUMARENA_LAB_BOOT_DEADLINE); the last console lines:\n' \
+    "$(basename "$program")" "$topology" "$kernel_series" "$attempt" "$boot_deadline" >&2
+  tail -n 30 "$console_log" | tr -d '\r' | sed 's/^/lab: console: /' >&2
+  keep_work
+  exit 124
+fi
 if ((qemu_status == 124 || qemu_status == 137)); then
   printf 'lab: TIMEOUT: %s in topology %s did not finish within %s s (--timeout) on Linux %s\n' \
     "$(basename "$program")" "$topology" "$timeout" "$kernel_series" >&2

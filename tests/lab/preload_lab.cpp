@@ -291,10 +291,10 @@ TEST_CASE("python3 under numarena run --membind N: its bytearray's pages are on 
     // little of jemalloc's own decay at the bytearray's calls is allowed for.
     Run run = RunPython({"--membind", std::to_string(node.id)}, "place",
                         lab.node(from_node).cpus.front(), "0");
+    INFO("node " << node.id << ": " << run.output);
     REQUIRE(run.exited);
     REQUIRE(run.status == 0);
     auto fields = Fields(run.output, "pages ");
-    INFO("node " << node.id);
     const long on = fields[absl::StrCat("node", node.id)];
     CHECK(on >= 16384 - 16);  // the 64 MiB, less 64 KiB the process may have given back
     for (const auto& [name, pages] : fields) {

@@ -1,14 +1,20 @@
 """Python allocating bytearrays under `numarena run` in the NUMA lab (tests/lab/preload_lab.cpp).
 Runs with `python3 -S` (the lab VM carries only the interpreter and the encodings package).
 
-    bytearray_probe.py place     a 64 MiB bytearray, every page written; prints
+    bytearray_probe.py place     a 64 MiB bytearray (less one page), every page written; prints
                                  "pages nodeK=D ..." with D the growth of the process's pages
                                  on node K, the kernel's own per-node page counts summed over
                                  /proc/self/numa_maps, before and after. A first bytearray of
                                  the same size is made (and kept) before the count starts: a
                                  large block on fresh pages makes numarena give back what it
                                  holds freed (the interpreter's start-up garbage), which would
-                                 count against the second one's growth
+                                 count against the second one's growth. One page less
+                                 than 64 MiB because a bytearray asks malloc for one byte
+                                 more than its length: 64 MiB + 1 is an 80 MiB block
+                                 (jemalloc's large classes are four per doubling), which
+                                 numarena commits and charges whole, so the two would take
+                                 160 MiB of the tiny lab's 256 MiB node 1, where the VM's
+                                 root file system may hold 40 MiB more on some boots
     bytearray_probe.py exhaust   16 MiB bytearrays until MemoryError; prints
                                  "MemoryError after=M MiB" and exits 0
 """
@@ -27,9 +33,10 @@ def node_pages():
 
 
 if sys.argv[1] == "place":
-    first = bytearray(64 << 20)
+    size = (64 << 20) - 4096
+    first = bytearray(size)
     before = node_pages()
-    block = bytearray(64 << 20)
+    block = bytearray(size)
     for i in range(0, len(block), 4096):
         block[i] = 1
     after = node_pages()
