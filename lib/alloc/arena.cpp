@@ -415,6 +415,73 @@ bool GrowLargeInPlace(int heap, void* p, std::size_t usable, std::size_t size) n
   return true;
 }
 
+LargeMove MoveLargePages(int heap, void* from, std::size_t usable, void* to) noexcept {
+  constexpr std::size_t kAlign = arena_internal::kLargeAlignThreshold;
+  if (checked::Enabled() || !FrontCacheEnabled() || usable < kAlign ||
+      reinterpret_cast<std::uintptr_t>(from) % kAlign != 0 ||
+      reinterpret_cast<std::uintptr_t>(to) % kAlign != 0 || arena_internal::HeapOf(to) != heap ||
+      arena_internal::HeapOf(from) != heap) {
+    return LargeMove::kNotMoved;
+  }
+  switch (MoveHeapPages(heap, from, to, usable)) {
+    case NodePages::MoveResult::kMoved:
+      return LargeMove::kMoved;
+    case NodePages::MoveResult::kMovedLeftHole:
+      return LargeMove::kLost;
+    case NodePages::MoveResult::kNotMoved:
+      break;
+  }
+  return LargeMove::kNotMoved;
+}
+
+namespace {
+
+// The large cache's largest block (`largest`, `largest_bytes`) is smaller than this
+// allocation and cannot grow where it lies (jemalloc grows an extent only into one freed
+// neighbour that is large enough, and never into fresh address space). Instead of purging it
+// and faulting the new block in page by page, the new block is allocated first and the old
+// block's resident pages move to its front (MoveLargePages): a loop of random 5-25 MiB
+// blocks faulted in 17,000 pages against tcmalloc's 7,300, which extends its freed spans
+// into fresh address space. The old block is charged beside the new one meanwhile, so not
+// under a capacity gate (its limit holds for the old order: free first, then allocate) nor
+// where the pages cannot move. nullptr when not done, `largest` untouched; else the block.
+void* AllocateOverLargest(int heap, int flags, std::size_t size, void* largest,
+                          std::size_t largest_bytes) noexcept {
+  Heap* owner = HeapById(heap);
+  if (owner == nullptr || !owner->pages->CanMovePages() || GetCapacityGate() != nullptr) {
+    return nullptr;
+  }
+  ThreadSpanFailure().Clear();  // the provider carves nothing while one is recorded
+  // As the usual way: never let jemalloc reserve address space for what cannot fit.
+  if (!owner->pages->CouldEverFit(size, &ThreadSpanFailure())) {
+    ThreadSpanFailure().Clear();
+    return nullptr;
+  }
+  void* p;
+  {
+    HugeAdviceLimit huge_limit(size);
+    p = mallocx(size, flags);
+  }
+  ThreadSpanFailure().Clear();  // refused: the caller goes the usual way, which reports it
+  if (p == nullptr) {
+    EndHeapGrowWindow();
+    return nullptr;
+  }
+  if (arena_internal::HeapOf(p) != heap) {  // jemalloc's own arena (RefuseForeignAllocation)
+    dallocx(p, MALLOCX_TCACHE_NONE);
+    return nullptr;
+  }
+  RecordClass(heap, p);
+  if (MoveLargePages(heap, largest, largest_bytes, p) != LargeMove::kLost) {
+    dallocx(largest, MALLOCX_TCACHE_NONE);  // moved: zero pages; else its own pages
+    PurgeHeapDirty(heap);
+  }
+  arena_internal::ReturnAfterGrowthIfDue(heap);
+  return p;
+}
+
+}  // namespace
+
 void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
                             Status* error) noexcept {
   const std::size_t effective_alignment = EffectiveAlignment(size, alignment);
@@ -448,6 +515,7 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
       if (largest_bytes < size) {
         if (others != 0) PurgeHeapDirty(heap);  // none of them can hold it either
         if (GrowLargeInPlace(heap, largest, largest_bytes, size)) return largest;
+        if (void* p = AllocateOverLargest(heap, flags, size, largest, largest_bytes)) return p;
         dallocx(largest, MALLOCX_TCACHE_NONE);
         PurgeHeapDirty(heap);
       } else {
@@ -709,6 +777,19 @@ void* Arena::reallocate(void* p, std::size_t size, std::size_t alignment) noexce
   }
   void* fresh = allocate(size, alignment);
   if (fresh == nullptr) return nullptr;
+  // A large object that could not grow: its pages move into the new one (mremap, as glibc's
+  // realloc of an mmap()ed block), not copied.
+  if (size > usable && usable >= arena_internal::kLargeAlignThreshold) {
+    switch (MoveLargePages(arena_internal::HeapOf(p), p, usable, fresh)) {
+      case LargeMove::kMoved:
+        numarena::deallocate(p);
+        return fresh;
+      case LargeMove::kLost:
+        return fresh;
+      case LargeMove::kNotMoved:
+        break;
+    }
+  }
   std::memcpy(fresh, p, size < usable ? size : usable);
   // Outgrown: a medium block goes back to jemalloc, which can carve the next step of the
   // growth from it, not into this thread's list of its size (arena_fast_path.hpp).

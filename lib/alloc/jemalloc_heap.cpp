@@ -598,6 +598,13 @@ void PurgeHeapDirty(int heap) noexcept {
   if (const Heap* live = HeapById(heap)) ForEachShardCall(*live, "purge");
 }
 
+NodePages::MoveResult MoveHeapPages(int heap, void* from, void* to, std::size_t bytes) noexcept {
+  LifecycleShared walk;
+  const Heap* live = HeapById(heap);
+  if (live == nullptr) return NodePages::MoveResult::kNotMoved;
+  return live->pages->MovePages(from, to, bytes);
+}
+
 void PurgeThreadShardDirty(int heap) noexcept {
   const Heap* live = HeapById(heap);
   if (live == nullptr) return;

@@ -82,6 +82,12 @@ void ForEachShardCall(const Heap& heap, const char* action) noexcept;
 // Nothing when `heap` is not live.
 void PurgeHeapDirty(int heap) noexcept;
 
+// NodePages::MovePages on `heap`'s provider, under the shared side of the lock a heap's
+// destruction and fork()'s prepare take whole: no fork() copies the address space while the
+// source range is a hole (a child would find one in a live extent), and no destruction unmaps
+// the ranges meanwhile. kNotMoved when the heap does not exist.
+NodePages::MoveResult MoveHeapPages(int heap, void* from, void* to, std::size_t bytes) noexcept;
+
 // The dirty pages of the calling thread's own shard of `heap` (every shard's when the thread
 // has none yet) go to the kernel: what jemalloc could have carved this thread's allocations
 // from (a jemalloc arena reuses only its own extents). Nothing when `heap` is not live.

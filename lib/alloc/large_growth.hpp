@@ -1,5 +1,6 @@
-// Growing a large object where it lies: the in-place half of realloc (and of the large
-// cache's reuse, arena.cpp) for objects of 2 MiB and more. Defined in arena.cpp.
+// Growing a large object where it lies, or moving its pages into a larger one: the halves of
+// realloc (and of the large cache's reuse, arena.cpp) that copy nothing, for objects of 2 MiB
+// and more. Defined in arena.cpp.
 #pragma once
 
 #include <cstddef>
@@ -18,5 +19,21 @@ namespace numarena {
 // The grown part is on the object's own placement: under a Local or Preferred policy it
 // stays on the node the object is on, not the caller's. Thread-safe; any thread may call.
 bool GrowLargeInPlace(int heap, void* p, std::size_t usable, std::size_t size) noexcept;
+
+// What MoveLargePages did.
+enum class LargeMove {
+  kNotMoved,  // nothing changed: copy the bytes, then free `from`
+  kMoved,     // `to` holds what `from` held; `from` is a live object of zero pages: free it
+  kLost,      // `to` holds what `from` held; `from` must never be used or freed (a hole)
+};
+
+// Moves the pages of `from`, a live large object of `heap` (usable size `usable`, 2 MiB
+// aligned, at least 2 MiB), to the front of `to`, a larger live object of the same heap just
+// allocated, without copying or faulting them (NodePages::MovePages: mremap(2)): what realloc
+// does when `from` cannot grow in place, and what the large cache does with its largest
+// block when it cannot grow into a new allocation. Only where the pages may move: the same
+// heap, a placement on one node without hugetlb pages, the caches on (not checked mode);
+// kNotMoved elsewhere. Thread-safe for distinct objects; the caller owns both.
+LargeMove MoveLargePages(int heap, void* from, std::size_t usable, void* to) noexcept;
 
 }  // namespace numarena

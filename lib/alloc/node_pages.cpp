@@ -806,6 +806,41 @@ bool NodePages::Commit(void* addr, std::size_t size, bool advise_huge) noexcept 
   return true;
 }
 
+NodePages::MoveResult NodePages::MovePages(void* from, void* to, std::size_t bytes) noexcept {
+  const auto begin = reinterpret_cast<std::uintptr_t>(from);
+  const auto target = reinterpret_cast<std::uintptr_t>(to);
+  if (!CanMovePages() || bytes == 0 || begin % page_ != 0 || target % page_ != 0 ||
+      bytes % page_ != 0) {
+    return MoveResult::kNotMoved;
+  }
+  // Both spans lie in mapped parts of this provider's ranges and do not overlap.
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto mapped = [this, bytes](std::uintptr_t at) {
+      const Range* range = RangeOf(at);
+      return range != nullptr && at < range->mapped_end && bytes <= range->mapped_end - at;
+    };
+    if (!mapped(begin) || !mapped(target) ||
+        (begin < target + bytes && target < begin + bytes)) {
+      return MoveResult::kNotMoved;
+    }
+  }
+  if (os::MovePagesNoAlloc(from, to, bytes) != 0) return MoveResult::kNotMoved;
+  // `from` is a hole now: map it again as EnsureMapped did (read-write, base pages, bound),
+  // and as a large commit advises it. The pages moved to `to` took their binding with them.
+  if (os::MapFreshAtNoAlloc(from, bytes) != 0) return MoveResult::kMovedLeftHole;
+  (void)os::AdviseHugePagesNoAlloc(from, bytes, /*huge=*/false);
+  SpanFailure failure;
+  if (!ApplyPolicy(begin, begin + bytes, &failure)) {
+    // Unbound pages would go wherever they are touched first: make the span inaccessible
+    // instead, so that it is never used.
+    (void)os::ReturnToReservationNoAlloc(from, bytes);
+    return MoveResult::kMovedLeftHole;
+  }
+  if (bytes >= kHugePage) AdviseLargeCommit(begin, begin + bytes, /*huge=*/true);
+  return MoveResult::kMoved;
+}
+
 bool NodePages::Decommit(void* addr, std::size_t size) noexcept {
   if (hugetlb_) return false;  // hugetlb pages stay reserved and committed
   auto begin = reinterpret_cast<std::uintptr_t>(addr);

@@ -84,6 +84,20 @@ class NodePages {
   bool Decommit(void* addr, std::size_t size) noexcept;
   // Purges without releasing the charge (the range stays committed for jemalloc).
   bool PurgeKeepCommitted(void* addr, std::size_t size) noexcept;
+  // Moves the pages of [from, from+bytes) to [to, to+bytes), both committed spans of this
+  // provider (page-aligned, not overlapping), without copying or faulting them: mremap(2)
+  // moves their page table entries, and `from` gets a fresh mapping, bound and advised as
+  // when it was first mapped, so it stays a committed span of zero pages that fault in on the
+  // placement's node. Only for a placement on one node without hugetlb pages (elsewhere the
+  // charges recorded per page name a node the moved pages might not be on, or the pages
+  // cannot move): kNotMoved there, and when the kernel refuses (`from` spans two mappings,
+  // e.g. half of it advised for huge pages); nothing changed then. kMovedLeftHole when the
+  // pages moved but `from` could not be mapped again (another thread mapped into the hole
+  // meanwhile, or mbind refused): the span must never be used or freed again.
+  enum class MoveResult { kNotMoved, kMoved, kMovedLeftHole };
+  MoveResult MovePages(void* from, void* to, std::size_t bytes) noexcept;
+  // True when MovePages can move pages of this provider at all.
+  bool CanMovePages() const noexcept { return !hugetlb_ && node_ != kNodeMixed; }
   // True when both addresses lie in the same range (jemalloc may merge extents).
   bool SameRange(const void* a, const void* b) const noexcept;
   // False (kNeverFits in `failure`) when `bytes` exceed the MemTotal of the placement's

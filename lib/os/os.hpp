@@ -227,6 +227,15 @@ int PopulateWriteNoAlloc(void* addr, std::size_t bytes);
 int ReturnToReservationNoAlloc(void* addr, std::size_t bytes);
 // MADV_DONTNEED.
 int PurgeRangeNoAlloc(void* addr, std::size_t bytes);
+// Moves the pages of [from, from+bytes) to [to, to+bytes) with mremap(MREMAP_FIXED): their
+// page table entries move, nothing is copied or faulted, and what `to` held is unmapped
+// first. `from` is left unmapped. Both page-aligned, not overlapping; `from` within one
+// mapping (EFAULT otherwise, and nothing moves).
+int MovePagesNoAlloc(void* from, void* to, std::size_t bytes);
+// Maps fresh read-write anonymous memory (MAP_NORESERVE) at exactly `addr`, where nothing is
+// mapped: EEXIST when something is (MAP_FIXED_NOREPLACE; kernels before 4.17 read the flag as
+// a hint, and a mapping made elsewhere is undone with the same error).
+int MapFreshAtNoAlloc(void* addr, std::size_t bytes);
 // MADV_HUGEPAGE (huge = true) or MADV_NOHUGEPAGE.
 int AdviseHugePagesNoAlloc(void* addr, std::size_t bytes, bool huge);
 // Pages of [addr, addr+bytes) (page-aligned `addr`) that have memory behind them now

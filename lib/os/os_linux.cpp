@@ -764,6 +764,25 @@ int PurgeRangeNoAlloc(void* addr, std::size_t bytes) {
   return ::madvise(addr, bytes, MADV_DONTNEED) == 0 ? 0 : errno;
 }
 
+int MovePagesNoAlloc(void* from, void* to, std::size_t bytes) {
+  void* moved = ::mremap(from, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+  return moved == MAP_FAILED ? errno : 0;
+}
+
+int MapFreshAtNoAlloc(void* addr, std::size_t bytes) {
+#ifndef MAP_FIXED_NOREPLACE
+  constexpr int MAP_FIXED_NOREPLACE = 0x100000;  // Linux 4.17; older headers lack it
+#endif
+  void* p = ::mmap(addr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+  if (p == MAP_FAILED) return errno;
+  if (p != addr) {  // an older kernel took the address as a hint
+    ::munmap(p, bytes);
+    return EEXIST;
+  }
+  return 0;
+}
+
 int AdviseHugePagesNoAlloc(void* addr, std::size_t bytes, bool huge) {
   return ::madvise(addr, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0 ? 0 : errno;
 }

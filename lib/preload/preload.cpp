@@ -239,7 +239,22 @@ void* Reallocate(void* p, std::size_t size) {
   }
   void* fresh = Allocate(size, kMinAlign);
   if (fresh == nullptr) return nullptr;  // errno set; p untouched, as realloc promises
-  std::memcpy(fresh, p, size < usable ? size : usable);
+  // A large block that could not grow: its pages move into the new one (mremap, as glibc's
+  // realloc of an mmap()ed block does), not copied.
+  if (size > usable && usable >= arena_internal::kLargeAlignThreshold) {
+    Inside inside;
+    switch (MoveLargePages(arena_internal::HeapOf(p), p, usable, fresh)) {
+      case LargeMove::kMoved:
+        break;  // p holds zero pages now: freed below
+      case LargeMove::kLost:
+        return fresh;
+      case LargeMove::kNotMoved:
+        std::memcpy(fresh, p, usable);
+        break;
+    }
+  } else {
+    std::memcpy(fresh, p, size < usable ? size : usable);
+  }
   if (size > usable) {
     // Outgrown: a medium block goes back to jemalloc, which can carve the next step of the
     // growth from it, not into this thread's list of its size (arena_fast_path.hpp).

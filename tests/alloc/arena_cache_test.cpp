@@ -7,6 +7,7 @@
 // Placement across nodes is in tests/lab/arena_cache_lab.cpp.
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1244,6 +1245,158 @@ TEST_CASE("a larger allocation grows the largest cached block in place") {
   numarena::deallocate(again);
   arena->purge();
   CHECK(arena->stats().resident <= before + 2 * kMiB);
+}
+
+namespace {
+// A heap of its own in base pages: with huge pages a fresh block faults once per 2 MiB, and
+// the faults a copy takes would not show.
+Arena* BasePagesArena(int shards) {
+  numarena::ArenaOptions options;
+  options.transparent_huge_pages = false;
+  options.shards = shards;  // a shard count no other test of this kind uses
+  auto arena = Arena::ForPolicy(Policy::Bind(0), options);
+  INFO(arena.status().ToString());
+  REQUIRE(arena.ok());
+  return *arena;
+}
+
+long MinorFaults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+}  // namespace
+
+TEST_CASE("a larger allocation takes the pages of a cached block that cannot grow") {
+  // The freed 6 MiB block is in the heap's large cache when 13 MiB is asked for, but the
+  // block after it is live, so it cannot grow in place. Its resident pages move to the front
+  // of the new block (mremap) instead of being purged while the new block is faulted in: a
+  // loop of random 5-25 MiB blocks faulted in 17,000 pages where tcmalloc took 7,300.
+  Arena* arena = BasePagesArena(7);
+  auto* block = static_cast<unsigned char*>(arena->allocate(6 * kMiB));
+  auto* neighbour = static_cast<unsigned char*>(arena->allocate(6 * kMiB));
+  REQUIRE(block != nullptr);
+  REQUIRE(neighbour != nullptr);
+  REQUIRE(neighbour > block);
+  REQUIRE(static_cast<std::size_t>(neighbour - block) < 13 * kMiB);  // in the way
+  std::memset(block, 0x11, 6 * kMiB);
+  std::memset(neighbour, 0x12, 6 * kMiB);
+  numarena::deallocate(block);  // into the large cache
+  const long before = MinorFaults();
+  auto* large = static_cast<unsigned char*>(arena->allocate(13 * kMiB));
+  REQUIRE(large != nullptr);
+  CHECK(large != block);
+  CHECK(numarena::usable_size(large) >= 13 * kMiB);
+  std::size_t read = 0;
+  for (std::size_t at = 0; at < 6 * kMiB; at += 4096) read += large[at];
+  const long faults = MinorFaults() - before;
+  INFO("faults while allocating and reading 1536 pages: " << faults << " (read " << read << ")");
+  CHECK(faults < 64);
+  const numarena::testing::ResidentPages kept = numarena::testing::CountResident(large, 6 * kMiB);
+  CHECK(kept.resident == kept.pages);
+  // The old range is a span of the heap again: purged, and usable by the next allocation.
+  CHECK(numarena::testing::CountResident(block, 6 * kMiB).resident == 0);
+  std::memset(large, 0x22, 13 * kMiB);
+  CHECK(neighbour[0] == 0x12);
+  CHECK(neighbour[6 * kMiB - 1] == 0x12);
+  void* again = arena->allocate(6 * kMiB);
+  REQUIRE(again != nullptr);
+  std::memset(again, 0x33, 6 * kMiB);
+  CHECK(large[0] == 0x22);
+  numarena::deallocate(again);
+  numarena::deallocate(large);
+  numarena::deallocate(neighbour);
+  arena->purge();
+}
+
+TEST_CASE("reallocate moves a large block that cannot grow without copying its pages") {
+  // As glibc's realloc moves an mmap()ed block: mremap, so no page of the old block is
+  // faulted in again in the new one, and every byte arrives.
+  Arena* arena = BasePagesArena(5);
+  auto* block = static_cast<unsigned char*>(arena->allocate(4 * kMiB));
+  auto* neighbour = static_cast<unsigned char*>(arena->allocate(4 * kMiB));
+  REQUIRE(block != nullptr);
+  REQUIRE(neighbour != nullptr);
+  REQUIRE(neighbour > block);
+  REQUIRE(static_cast<std::size_t>(neighbour - block) < 9 * kMiB);  // in the way
+  for (std::size_t i = 0; i < 4 * kMiB; ++i) block[i] = static_cast<unsigned char>(i * 7 + (i >> 12));
+  std::memset(neighbour, 0x12, 4 * kMiB);
+  const long before = MinorFaults();
+  auto* grown = static_cast<unsigned char*>(arena->reallocate(block, 9 * kMiB));
+  const long faults = MinorFaults() - before;
+  REQUIRE(grown != nullptr);
+  CHECK(grown != block);
+  INFO("faults during the reallocation: " << faults);
+  CHECK(faults < 64);  // a copy faults in 1024 pages
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < 4 * kMiB; ++i) {
+    wrong += grown[i] != static_cast<unsigned char>(i * 7 + (i >> 12));
+  }
+  CHECK(wrong == 0);
+  std::memset(grown + 4 * kMiB, 0x44, 5 * kMiB);
+  CHECK(neighbour[4 * kMiB - 1] == 0x12);
+  numarena::deallocate(grown);
+  numarena::deallocate(neighbour);
+  arena->purge();
+}
+
+TEST_CASE("fork() while other threads move large blocks' pages leaves no hole in the child") {
+  // A move leaves its source range unmapped for a moment (mremap, then a fresh mapping):
+  // a fork() in that moment would give the child a hole inside a live extent. The move holds
+  // the lock fork()'s prepare takes whole, so the child's heap is whole: every large block it
+  // carves is mapped and writable. (The moment is a few microseconds: without the lock this
+  // test fails only now and then; it keeps the path forked through.)
+  Arena* arena = BasePagesArena(3);
+  std::atomic<bool> stop{false};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 2; ++t) {
+    workers.emplace_back([&] {
+      while (!stop.load()) {
+        auto* block = static_cast<unsigned char*>(arena->allocate(2 * kMiB));
+        auto* neighbour = static_cast<unsigned char*>(arena->allocate(2 * kMiB));
+        if (block == nullptr || neighbour == nullptr) {
+          failed.fetch_add(1);
+          break;
+        }
+        std::memset(block, 0x61, 2 * kMiB);
+        void* grown = arena->reallocate(block, 5 * kMiB);
+        if (grown == nullptr) {
+          failed.fetch_add(1);
+          break;
+        }
+        numarena::deallocate(grown);
+        numarena::deallocate(neighbour);
+      }
+    });
+  }
+  for (int round = 0; round < 40; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      // Large blocks of every size the workers used, written whole: a hole is a SIGSEGV.
+      std::vector<void*> blocks;
+      for (int i = 0; i < 24; ++i) {
+        const std::size_t size = (2 + static_cast<std::size_t>(i % 4)) * kMiB;
+        void* p = arena->allocate(size);
+        if (p == nullptr) _exit(1);
+        std::memset(p, 0x62, size);
+        blocks.push_back(p);
+      }
+      for (void* p : blocks) numarena::deallocate(p);
+      _exit(0);
+    }
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    INFO("round " << round << (WIFSIGNALED(status) ? ": the child died of a signal" : ""));
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  stop.store(true);
+  for (std::thread& w : workers) w.join();
+  CHECK(failed.load() == 0);
+  arena->purge();
 }
 
 TEST_CASE("reallocate grows a large block where it lies when the space after it is free") {

@@ -18,6 +18,9 @@
 #include <mutex>
 #include <thread>
 #include <utility>
+#include <vector>
+
+#include <sys/resource.h>
 
 #include "numarena/page_nodes.hpp"
 #include "os/os.hpp"
@@ -293,6 +296,87 @@ TEST_CASE("spans grow in place only at the bump pointer") {
   CHECK(pages->SameRange(p, next));
   int on_stack = 0;
   CHECK_FALSE(pages->SameRange(p, &on_stack));
+}
+
+namespace {
+long MinorFaults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+}  // namespace
+
+TEST_CASE("moved pages keep their bytes and fault nothing; the source is a bound span again") {
+  // A large block that cannot grow moves into a larger one (arena.cpp, AllocateOverLargest
+  // and reallocate): its written pages must arrive whole, without a fault, and its own range
+  // must stay a committed span of zero pages that can be written again and purged.
+  NodePages* pages = Make(Policy::Bind(0));
+  constexpr std::size_t kBytes = 4 * kMiB;
+  auto* from = static_cast<unsigned char*>(Span(pages, kBytes, 2 * kMiB, /*commit=*/true));
+  auto* to = static_cast<unsigned char*>(Span(pages, 2 * kBytes, 2 * kMiB, /*commit=*/true));
+  for (std::size_t at = 0; at < kBytes; at += 4096) from[at] = static_cast<unsigned char>(at >> 12);
+  const std::size_t committed = SpanBytes(pages);
+  REQUIRE(pages->MovePages(from, to, kBytes) == NodePages::MoveResult::kMoved);
+  const long faults = MinorFaults();
+  std::size_t wrong = 0;
+  for (std::size_t at = 0; at < kBytes; at += 4096) {
+    wrong += to[at] != static_cast<unsigned char>(at >> 12);
+  }
+  CHECK(wrong == 0);
+  CHECK(MinorFaults() - faults < 16);  // 1024 pages read: they came with their page tables
+  auto moved = numarena::page_nodes(to, kBytes);
+  REQUIRE(moved.ok());
+  CHECK(moved->on(0) == moved->total_pages);
+  // The source: still mapped and bound, zero, nothing resident, charged as before.
+  auto source = numarena::page_nodes(from, kBytes);
+  REQUIRE(source.ok());
+  CHECK(source->resident() == 0);
+  CHECK(source->unmapped == 0);
+  CHECK(SpanBytes(pages) == committed);
+  std::size_t nonzero = 0;
+  for (std::size_t at = 0; at < kBytes; at += 4096) nonzero += from[at] != 0;
+  CHECK(nonzero == 0);
+  std::memset(from, 7, kBytes);
+  source = numarena::page_nodes(from, kBytes);
+  REQUIRE(source.ok());
+  CHECK(source->on(0) == source->total_pages);
+  REQUIRE(pages->Decommit(from, kBytes));
+  REQUIRE(pages->Decommit(to, 2 * kBytes));
+}
+
+TEST_CASE("pages do not move where they may not: unaligned, overlapping, foreign, two nodes") {
+  NodePages* pages = Make(Policy::Bind(0));
+  auto* from = static_cast<char*>(Span(pages, 4 * kMiB, 2 * kMiB, /*commit=*/true));
+  auto* to = static_cast<char*>(Span(pages, 8 * kMiB, 2 * kMiB, /*commit=*/true));
+  std::memset(from, 5, 4 * kMiB);
+  using Result = NodePages::MoveResult;
+  CHECK(pages->MovePages(from + 1, to, 4096) == Result::kNotMoved);
+  CHECK(pages->MovePages(from, to + 1, 4096) == Result::kNotMoved);
+  CHECK(pages->MovePages(from, to, 4097) == Result::kNotMoved);
+  CHECK(pages->MovePages(from, to, 0) == Result::kNotMoved);
+  CHECK(pages->MovePages(to, to + 4096, 2 * kMiB) == Result::kNotMoved);  // overlapping
+  // Beyond what the provider mapped, and memory of another provider or of nobody.
+  CHECK(pages->MovePages(from, to + 8 * kMiB, SIZE_MAX - 4095) == Result::kNotMoved);
+  NodePages* other = Make(Policy::Bind(0));
+  void* foreign = Span(other, 4 * kMiB, 2 * kMiB, /*commit=*/true);
+  CHECK(pages->MovePages(from, foreign, 4 * kMiB) == Result::kNotMoved);
+  std::vector<char> heap_bytes(3 * 4096);
+  char* unowned = reinterpret_cast<char*>(
+      (reinterpret_cast<std::uintptr_t>(heap_bytes.data()) + 4095) & ~std::uintptr_t{4095});
+  CHECK(pages->MovePages(unowned, to, 4096) == Result::kNotMoved);
+  CHECK(pages->MovePages(from, unowned, 4096) == Result::kNotMoved);
+  // Nothing moved: the source still holds its bytes.
+  CHECK(from[0] == 5);
+  CHECK(from[4 * kMiB - 1] == 5);
+  // Pages charged per page to one of two nodes cannot move: the charge names the node.
+  NodePages* interleaved = Make(Policy::Interleave({0, 1}, numarena::BindMode::kAdvisory));
+  CHECK_FALSE(interleaved->CanMovePages());
+  auto* a = static_cast<char*>(Span(interleaved, 2 * kMiB, 2 * kMiB, /*commit=*/true));
+  auto* b = static_cast<char*>(Span(interleaved, 4 * kMiB, 2 * kMiB, /*commit=*/true));
+  a[0] = 9;
+  CHECK(interleaved->MovePages(a, b, 2 * kMiB) == Result::kNotMoved);
+  CHECK(a[0] == 9);
+  CHECK(pages->CanMovePages());
 }
 
 TEST_CASE("bad provider requests are InvalidArgument / FailedPrecondition with the fix") {

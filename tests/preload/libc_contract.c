@@ -17,6 +17,12 @@
  *                                by steps of 1/8 (outgrown blocks of one are reused for the
  *                                others), every byte checked after each step; exit 0 when
  *                                none changed
+ *   libc_contract move           a written 6 MiB block that cannot grow (a 6 MiB block right
+ *                                after it) realloc()ed to 13 MiB, then every byte checked;
+ *                                prints "move: faults=N" with N the page faults the realloc
+ *                                and a read of the new block's first 6 MiB took (glibc moves
+ *                                an mmap()ed block with mremap: none; a copy faults in 1536
+ *                                pages), exit 0 when all bytes hold
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -26,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static int (*numarena_owns)(const void*);
 static int owned, allocated;
@@ -206,6 +213,42 @@ static int check_grown(const unsigned char* p, size_t size, int k, size_t stride
   return 0;
 }
 
+static long minor_faults(void) {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+static int move(void) {
+  const size_t old_size = 6u << 20, new_size = 13u << 20;
+  unsigned char* block = malloc(old_size);
+  unsigned char* blocker = malloc(old_size);
+  if (block == NULL || blocker == NULL) {
+    printf("move: malloc failed\n");
+    return 1;
+  }
+  note(block);
+  for (size_t i = 0; i < old_size; ++i) block[i] = (unsigned char)(i * 13 + (i >> 12));
+  memset(blocker, 1, old_size);
+  const long before = minor_faults();
+  unsigned char* moved = realloc(block, new_size);
+  if (moved == NULL) {
+    printf("move: realloc failed\n");
+    return 1;
+  }
+  note(moved);
+  size_t wrong = 0;
+  for (size_t i = 0; i < old_size; ++i) wrong += moved[i] != (unsigned char)(i * 13 + (i >> 12));
+  const long faults = minor_faults() - before;
+  memset(moved + old_size, 2, new_size - old_size);  /* the rest is writable */
+  free(moved);
+  free(blocker);
+  fprintf(stderr, "owned by numarena: %d of %d\n", owned, allocated);
+  printf("move: faults=%ld wrong=%zu %s\n", faults, wrong,
+         moved == block ? "grown in place" : "moved");
+  return wrong == 0 ? 0 : 1;
+}
+
 static int grow(void) {
   enum { kBuffers = 3 };
   unsigned char* buffers[kBuffers] = {0};
@@ -247,6 +290,7 @@ int main(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "refill") == 0) return refill();
   if (argc >= 2 && strcmp(argv[1], "usable") == 0) return usable();
   if (argc >= 2 && strcmp(argv[1], "grow") == 0) return grow();
+  if (argc >= 2 && strcmp(argv[1], "move") == 0) return move();
   fprintf(stderr, "usage: libc_contract edges | double-free BYTES | refill | usable\n");
   return 2;
 }

@@ -18,6 +18,8 @@
   place.
 - Buffers grown by realloc in turns, 1 B to 3 MiB, keep every byte under glibc and under the
   override (whose realloc hands an outgrown medium block back to jemalloc).
+- A large block realloc()ed past a neighbour keeps every byte, and its pages move into the
+  new block without a fault (mremap), as under glibc.
 Exit status 0 only when every check passes.
 """
 import os
@@ -125,6 +127,22 @@ def main():
             check(result.returncode == 0 and "owned by numarena: 0 of" not in result.stderr,
                   f"numarena run {' '.join(policy)}: {promise}",
                   f"exit {result.returncode}: {result.stdout[-2000:]}{result.stderr[-500:]}")
+
+    # A large block that cannot grow where it lies moves its pages into the new block
+    # (mremap), as glibc moves an mmap()ed one: its bytes arrive without a page fault.
+    reference = run([program, "move"], env=base_env)
+    check(reference.returncode == 0, "glibc: a realloc()ed 6 MiB block keeps every byte",
+          reference.stdout[-2000:])
+    for policy in (["--membind", "0"], ["--local"]):
+        result = run([cli, "run", *policy, "--", program, "move"])
+        faults = next((int(word.split("=")[1]) for word in result.stdout.split()
+                       if word.startswith("faults=")), None)
+        check(result.returncode == 0 and "owned by numarena: 0 of" not in result.stderr and
+              faults is not None and faults < 64,
+              f"numarena run {' '.join(policy)}: a 6 MiB block realloc()ed past a neighbour "
+              "keeps every byte and moves its 1536 pages without faulting them in again",
+              f"exit {result.returncode}: {result.stdout[-2000:]}{result.stderr[-500:]} "
+              f"(glibc: {reference.stdout.strip()})")
 
     print(f"{failed()} failed" if failed() else "all passed")
     return 1 if failed() else 0
