@@ -1265,6 +1265,23 @@ long MinorFaults() {
   getrusage(RUSAGE_SELF, &usage);
   return usage.ru_minflt;
 }
+
+// A block of `bytes` and a live block of the same size right after it, so that the first
+// cannot grow to `grow_to` where it lies; the neighbour is written with 0x12.
+struct Blocked {
+  unsigned char* block;
+  unsigned char* neighbour;
+};
+Blocked BlockedBlock(Arena* arena, std::size_t bytes, std::size_t grow_to) {
+  auto* block = static_cast<unsigned char*>(arena->allocate(bytes));
+  auto* neighbour = static_cast<unsigned char*>(arena->allocate(bytes));
+  REQUIRE(block != nullptr);
+  REQUIRE(neighbour != nullptr);
+  REQUIRE(neighbour > block);
+  REQUIRE(static_cast<std::size_t>(neighbour - block) < grow_to);  // in the way
+  std::memset(neighbour, 0x12, bytes);
+  return {block, neighbour};
+}
 }  // namespace
 
 TEST_CASE("a larger allocation takes the pages of a cached block that cannot grow") {
@@ -1273,14 +1290,8 @@ TEST_CASE("a larger allocation takes the pages of a cached block that cannot gro
   // of the new block (mremap) instead of being purged while the new block is faulted in: a
   // loop of random 5-25 MiB blocks faulted in 17,000 pages where tcmalloc took 7,300.
   Arena* arena = BasePagesArena(7);
-  auto* block = static_cast<unsigned char*>(arena->allocate(6 * kMiB));
-  auto* neighbour = static_cast<unsigned char*>(arena->allocate(6 * kMiB));
-  REQUIRE(block != nullptr);
-  REQUIRE(neighbour != nullptr);
-  REQUIRE(neighbour > block);
-  REQUIRE(static_cast<std::size_t>(neighbour - block) < 13 * kMiB);  // in the way
+  auto [block, neighbour] = BlockedBlock(arena, 6 * kMiB, 13 * kMiB);
   std::memset(block, 0x11, 6 * kMiB);
-  std::memset(neighbour, 0x12, 6 * kMiB);
   numarena::deallocate(block);  // into the large cache
   const long before = MinorFaults();
   auto* large = static_cast<unsigned char*>(arena->allocate(13 * kMiB));
@@ -1313,14 +1324,9 @@ TEST_CASE("reallocate moves a large block that cannot grow without copying its p
   // As glibc's realloc moves an mmap()ed block: mremap, so no page of the old block is
   // faulted in again in the new one, and every byte arrives.
   Arena* arena = BasePagesArena(5);
-  auto* block = static_cast<unsigned char*>(arena->allocate(4 * kMiB));
-  auto* neighbour = static_cast<unsigned char*>(arena->allocate(4 * kMiB));
-  REQUIRE(block != nullptr);
-  REQUIRE(neighbour != nullptr);
-  REQUIRE(neighbour > block);
-  REQUIRE(static_cast<std::size_t>(neighbour - block) < 9 * kMiB);  // in the way
-  for (std::size_t i = 0; i < 4 * kMiB; ++i) block[i] = static_cast<unsigned char>(i * 7 + (i >> 12));
-  std::memset(neighbour, 0x12, 4 * kMiB);
+  auto [block, neighbour] = BlockedBlock(arena, 4 * kMiB, 9 * kMiB);
+  for (std::size_t i = 0; i < 4 * kMiB; ++i)
+    block[i] = static_cast<unsigned char>(i * 7 + (i >> 12));
   const long before = MinorFaults();
   auto* grown = static_cast<unsigned char*>(arena->reallocate(block, 9 * kMiB));
   const long faults = MinorFaults() - before;

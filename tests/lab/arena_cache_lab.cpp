@@ -221,6 +221,23 @@ TEST_CASE("a batch freed on another node's CPU waits in its arena's depot, not t
   }
 }
 
+// Runs `body(a, b, index)` in a section per ordered pair of nodes: A any node, B another node
+// with CPUs (the thread's); `index` counts the sections.
+template <typename Body>
+void ForEachRemotePair(Body body) {
+  const auto& lab = lab::Expected();
+  int section = 0;
+  for (const auto& a : lab.nodes) {
+    for (const auto& b : lab.nodes) {
+      if (a.id == b.id || b.memory_only()) continue;
+      const int index = section++;
+      DYNAMIC_SECTION("A = node " << a.id << ", B = node " << b.id << " (the thread's)") {
+        body(a, b, index);
+      }
+    }
+  }
+}
+
 // A 6 MiB block of a Bind(A) arena, written, grown to 12 MiB by `grow` (which returns the
 // 12 MiB block), for every node A and every other node B with CPUs, on a thread pinned to B's
 // CPUs (a heap of its own in each section, as far as the shard counts go; free address space
@@ -228,46 +245,39 @@ TEST_CASE("a batch freed on another node's CPU waits in its arena's depot, not t
 // 12 MiB must be on A: a page of the new part that first touch placed would be on B.
 template <typename Grow>
 void ForEachRemoteGrowth(Grow grow) {
-  const auto& lab = lab::Expected();
-  int section = 0;
-  for (const auto& a : lab.nodes) {
-    for (const auto& b : lab.nodes) {
-      if (a.id == b.id || b.memory_only()) continue;
-      DYNAMIC_SECTION("A = node " << a.id << ", B = node " << b.id << " (the thread's)") {
-        ArenaOptions options;
-        options.shards = 1 + section++ % ArenaOptions::kMaxShards;
-        auto made = Arena::ForPolicy(Policy::Bind(a.id), options);
-        REQUIRE(made.ok());
-        Arena* arena = *made;
-        bool in_place = false;
-        bool kept = false;
-        std::size_t off_node = 0;
-        std::thread remote([&] {
-          lab::PinnedTo pin(b.cpus);
-          void* range = arena->allocate(32 * kMiB);
-          REQUIRE(range != nullptr);
-          deallocate(range);
-          arena->purge();  // free address space of the heap now
-          auto* block = static_cast<unsigned char*>(arena->allocate(6 * kMiB));
-          REQUIRE(block != nullptr);
-          std::memset(block, 0x11, 6 * kMiB);
-          auto* grown = static_cast<unsigned char*>(grow(arena, block));
-          INFO(last_allocation_error().ToString());
-          REQUIRE(grown != nullptr);
-          in_place = grown == block;
-          kept = grown[0] == 0x11 && grown[6 * kMiB - 1] == 0x11;
-          std::memset(grown, 0x22, 12 * kMiB);
-          off_node = PagesOffNode(grown, 12 * kMiB, a.id);
-          deallocate(grown);
-          arena->purge();
-        });
-        remote.join();
-        CHECK(in_place);
-        CHECK(kept);
-        CHECK(off_node == 0);
-      }
-    }
-  }
+  ForEachRemotePair([&](const lab::ExpectedNode& a, const lab::ExpectedNode& b, int section) {
+    ArenaOptions options;
+    options.shards = 1 + section % ArenaOptions::kMaxShards;
+    auto made = Arena::ForPolicy(Policy::Bind(a.id), options);
+    REQUIRE(made.ok());
+    Arena* arena = *made;
+    bool in_place = false;
+    bool kept = false;
+    std::size_t off_node = 0;
+    std::thread remote([&] {
+      lab::PinnedTo pin(b.cpus);
+      void* range = arena->allocate(32 * kMiB);
+      REQUIRE(range != nullptr);
+      deallocate(range);
+      arena->purge();  // free address space of the heap now
+      auto* block = static_cast<unsigned char*>(arena->allocate(6 * kMiB));
+      REQUIRE(block != nullptr);
+      std::memset(block, 0x11, 6 * kMiB);
+      auto* grown = static_cast<unsigned char*>(grow(arena, block));
+      INFO(last_allocation_error().ToString());
+      REQUIRE(grown != nullptr);
+      in_place = grown == block;
+      kept = grown[0] == 0x11 && grown[6 * kMiB - 1] == 0x11;
+      std::memset(grown, 0x22, 12 * kMiB);
+      off_node = PagesOffNode(grown, 12 * kMiB, a.id);
+      deallocate(grown);
+      arena->purge();
+    });
+    remote.join();
+    CHECK(in_place);
+    CHECK(kept);
+    CHECK(off_node == 0);
+  });
 }
 
 TEST_CASE("a large block grown in place keeps every page on its arena's node") {
@@ -290,59 +300,52 @@ TEST_CASE("a large block grown by reallocate keeps every page on its arena's nod
 // shard counts go).
 template <typename Move>
 void ForEachRemoteMove(Move move) {
-  const auto& lab = lab::Expected();
-  int section = 0;
-  for (const auto& a : lab.nodes) {
-    for (const auto& b : lab.nodes) {
-      if (a.id == b.id || b.memory_only()) continue;
-      DYNAMIC_SECTION("A = node " << a.id << ", B = node " << b.id << " (the thread's)") {
-        ArenaOptions options;
-        options.transparent_huge_pages = false;
-        options.shards = 1 + section++ % ArenaOptions::kMaxShards;
-        auto made = Arena::ForPolicy(Policy::Bind(a.id), options);
-        REQUIRE(made.ok());
-        Arena* arena = *made;
-        bool moved = false, kept = false;
-        std::size_t off_node = 0, refaulted_off_node = 0;
-        std::thread remote([&] {
-          lab::PinnedTo pin(b.cpus);
-          auto* block = static_cast<unsigned char*>(arena->allocate(6 * kMiB));
-          auto* neighbour = static_cast<unsigned char*>(arena->allocate(6 * kMiB));
-          REQUIRE(block != nullptr);
-          REQUIRE(neighbour != nullptr);
-          REQUIRE(neighbour > block);
-          REQUIRE(static_cast<std::size_t>(neighbour - block) < 12 * kMiB);  // in the way
-          std::memset(block, 0x11, 6 * kMiB);
-          auto* grown = static_cast<unsigned char*>(move(arena, block));
-          INFO(last_allocation_error().ToString());
-          REQUIRE(grown != nullptr);
-          moved = grown != block;
-          kept = grown[0] == 0x11 && grown[6 * kMiB - 1] == 0x11;
-          std::memset(grown, 0x22, 12 * kMiB);
-          off_node = PagesOffNode(grown, 12 * kMiB, a.id);
-          // The old block's range is a span of the heap again: what the next allocations
-          // carve from it faults in on A, not where this thread runs.
-          std::vector<void*> again;
-          for (int i = 0; i < 4; ++i) {
-            void* p = arena->allocate(3 * kMiB);
-            REQUIRE(p != nullptr);
-            std::memset(p, 0x33, 3 * kMiB);
-            refaulted_off_node += PagesOffNode(p, 3 * kMiB, a.id);
-            again.push_back(p);
-          }
-          for (void* p : again) deallocate(p);
-          deallocate(grown);
-          deallocate(neighbour);
-          arena->purge();
-        });
-        remote.join();
-        CHECK(moved);
-        CHECK(kept);
-        CHECK(off_node == 0);
-        CHECK(refaulted_off_node == 0);
+  ForEachRemotePair([&](const lab::ExpectedNode& a, const lab::ExpectedNode& b, int section) {
+    ArenaOptions options;
+    options.transparent_huge_pages = false;
+    options.shards = 1 + section % ArenaOptions::kMaxShards;
+    auto made = Arena::ForPolicy(Policy::Bind(a.id), options);
+    REQUIRE(made.ok());
+    Arena* arena = *made;
+    bool moved = false, kept = false;
+    std::size_t off_node = 0, refaulted_off_node = 0;
+    std::thread remote([&] {
+      lab::PinnedTo pin(b.cpus);
+      auto* block = static_cast<unsigned char*>(arena->allocate(6 * kMiB));
+      auto* neighbour = static_cast<unsigned char*>(arena->allocate(6 * kMiB));
+      REQUIRE(block != nullptr);
+      REQUIRE(neighbour != nullptr);
+      REQUIRE(neighbour > block);
+      REQUIRE(static_cast<std::size_t>(neighbour - block) < 12 * kMiB);  // in the way
+      std::memset(block, 0x11, 6 * kMiB);
+      auto* grown = static_cast<unsigned char*>(move(arena, block));
+      INFO(last_allocation_error().ToString());
+      REQUIRE(grown != nullptr);
+      moved = grown != block;
+      kept = grown[0] == 0x11 && grown[6 * kMiB - 1] == 0x11;
+      std::memset(grown, 0x22, 12 * kMiB);
+      off_node = PagesOffNode(grown, 12 * kMiB, a.id);
+      // The old block's range is a span of the heap again: what the next allocations
+      // carve from it faults in on A, not where this thread runs.
+      std::vector<void*> again;
+      for (int i = 0; i < 4; ++i) {
+        void* p = arena->allocate(3 * kMiB);
+        REQUIRE(p != nullptr);
+        std::memset(p, 0x33, 3 * kMiB);
+        refaulted_off_node += PagesOffNode(p, 3 * kMiB, a.id);
+        again.push_back(p);
       }
-    }
-  }
+      for (void* p : again) deallocate(p);
+      deallocate(grown);
+      deallocate(neighbour);
+      arena->purge();
+    });
+    remote.join();
+    CHECK(moved);
+    CHECK(kept);
+    CHECK(off_node == 0);
+    CHECK(refaulted_off_node == 0);
+  });
 }
 
 TEST_CASE("a cached large block's pages moved into a larger allocation stay on the node") {
@@ -353,49 +356,42 @@ TEST_CASE("a cached large block's pages moved into a larger allocation stay on t
 }
 
 TEST_CASE("a large block moved by reallocate keeps every page on its arena's node") {
-  ForEachRemoteMove(
-      [](Arena* arena, void* block) { return arena->reallocate(block, 12 * kMiB); });
+  ForEachRemoteMove([](Arena* arena, void* block) { return arena->reallocate(block, 12 * kMiB); });
 }
 
 TEST_CASE("the span pages moved out of is bound again: it faults in on the node") {
   // NodePages::MovePages maps the source range afresh; without its binding, a thread on B
   // writing it would place its pages on B by first touch.
-  const auto& lab = lab::Expected();
-  int owner = 230;  // heap ids of this test's providers (the arenas above use low ids)
-  for (const auto& a : lab.nodes) {
-    for (const auto& b : lab.nodes) {
-      if (a.id == b.id || b.memory_only()) continue;
-      DYNAMIC_SECTION("A = node " << a.id << ", B = node " << b.id << " (the thread's)") {
-        auto made = NodePages::Create(Policy::Bind(a.id), ArenaOptions{}, owner++);
-        REQUIRE(made.ok());
-        NodePages* pages = *made;
-        std::size_t moved_off = 0, source_off = 0;
-        NodePages::MoveResult result = NodePages::MoveResult::kNotMoved;
-        std::thread remote([&] {
-          lab::PinnedTo pin(b.cpus);
-          bool zero = false, commit = true;
-          auto* from = static_cast<unsigned char*>(
-              pages->AllocateSpan(nullptr, 4 * kMiB, 2 * kMiB, &zero, &commit));
-          commit = true;
-          auto* to = static_cast<unsigned char*>(
-              pages->AllocateSpan(nullptr, 8 * kMiB, 2 * kMiB, &zero, &commit));
-          REQUIRE(from != nullptr);
-          REQUIRE(to != nullptr);
-          std::memset(from, 0x44, 4 * kMiB);
-          result = pages->MovePages(from, to, 4 * kMiB);
-          moved_off = PagesOffNode(to, 4 * kMiB, a.id);
-          std::memset(from, 0x55, 4 * kMiB);
-          source_off = PagesOffNode(from, 4 * kMiB, a.id);
-          REQUIRE(pages->Decommit(from, 4 * kMiB));
-          REQUIRE(pages->Decommit(to, 8 * kMiB));
-        });
-        remote.join();
-        CHECK(result == NodePages::MoveResult::kMoved);
-        CHECK(moved_off == 0);
-        CHECK(source_off == 0);
-      }
-    }
-  }
+  ForEachRemotePair([](const lab::ExpectedNode& a, const lab::ExpectedNode& b, int section) {
+    // Heap ids of this test's providers (the arenas above use low ids).
+    auto made = NodePages::Create(Policy::Bind(a.id), ArenaOptions{}, 230 + section);
+    REQUIRE(made.ok());
+    NodePages* pages = *made;
+    std::size_t moved_off = 0, source_off = 0;
+    NodePages::MoveResult result = NodePages::MoveResult::kNotMoved;
+    std::thread remote([&] {
+      lab::PinnedTo pin(b.cpus);
+      bool zero = false, commit = true;
+      auto* from = static_cast<unsigned char*>(
+          pages->AllocateSpan(nullptr, 4 * kMiB, 2 * kMiB, &zero, &commit));
+      commit = true;
+      auto* to = static_cast<unsigned char*>(
+          pages->AllocateSpan(nullptr, 8 * kMiB, 2 * kMiB, &zero, &commit));
+      REQUIRE(from != nullptr);
+      REQUIRE(to != nullptr);
+      std::memset(from, 0x44, 4 * kMiB);
+      result = pages->MovePages(from, to, 4 * kMiB);
+      moved_off = PagesOffNode(to, 4 * kMiB, a.id);
+      std::memset(from, 0x55, 4 * kMiB);
+      source_off = PagesOffNode(from, 4 * kMiB, a.id);
+      REQUIRE(pages->Decommit(from, 4 * kMiB));
+      REQUIRE(pages->Decommit(to, 8 * kMiB));
+    });
+    remote.join();
+    CHECK(result == NodePages::MoveResult::kMoved);
+    CHECK(moved_off == 0);
+    CHECK(source_off == 0);
+  });
 }
 
 }  // namespace
