@@ -420,7 +420,7 @@ LargeMove MoveLargePages(int heap, void* from, std::size_t usable, void* to) noe
   if (checked::Enabled() || !FrontCacheEnabled() || usable < kAlign ||
       reinterpret_cast<std::uintptr_t>(from) % kAlign != 0 ||
       reinterpret_cast<std::uintptr_t>(to) % kAlign != 0 || arena_internal::HeapOf(to) != heap ||
-      arena_internal::HeapOf(from) != heap) {
+      arena_internal::HeapOf(from) != heap || GetCapacityGate() != nullptr) {
     return LargeMove::kNotMoved;
   }
   switch (MoveHeapPages(heap, from, to, usable)) {
@@ -428,6 +428,8 @@ LargeMove MoveLargePages(int heap, void* from, std::size_t usable, void* to) noe
       return LargeMove::kMoved;
     case NodePages::MoveResult::kMovedLeftHole:
       return LargeMove::kLost;
+    case NodePages::MoveResult::kDestinationLost:
+      return LargeMove::kToLost;
     case NodePages::MoveResult::kNotMoved:
       break;
   }
@@ -472,9 +474,16 @@ void* AllocateOverLargest(int heap, int flags, std::size_t size, void* largest,
     return nullptr;
   }
   RecordClass(heap, p);
-  if (MoveLargePages(heap, largest, largest_bytes, p) != LargeMove::kLost) {
-    dallocx(largest, MALLOCX_TCACHE_NONE);  // moved: zero pages; else its own pages
-    PurgeHeapDirty(heap);
+  switch (MoveLargePages(heap, largest, largest_bytes, p)) {
+    case LargeMove::kToLost:
+      return nullptr;  // `p` is lost; the caller frees `largest` and goes the usual way
+    case LargeMove::kLost:
+      break;  // `largest` is lost
+    case LargeMove::kMoved:     // zero pages now
+    case LargeMove::kNotMoved:  // its own pages
+      dallocx(largest, MALLOCX_TCACHE_NONE);
+      PurgeHeapDirty(heap);
+      break;
   }
   arena_internal::ReturnAfterGrowthIfDue(heap);
   return p;
@@ -786,6 +795,10 @@ void* Arena::reallocate(void* p, std::size_t size, std::size_t alignment) noexce
         return fresh;
       case LargeMove::kLost:
         return fresh;
+      case LargeMove::kToLost:  // `fresh` is lost: copy into another block
+        fresh = allocate(size, alignment);
+        if (fresh == nullptr) return nullptr;
+        break;
       case LargeMove::kNotMoved:
         break;
     }

@@ -25,6 +25,7 @@ enum class LargeMove {
   kNotMoved,  // nothing changed: copy the bytes, then free `from`
   kMoved,     // `to` holds what `from` held; `from` is a live object of zero pages: free it
   kLost,      // `to` holds what `from` held; `from` must never be used or freed (a hole)
+  kToLost,    // nothing moved, `from` is whole; `to` must never be used or freed (a hole)
 };
 
 // Moves the pages of `from`, a live large object of `heap` (usable size `usable`, 2 MiB
@@ -32,8 +33,11 @@ enum class LargeMove {
 // allocated, without copying or faulting them (NodePages::MovePages: mremap(2)): what realloc
 // does when `from` cannot grow in place, and what the large cache does with its largest
 // block when it cannot grow into a new allocation. Only where the pages may move: the same
-// heap, a placement on one node without hugetlb pages, the caches on (not checked mode);
-// kNotMoved elsewhere. Thread-safe for distinct objects; the caller owns both.
+// heap, a placement on one node without hugetlb pages, the caches on (not checked mode), no
+// capacity gate (whose callbacks may reallocate while jemalloc's locks are held, and a move
+// takes the lock fork()'s prepare takes before jemalloc's); kNotMoved elsewhere. kToLost and
+// kLost are NodePages::MovePages' rare holes (another thread mapped into one meanwhile).
+// Thread-safe for distinct objects; the caller owns both.
 LargeMove MoveLargePages(int heap, void* from, std::size_t usable, void* to) noexcept;
 
 }  // namespace numarena

@@ -825,20 +825,34 @@ NodePages::MoveResult NodePages::MovePages(void* from, void* to, std::size_t byt
       return MoveResult::kNotMoved;
     }
   }
-  if (os::MovePagesNoAlloc(from, to, bytes) != 0) return MoveResult::kNotMoved;
-  // `from` is a hole now: map it again as EnsureMapped did (read-write, base pages, bound),
-  // and as a large commit advises it. The pages moved to `to` took their binding with them.
-  if (os::MapFreshAtNoAlloc(from, bytes) != 0) return MoveResult::kMovedLeftHole;
-  (void)os::AdviseHugePagesNoAlloc(from, bytes, /*huge=*/false);
+  if (os::MovePagesNoAlloc(from, to, bytes) != 0) {
+    // The kernel unmaps the destination before it looks at the source (mremap_to), so a
+    // refused move (a source over two mappings before Linux 6.17: EFAULT) leaves `to`
+    // unmapped; a move refused earlier (ENOMEM at the mapping count limit) leaves it as it was.
+    std::size_t resident = 0;
+    if (os::ResidentPagesNoAlloc(to, bytes, &resident) == 0) return MoveResult::kNotMoved;
+    return MapSpanAgain(target, bytes) ? MoveResult::kNotMoved : MoveResult::kDestinationLost;
+  }
+  // `from` is a hole now. The pages moved to `to` took their binding with them.
+  if (!MapSpanAgain(begin, bytes)) return MoveResult::kMovedLeftHole;
+  // Committed and charged, but its pages are gone: the free-memory guard counts it as
+  // committed and unwritten again, as a span just committed.
+  NodeMemoryGuard::TrackUnwritten(node_, from, bytes);
+  return MoveResult::kMoved;
+}
+
+bool NodePages::MapSpanAgain(std::uintptr_t begin, std::size_t bytes) noexcept {
+  if (os::MapFreshAtNoAlloc(ToPointer(begin), bytes) != 0) return false;
+  (void)os::AdviseHugePagesNoAlloc(ToPointer(begin), bytes, /*huge=*/false);
   SpanFailure failure;
   if (!ApplyPolicy(begin, begin + bytes, &failure)) {
     // Unbound pages would go wherever they are touched first: make the span inaccessible
     // instead, so that it is never used.
-    (void)os::ReturnToReservationNoAlloc(from, bytes);
-    return MoveResult::kMovedLeftHole;
+    (void)os::ReturnToReservationNoAlloc(ToPointer(begin), bytes);
+    return false;
   }
   if (bytes >= kHugePage) AdviseLargeCommit(begin, begin + bytes, /*huge=*/true);
-  return MoveResult::kMoved;
+  return true;
 }
 
 bool NodePages::Decommit(void* addr, std::size_t size) noexcept {

@@ -88,13 +88,20 @@ class NodePages {
   // provider (page-aligned, not overlapping), without copying or faulting them: mremap(2)
   // moves their page table entries, and `from` gets a fresh mapping, bound and advised as
   // when it was first mapped, so it stays a committed span of zero pages that fault in on the
-  // placement's node. Only for a placement on one node without hugetlb pages (elsewhere the
-  // charges recorded per page name a node the moved pages might not be on, or the pages
-  // cannot move): kNotMoved there, and when the kernel refuses (`from` spans two mappings,
-  // e.g. half of it advised for huge pages); nothing changed then. kMovedLeftHole when the
-  // pages moved but `from` could not be mapped again (another thread mapped into the hole
-  // meanwhile, or mbind refused): the span must never be used or freed again.
-  enum class MoveResult { kNotMoved, kMoved, kMovedLeftHole };
+  // placement's node (the free-memory guard follows it as committed and unwritten). Only for
+  // a placement on one node without hugetlb pages (elsewhere the charges recorded per page
+  // name a node the moved pages might not be on, or the pages cannot move).
+  //   kNotMoved: nothing moved; `from` keeps its bytes, and `to` is a committed span of the
+  //     provider (of zero pages when the kernel refused the move: mremap unmaps the
+  //     destination before it checks the source, and a source over two mappings is refused
+  //     before Linux 6.17; `to` is mapped again then).
+  //   kMoved: `to` holds what `from` held; `from` is zero pages.
+  //   kMovedLeftHole: `to` holds what `from` held, but `from` could not be mapped again
+  //     (another thread mapped into the hole meanwhile, or mbind refused): never use or free
+  //     it again.
+  //   kDestinationLost: nothing moved, `from` keeps its bytes, but `to` could not be mapped
+  //     again after a refused move: never use or free it again.
+  enum class MoveResult { kNotMoved, kMoved, kMovedLeftHole, kDestinationLost };
   MoveResult MovePages(void* from, void* to, std::size_t bytes) noexcept;
   // True when MovePages can move pages of this provider at all.
   bool CanMovePages() const noexcept { return !hugetlb_ && node_ != kNodeMixed; }
@@ -144,6 +151,11 @@ class NodePages {
   NodePages& operator=(const NodePages&) = delete;
 
  private:
+  // Maps [begin, begin+bytes), where a move left nothing mapped, as EnsureMapped maps a range
+  // (read-write, base pages, bound) and a large commit advises it. False when it cannot (the
+  // hole was taken, or mbind refused: then it is left inaccessible).
+  bool MapSpanAgain(std::uintptr_t begin, std::size_t bytes) noexcept;
+
   // A reserved range and its page tables. The tables are numarena's own memory and follow
   // the same rules as the pages they describe: one mapping per range, placed on the
   // placement's first node (MPOL_PREFERRED, base pages), and charged like any commit. The

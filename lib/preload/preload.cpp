@@ -242,12 +242,21 @@ void* Reallocate(void* p, std::size_t size) {
   // A large block that could not grow: its pages move into the new one (mremap, as glibc's
   // realloc of an mmap()ed block does), not copied.
   if (size > usable && usable >= arena_internal::kLargeAlignThreshold) {
-    Inside inside;
-    switch (MoveLargePages(arena_internal::HeapOf(p), p, usable, fresh)) {
+    LargeMove move;
+    {
+      Inside inside;
+      move = MoveLargePages(arena_internal::HeapOf(p), p, usable, fresh);
+    }
+    switch (move) {
       case LargeMove::kMoved:
         break;  // p holds zero pages now: freed below
       case LargeMove::kLost:
         return fresh;
+      case LargeMove::kToLost:  // `fresh` is lost: copy into another block
+        fresh = Allocate(size, kMinAlign);
+        if (fresh == nullptr) return nullptr;
+        std::memcpy(fresh, p, usable);
+        break;
       case LargeMove::kNotMoved:
         std::memcpy(fresh, p, usable);
         break;

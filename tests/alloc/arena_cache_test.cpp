@@ -1343,14 +1343,17 @@ TEST_CASE("fork() while other threads move large blocks' pages leaves no hole in
   // A move leaves its source range unmapped for a moment (mremap, then a fresh mapping):
   // a fork() in that moment would give the child a hole inside a live extent. The move holds
   // the lock fork()'s prepare takes whole, so the child's heap is whole: every large block it
-  // carves is mapped and writable. (The moment is a few microseconds: without the lock this
-  // test fails only now and then; it keeps the path forked through.)
+  // carves is mapped and writable, and so is the block a worker was moving. (The moment is a
+  // few microseconds: without the lock this test fails only now and then.)
   Arena* arena = BasePagesArena(3);
   std::atomic<bool> stop{false};
   std::atomic<int> failed{0};
+  // Each worker's block being moved, for the child to write: in the child it belongs to a
+  // thread that is gone, so only this makes the child touch the range a move empties.
+  std::atomic<unsigned char*> moving[2] = {nullptr, nullptr};
   std::vector<std::thread> workers;
   for (int t = 0; t < 2; ++t) {
-    workers.emplace_back([&] {
+    workers.emplace_back([&, t] {
       while (!stop.load()) {
         auto* block = static_cast<unsigned char*>(arena->allocate(2 * kMiB));
         auto* neighbour = static_cast<unsigned char*>(arena->allocate(2 * kMiB));
@@ -1359,7 +1362,9 @@ TEST_CASE("fork() while other threads move large blocks' pages leaves no hole in
           break;
         }
         std::memset(block, 0x61, 2 * kMiB);
+        moving[t].store(block);
         void* grown = arena->reallocate(block, 5 * kMiB);
+        moving[t].store(nullptr);
         if (grown == nullptr) {
           failed.fetch_add(1);
           break;
@@ -1374,7 +1379,11 @@ TEST_CASE("fork() while other threads move large blocks' pages leaves no hole in
     const pid_t child = fork();
     REQUIRE(child >= 0);
     if (child == 0) {
-      // Large blocks of every size the workers used, written whole: a hole is a SIGSEGV.
+      // The blocks the workers were moving, and large blocks of every size they used, written
+      // whole: a hole is a SIGSEGV.
+      for (std::atomic<unsigned char*>& block : moving) {
+        if (unsigned char* p = block.load()) std::memset(p, 0x63, 2 * kMiB);
+      }
       std::vector<void*> blocks;
       for (int i = 0; i < 24; ++i) {
         const std::size_t size = (2 + static_cast<std::size_t>(i % 4)) * kMiB;

@@ -337,6 +337,33 @@ TEST_CASE("moved pages keep their bytes and fault nothing, and the source is a b
   REQUIRE(pages->Decommit(to, 2 * kBytes));
 }
 
+TEST_CASE("a source over two mappings moves, or is refused with the destination still usable") {
+  // Half the source advised for huge pages, half not: two mappings. Linux 6.17 and later move
+  // it; earlier kernels refuse (EFAULT) after they have unmapped the destination, which must
+  // then be mapped again (the lab runs this on 6.1 and 6.12, arena_cache_lab.cpp).
+  NodePages* pages = Make(Policy::Bind(0));
+  auto* from = static_cast<unsigned char*>(Span(pages, 4 * kMiB, 2 * kMiB, /*commit=*/false));
+  auto* to = static_cast<unsigned char*>(Span(pages, 8 * kMiB, 2 * kMiB, /*commit=*/true));
+  REQUIRE(pages->Commit(from, 2 * kMiB, /*advise_huge=*/true));
+  REQUIRE(pages->Commit(from + 2 * kMiB, 2 * kMiB, /*advise_huge=*/false));
+  std::memset(from, 0x3c, 4 * kMiB);
+  const NodePages::MoveResult result = pages->MovePages(from, to, 4 * kMiB);
+  INFO("result " << static_cast<int>(result));
+  REQUIRE((result == NodePages::MoveResult::kMoved ||
+           result == NodePages::MoveResult::kNotMoved));
+  unsigned char* holder = result == NodePages::MoveResult::kMoved ? to : from;
+  unsigned char* other = result == NodePages::MoveResult::kMoved ? from : to;
+  CHECK(holder[0] == 0x3c);
+  CHECK(holder[4 * kMiB - 1] == 0x3c);
+  CHECK(other[0] == 0);  // zero pages, mapped: a hole would be SIGSEGV here
+  std::memset(other, 0x3d, 4 * kMiB);
+  auto counts = numarena::page_nodes(other, 4 * kMiB);
+  REQUIRE(counts.ok());
+  CHECK(counts->on(0) == counts->total_pages);
+  REQUIRE(pages->Decommit(from, 4 * kMiB));
+  REQUIRE(pages->Decommit(to, 8 * kMiB));
+}
+
 TEST_CASE("pages do not move where they may not: unaligned, overlapping, foreign, two nodes") {
   NodePages* pages = Make(Policy::Bind(0));
   auto* from = static_cast<char*>(Span(pages, 4 * kMiB, 2 * kMiB, /*commit=*/true));

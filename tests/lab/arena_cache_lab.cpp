@@ -394,5 +394,47 @@ TEST_CASE("the span pages moved out of is bound again: it faults in on the node"
   });
 }
 
+TEST_CASE("a move the kernel refuses leaves the destination mapped and bound") {
+  // A source over two mappings (half advised for huge pages): Linux before 6.17 refuses to
+  // move it after it has unmapped the destination (mremap_to), which NodePages::MovePages
+  // maps and binds again. Written from a CPU of B, every page of it must be on A; and a kernel
+  // that moves it must have moved every byte.
+  ForEachRemotePair([](const lab::ExpectedNode& a, const lab::ExpectedNode& b, int section) {
+    auto made = NodePages::Create(Policy::Bind(a.id), ArenaOptions{}, 200 + section);
+    REQUIRE(made.ok());
+    NodePages* pages = *made;
+    NodePages::MoveResult result = NodePages::MoveResult::kMovedLeftHole;
+    bool kept = false;
+    std::size_t off_node = 0;
+    std::thread remote([&] {
+      lab::PinnedTo pin(b.cpus);
+      bool zero = false, commit = false;
+      auto* from = static_cast<unsigned char*>(
+          pages->AllocateSpan(nullptr, 4 * kMiB, 2 * kMiB, &zero, &commit));
+      commit = true;
+      auto* to = static_cast<unsigned char*>(
+          pages->AllocateSpan(nullptr, 8 * kMiB, 2 * kMiB, &zero, &commit));
+      REQUIRE(from != nullptr);
+      REQUIRE(to != nullptr);
+      REQUIRE(pages->Commit(from, 2 * kMiB, /*advise_huge=*/true));
+      REQUIRE(pages->Commit(from + 2 * kMiB, 2 * kMiB, /*advise_huge=*/false));
+      std::memset(from, 0x66, 4 * kMiB);
+      result = pages->MovePages(from, to, 4 * kMiB);
+      unsigned char* holder = result == NodePages::MoveResult::kMoved ? to : from;
+      unsigned char* other = result == NodePages::MoveResult::kMoved ? from : to;
+      kept = holder[0] == 0x66 && holder[4 * kMiB - 1] == 0x66;
+      std::memset(other, 0x67, 4 * kMiB);  // a hole would be SIGSEGV
+      off_node = PagesOffNode(other, 4 * kMiB, a.id) + PagesOffNode(holder, 4 * kMiB, a.id);
+      REQUIRE(pages->Decommit(from, 4 * kMiB));
+      REQUIRE(pages->Decommit(to, 8 * kMiB));
+    });
+    remote.join();
+    INFO("result " << static_cast<int>(result));
+    CHECK((result == NodePages::MoveResult::kMoved || result == NodePages::MoveResult::kNotMoved));
+    CHECK(kept);
+    CHECK(off_node == 0);
+  });
+}
+
 }  // namespace
 }  // namespace numarena
