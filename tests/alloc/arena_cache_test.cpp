@@ -73,6 +73,17 @@ std::vector<std::size_t> BoundarySizes() {
   return sizes;
 }
 
+
+// Waits for a fork() child of round `round` and checks that it exited with status 0 (a
+// child that died of a signal, a SIGSEGV in a hole of its heap, says so).
+void CheckChildExitedZero(pid_t child, int round) {
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  INFO("round " << round << (WIFSIGNALED(status) ? ": the child died of a signal" : ""));
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
 }  // namespace
 
 TEST_CASE("usable_size answers from the class map exactly what jemalloc says") {
@@ -699,11 +710,7 @@ TEST_CASE("medium and large objects stay usable and counted across fork() from a
       }
       _exit(bad == 0 ? 0 : 1);
     }
-    int status = 0;
-    REQUIRE(waitpid(child, &status, 0) == child);
-    INFO("round " << round);
-    CHECK(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 0);
+    CheckChildExitedZero(child, round);
   }
   stop.store(true);
   for (std::thread& w : workers) w.join();
@@ -1395,11 +1402,7 @@ TEST_CASE("fork() while other threads move large blocks' pages leaves no hole in
       for (void* p : blocks) numarena::deallocate(p);
       _exit(0);
     }
-    int status = 0;
-    REQUIRE(waitpid(child, &status, 0) == child);
-    INFO("round " << round << (WIFSIGNALED(status) ? ": the child died of a signal" : ""));
-    CHECK(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 0);
+    CheckChildExitedZero(child, round);
   }
   stop.store(true);
   for (std::thread& w : workers) w.join();

@@ -359,35 +359,53 @@ TEST_CASE("a large block moved by reallocate keeps every page on its arena's nod
   ForEachRemoteMove([](Arena* arena, void* block) { return arena->reallocate(block, 12 * kMiB); });
 }
 
+// For a section of ForEachRemotePair: a provider bound to A (heap id `owner`: the arenas above
+// use low ids), and on a thread pinned to B's CPUs a committed 4 MiB span `from` (with
+// `split_source`, its first half advised for huge pages and its second not: two mappings) and
+// a committed 8 MiB span `to`; runs body(pages, from, to) on that thread, then decommits both
+// and discards the provider.
+template <typename Body>
+void WithRemoteSpans(const lab::ExpectedNode& a, const lab::ExpectedNode& b, int owner,
+                     bool split_source, Body body) {
+  auto made = NodePages::Create(Policy::Bind(a.id), ArenaOptions{}, owner);
+  REQUIRE(made.ok());
+  NodePages* pages = *made;
+  std::thread remote([&] {
+    lab::PinnedTo pin(b.cpus);
+    bool zero = false, commit = !split_source;
+    auto* from = static_cast<unsigned char*>(
+        pages->AllocateSpan(nullptr, 4 * kMiB, 2 * kMiB, &zero, &commit));
+    commit = true;
+    auto* to = static_cast<unsigned char*>(
+        pages->AllocateSpan(nullptr, 8 * kMiB, 2 * kMiB, &zero, &commit));
+    REQUIRE(from != nullptr);
+    REQUIRE(to != nullptr);
+    if (split_source) {
+      REQUIRE(pages->Commit(from, 2 * kMiB, /*advise_huge=*/true));
+      REQUIRE(pages->Commit(from + 2 * kMiB, 2 * kMiB, /*advise_huge=*/false));
+    }
+    body(pages, from, to);
+    REQUIRE(pages->Decommit(from, 4 * kMiB));
+    REQUIRE(pages->Decommit(to, 8 * kMiB));
+  });
+  remote.join();
+  NodePages::Discard(pages);
+}
+
 TEST_CASE("the span pages moved out of is bound again: it faults in on the node") {
   // NodePages::MovePages maps the source range afresh; without its binding, a thread on B
   // writing it would place its pages on B by first touch.
   ForEachRemotePair([](const lab::ExpectedNode& a, const lab::ExpectedNode& b, int section) {
-    // Heap ids of this test's providers (the arenas above use low ids).
-    auto made = NodePages::Create(Policy::Bind(a.id), ArenaOptions{}, 230 + section);
-    REQUIRE(made.ok());
-    NodePages* pages = *made;
     std::size_t moved_off = 0, source_off = 0;
     NodePages::MoveResult result = NodePages::MoveResult::kNotMoved;
-    std::thread remote([&] {
-      lab::PinnedTo pin(b.cpus);
-      bool zero = false, commit = true;
-      auto* from = static_cast<unsigned char*>(
-          pages->AllocateSpan(nullptr, 4 * kMiB, 2 * kMiB, &zero, &commit));
-      commit = true;
-      auto* to = static_cast<unsigned char*>(
-          pages->AllocateSpan(nullptr, 8 * kMiB, 2 * kMiB, &zero, &commit));
-      REQUIRE(from != nullptr);
-      REQUIRE(to != nullptr);
-      std::memset(from, 0x44, 4 * kMiB);
-      result = pages->MovePages(from, to, 4 * kMiB);
-      moved_off = PagesOffNode(to, 4 * kMiB, a.id);
-      std::memset(from, 0x55, 4 * kMiB);
-      source_off = PagesOffNode(from, 4 * kMiB, a.id);
-      REQUIRE(pages->Decommit(from, 4 * kMiB));
-      REQUIRE(pages->Decommit(to, 8 * kMiB));
-    });
-    remote.join();
+    WithRemoteSpans(a, b, 230 + section, /*split_source=*/false,
+                    [&](NodePages* pages, unsigned char* from, unsigned char* to) {
+                      std::memset(from, 0x44, 4 * kMiB);
+                      result = pages->MovePages(from, to, 4 * kMiB);
+                      moved_off = PagesOffNode(to, 4 * kMiB, a.id);
+                      std::memset(from, 0x55, 4 * kMiB);
+                      source_off = PagesOffNode(from, 4 * kMiB, a.id);
+                    });
     CHECK(result == NodePages::MoveResult::kMoved);
     CHECK(moved_off == 0);
     CHECK(source_off == 0);
@@ -400,35 +418,21 @@ TEST_CASE("a move the kernel refuses leaves the destination mapped and bound") {
   // maps and binds again. Written from a CPU of B, every page of it must be on A; and a kernel
   // that moves it must have moved every byte.
   ForEachRemotePair([](const lab::ExpectedNode& a, const lab::ExpectedNode& b, int section) {
-    auto made = NodePages::Create(Policy::Bind(a.id), ArenaOptions{}, 200 + section);
-    REQUIRE(made.ok());
-    NodePages* pages = *made;
     NodePages::MoveResult result = NodePages::MoveResult::kMovedLeftHole;
     bool kept = false;
     std::size_t off_node = 0;
-    std::thread remote([&] {
-      lab::PinnedTo pin(b.cpus);
-      bool zero = false, commit = false;
-      auto* from = static_cast<unsigned char*>(
-          pages->AllocateSpan(nullptr, 4 * kMiB, 2 * kMiB, &zero, &commit));
-      commit = true;
-      auto* to = static_cast<unsigned char*>(
-          pages->AllocateSpan(nullptr, 8 * kMiB, 2 * kMiB, &zero, &commit));
-      REQUIRE(from != nullptr);
-      REQUIRE(to != nullptr);
-      REQUIRE(pages->Commit(from, 2 * kMiB, /*advise_huge=*/true));
-      REQUIRE(pages->Commit(from + 2 * kMiB, 2 * kMiB, /*advise_huge=*/false));
-      std::memset(from, 0x66, 4 * kMiB);
-      result = pages->MovePages(from, to, 4 * kMiB);
-      unsigned char* holder = result == NodePages::MoveResult::kMoved ? to : from;
-      unsigned char* other = result == NodePages::MoveResult::kMoved ? from : to;
-      kept = holder[0] == 0x66 && holder[4 * kMiB - 1] == 0x66;
-      std::memset(other, 0x67, 4 * kMiB);  // a hole would be SIGSEGV
-      off_node = PagesOffNode(other, 4 * kMiB, a.id) + PagesOffNode(holder, 4 * kMiB, a.id);
-      REQUIRE(pages->Decommit(from, 4 * kMiB));
-      REQUIRE(pages->Decommit(to, 8 * kMiB));
-    });
-    remote.join();
+    WithRemoteSpans(a, b, 200 + section, /*split_source=*/true,
+                    [&](NodePages* pages, unsigned char* from, unsigned char* to) {
+                      std::memset(from, 0x66, 4 * kMiB);
+                      result = pages->MovePages(from, to, 4 * kMiB);
+                      const bool moved = result == NodePages::MoveResult::kMoved;
+                      unsigned char* holder = moved ? to : from;
+                      unsigned char* other = moved ? from : to;
+                      kept = holder[0] == 0x66 && holder[4 * kMiB - 1] == 0x66;
+                      std::memset(other, 0x67, 4 * kMiB);  // a hole would be SIGSEGV
+                      off_node = PagesOffNode(other, 4 * kMiB, a.id) +
+                                 PagesOffNode(holder, 4 * kMiB, a.id);
+                    });
     INFO("result " << static_cast<int>(result));
     CHECK((result == NodePages::MoveResult::kMoved || result == NodePages::MoveResult::kNotMoved));
     CHECK(kept);
