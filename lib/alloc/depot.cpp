@@ -2,7 +2,7 @@
 //
 // A server frees a request's buffers, activations and tensors as a batch, often on another
 // thread than the one that made them, and makes the next batch at the same sizes. A thread's
-// front cache holds 1 MiB of medium objects and a few hundred objects per small class, so
+// front cache holds 256 KiB of medium objects and a few hundred objects per small class, so
 // without the depot most of such a batch would go back to jemalloc one object at a time and
 // come out again the same way, through the explicit-arena path and its extent bookkeeping.
 // jemalloc keeps those pages resident for its decay time anyway; the depot keeps the objects
@@ -274,6 +274,13 @@ void DepotPut(int heap, unsigned size_class, ObjectChain chain, std::size_t boun
     // When the two together are too long to describe, that one moves to another slot.
     if (const std::uintptr_t other = home_slot.exchange(0, std::memory_order_acquire)) {
       const ObjectChain absorbed = Unpack(other);
+      // The depot holds free objects only: a chain that starts with the object being put is
+      // that object freed twice, most likely in a row by this thread (an object above its
+      // front cache's medium bound comes here alone, and to the same home slot). The check
+      // glibc's default makes, at the cost of one comparison here.
+      if (absorbed.head == chain.head) [[unlikely]] {
+        arena_internal::FrontDoubleFree(heap, size_class, chain.head);
+      }
       if (chain.count + absorbed.count > kMaxChain) {
         PutElsewhere(depot, slots, home, absorbed, bytes);
         continue;

@@ -31,17 +31,20 @@
 // phase grew and that now sit idle hold part of the bound; 8 MiB leaves room beside them for
 // a batch of 8192 objects of 16-512 B, whose lists want about 4.5 MiB of growth. A medium
 // list (above 4 KiB) holds about 1 MiB (2 to 32 objects, fewer when the bound below is
-// smaller), and all medium lists of one cache together at most Bounds::medium (1 MiB: a
-// thread's medium objects of an earlier phase stay resident until it overflows or exits, and a
-// server has dozens of threads; at 4 MiB, node's llama.cpp driver held 9 MiB in its threads'
-// lists at its peak, 1.1x glibc's RSS; tensor churn of 64 KiB-1 MiB measured no slower through
-// the depot). An object larger than the bound goes to the depot at once. When a list cannot grow,
+// smaller), and all medium lists of one cache together at most Bounds::medium (256 KiB: a
+// thread's medium objects of an earlier phase stay resident until it overflows or exits, no
+// other thread may return them while it sleeps (the lists are its own, without locks), and a
+// server has dozens of threads. At 1 MiB, a 256 MiB burst freed before a 2 s idle kept one
+// 0.9 MiB object resident in the sleeping thread's list; at 4 MiB, node's llama.cpp driver held
+// 9 MiB in its threads' lists at its peak. Objects of 64 KiB-1.75 MiB churn no slower through
+// the depot: an A/B of the override at 256 KiB against 1 MiB, 2026-12-07, had llama.cpp, redis,
+// a PyTorch decode, larson and python within noise, and llama.cpp's peak 2 MiB lower). An object larger than the bound goes to the depot at once. When a list cannot grow,
 // or the medium bound is full, half of that list goes to the heap's depot at once (and, if the
 // bound is still short, the largest medium lists), not one object per free. Cached objects stay
 // committed and charged to the capacity gate, so with a gate installed the bounds are smaller
 // (1 MiB of growth), and when the gate says a node of the heap is under pressure
 // (CapacityGate::CachesShouldShrink; a Budget from its warn line on) the small lists go back to
-// their start limits and the medium lists hold at most 256 KiB. The bounds are re-read on every
+// their start limits and the medium lists hold at most 64 KiB. The bounds are re-read on every
 // overflow (the cold path), so a cache shrinks at its thread's next overflow, not at once.
 // Everything in it is returned, and the small limits reset, when the thread exits and when the
 // thread calls Arena::purge() or a purge for lack of room runs on
@@ -111,9 +114,9 @@ struct Bounds {
 };
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 // No capacity gate installed; a gate, no pressure; the gate presses a node of the heap.
-constexpr Bounds kUngatedBounds{8 * kMiB, 1 * kMiB, 128 * kMiB, 4 * kMiB, 256 * kMiB};
-constexpr Bounds kGatedBounds{1 * kMiB, 1 * kMiB, 32 * kMiB, 2 * kMiB, 64 * kMiB};
-constexpr Bounds kPressedBounds{0, kMiB / 4, 0, 0, 0};
+constexpr Bounds kUngatedBounds{8 * kMiB, kMiB / 4, 128 * kMiB, 4 * kMiB, 256 * kMiB};
+constexpr Bounds kGatedBounds{1 * kMiB, kMiB / 4, 32 * kMiB, 2 * kMiB, 64 * kMiB};
+constexpr Bounds kPressedBounds{0, kMiB / 16, 0, 0, 0};
 
 // What a front cache takes from its heap: sizeof(FrontCache) (1576 bytes) rounded up to a
 // class whose jemalloc slab is one page; the 1280-byte class's slabs are five.
@@ -446,7 +449,7 @@ void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) no
   }
   if (size_class > kClassOf4K) {
     if (bytes > cache->medium_limit) {
-      // Larger than the whole bound (above 1 MiB without a gate): it can never be kept, and
+      // Larger than the whole bound (above 256 KiB without a gate): it can never be kept, and
       // draining the other lists would not make room, only empty them on every such free.
       DepotPut(heap, size_class, ObjectChain{p, p, 1}, bounds.depot, cache->depot_home);
       return;

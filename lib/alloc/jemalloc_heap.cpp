@@ -561,7 +561,7 @@ std::size_t PurgeDirtyOnNode(int node) noexcept {
   // This thread's cached objects, every thread's one large object (a server's workers may each
   // keep a 2-4 MiB buffer: tens of MiB charged in all) and the heaps' depots and large caches,
   // so their pages can go too (other threads' lists hold at most 32 KiB per small class and
-  // 1 MiB of medium objects); the bytes they handed to jemalloc.
+  // 256 KiB of medium objects); the bytes they handed to jemalloc.
   // Every refusal purges: memory freed straight to jemalloc since the last purge (a cache's
   // overflow, a large free, another thread's exit) is dirty there and charged until purged,
   // and a purge that finds nothing dirty costs a few microseconds per shard.

@@ -109,7 +109,7 @@ TEST_CASE("usable_size answers from the class map exactly what jemalloc says") {
 }
 
 TEST_CASE("an object above the medium bound goes to the depot and leaves the other lists alone") {
-  // A thread's medium lists hold 1 MiB in all: a 1.5 MiB object can never be kept, and its
+  // A thread's medium lists hold 256 KiB in all: a 1.5 MiB object can never be kept, and its
   // free must not empty the thread's other medium lists into the depot on the way (it did,
   // on every such free, before the bound check came first).
   Arena* arena = Get(Policy::WeightedInterleave({{0, 61}}));
@@ -238,9 +238,10 @@ TEST_CASE("a thread's medium cache goes back to the arena when the thread exits"
     while_alive = arena->stats();
   });
   thread.join();
-  // While the thread lived its 64 KiB list held 1 MiB and the heap's depot the rest; the
-  // list went back when it exited, the depot keeps its part for the arena's other threads.
-  CHECK(while_alive.allocated - while_alive.cached >= before + 16 * 64 * kKiB);
+  // While the thread lived its 64 KiB list held 256 KiB (the medium bound) and the heap's
+  // depot the rest; the list went back when it exited, the depot keeps its part for the
+  // arena's other threads.
+  CHECK(while_alive.allocated - while_alive.cached >= before + 4 * 64 * kKiB);
   CHECK(while_alive.cached >= 8 * 64 * kKiB);
   const numarena::ArenaStats after = arena->stats();
   CHECK(after.cached == while_alive.cached);
@@ -618,17 +619,16 @@ TEST_CASE("a depot class nobody takes from for a second goes back to jemalloc") 
     for (void* p : blocks) REQUIRE(p != nullptr);
     for (void* p : blocks) numarena::deallocate(p);
   };
-  batch(128 * kKiB, 64);  // 8 MiB: 1 MiB stays in the front cache, the rest in the depot
+  batch(128 * kKiB, 64);  // 8 MiB: 256 KiB stays in the front cache, the rest in the depot
   const std::size_t idle = arena->stats().cached;
   CHECK(idle >= 3 * kMiB);
   std::this_thread::sleep_for(std::chrono::milliseconds(2200));
   // The next put (a batch of another class) sweeps the idle 128 KiB class first.
-  batch(320 * kKiB, 8);  // the front cache is full of 128 KiB objects: 320 KiB ones overflow
+  batch(320 * kKiB, 8);  // above the front cache's medium bound: all to the depot
   const std::size_t after = arena->stats().cached;
   INFO("idle " << idle << " after " << after);
-  // The 320 KiB objects, and the 128 KiB ones the front cache's 1 MiB of medium objects sent
-  // to the depot to make room for them (after the sweep).
-  CHECK(after <= 8 * 320 * kKiB + 1 * kMiB);
+  // The 320 KiB objects, and at most the 256 KiB of 128 KiB ones the front cache keeps.
+  CHECK(after <= 8 * 320 * kKiB + 256 * kKiB);
   arena->purge();
   CHECK(arena->stats().cached == 0);
 }
@@ -967,14 +967,14 @@ TEST_CASE("with a capacity gate the caches are smaller, and smaller again under 
     PressureGate gate(false);
     GateScope scope(&gate);
     Arena* arena = Get(Policy::WeightedInterleave({{0, 22}}));
-    // Small lists grow by at most 1 MiB; medium lists hold at most 1 MiB together.
+    // Small lists grow by at most 1 MiB; medium lists hold at most 256 KiB together.
     const std::size_t small = KeptAfterBatch(arena, {256, 512, 1024}, 8192);
     CHECK(small >= 1 * kMiB);
     CHECK(small <= 1 * kMiB + 3 * 16 * kKiB + kJemallocTcacheSlack);
     std::size_t depot = 0;
     const std::size_t medium = KeptAfterBatch(arena, {64 * kKiB, 128 * kKiB}, 16, &depot);
-    CHECK(medium >= 512 * kKiB);
-    CHECK(medium <= 1 * kMiB);
+    CHECK(medium >= 128 * kKiB);
+    CHECK(medium <= 256 * kKiB);
     CHECK(medium + depot == 16 * (64 + 128) * kKiB);  // the rest waits in the depot
     // The depot holds at most 32 MiB with a gate: 48 MiB freed keep at most 33 MiB.
     KeptAfterBatch(arena, {96 * kKiB}, 512, &depot);
@@ -1001,7 +1001,7 @@ TEST_CASE("with a capacity gate the caches are smaller, and smaller again under 
     // No growth: each small list keeps its start limit (16 KiB).
     CHECK(KeptAfterBatch(arena, {256, 512, 1024}, 8192) <= 3 * 16 * kKiB + kJemallocTcacheSlack);
     std::size_t depot = 0;
-    CHECK(KeptAfterBatch(arena, {64 * kKiB, 128 * kKiB}, 16, &depot) <= 256 * kKiB);
+    CHECK(KeptAfterBatch(arena, {32 * kKiB, 64 * kKiB}, 16, &depot) <= 64 * kKiB);
     CHECK(depot == 0);  // nothing in the depot while the gate presses the heap's node
     // A medium object larger than the pressed bound is not kept at all.
     CHECK(KeptAfterBatch(arena, {1 * kMiB}, 4, &depot) == 0);

@@ -141,6 +141,14 @@ TEST_CASE("misuse child: double free of a 1 MiB object", "[.]") {
   std::printf("not detected\n");
 }
 
+TEST_CASE("misuse child: double free of a 1.5 MiB object", "[.]") {
+  // Above a thread's medium bound: the object goes to the heap's depot alone.
+  void* p = Node0()->allocate(kMiB + kMiB / 2);
+  numarena::deallocate(p);
+  numarena::deallocate(p);
+  std::printf("not detected\n");
+}
+
 TEST_CASE("misuse child: free of a pointer into an object", "[.]") {
   auto* p = static_cast<char*>(Node0()->allocate(256));
   numarena::deallocate(p + 16);
@@ -245,6 +253,8 @@ TEST_CASE("the fast mode catches a block freed twice in a row, as glibc does") {
               "double free detected: the 64-byte block");
   ExpectAbort("misuse child: double free of a 1 MiB object", "",
               "double free detected: the 1048576-byte block");
+  ExpectAbort("misuse child: double free of a 1.5 MiB object", "",
+              "double free detected: the 1572864-byte block");
   ExpectAbort("misuse child: sized double free of a large object", "",
               "double free detected: the 3145728-byte block");
 }

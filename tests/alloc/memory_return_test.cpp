@@ -330,7 +330,7 @@ TEST_CASE("a large block on fresh pages returns the depot's idle classes and dir
   INFO("cached after " << after.cached << ", committed " << before.committed << " -> "
                        << after.committed);
   CHECK(after.cached == 0);
-  // What the thread's own front cache keeps of the class (its 1 MiB of medium objects) stays
+  // What the thread's own front cache keeps of the class (its 256 KiB of medium objects) stays
   // resident; the depot's part is the kernel's again.
   CHECK(resident(first, 160 * kKiB) <= pages(first, 160 * kKiB) / 8);
 

@@ -163,7 +163,7 @@ TEST_CASE("aligned objects freed on another node's CPU return only to their aren
       const CrossNodeRound round =
           FreeOnOtherNode(arena_a, a, arena_b, b, size, alignment, kCount);
       // The freed objects were cached and came back from A: all four up to 64 KiB; of
-      // 1.75 MiB objects (above a thread's 1 MiB of medium objects) at least one comes back
+      // 1.75 MiB objects (above a thread's 256 KiB of medium objects) at least one comes back
       // through A's depot, and what overflows may go to jemalloc.
       CheckOnlyAReused(round, size <= 64 * kKiB ? std::size_t{kCount} : 1);
     }
