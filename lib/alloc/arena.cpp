@@ -415,6 +415,26 @@ bool GrowLargeInPlace(int heap, void* p, std::size_t usable, std::size_t size) n
   return true;
 }
 
+// Grows `p` (a large object of `usable` bytes, which GrowLargeInPlace could not grow to
+// `size`) in place to the largest class below `size` that the free address space after it
+// allows, trying at most kTries classes from the top; returns its usable size now. What
+// follows a large block is often the rest of a block jemalloc split for an earlier, smaller
+// allocation, freed and still resident: grown over, those pages move with the block
+// (AllocateOverLargest) instead of being purged and faulted in afresh. A loop of random
+// 5-25 MiB blocks faulted in 1,400 more pages than tcmalloc at its one step up from a 24 MiB
+// to a 28 MiB block (the 16 MiB block it moved had 8 MiB of its old pages after it).
+std::size_t GrowLargeTowards(int heap, void* p, std::size_t usable, std::size_t size) noexcept {
+  constexpr int kTries = 8;  // two doublings of jemalloc's classes: 4 per doubling
+  if (size <= usable || size > (std::size_t{1} << 62)) return usable;  // as GrowLargeInPlace
+  unsigned size_class = arena_internal::MediumClassOf(size);
+  for (int i = 0; i < kTries; ++i) {
+    const std::size_t candidate = arena_internal::MediumClassBytes(--size_class);
+    if (candidate <= usable) break;
+    if (GrowLargeInPlace(heap, p, usable, candidate)) return candidate;
+  }
+  return usable;
+}
+
 LargeMove MoveLargePages(int heap, void* from, std::size_t usable, void* to) noexcept {
   constexpr std::size_t kAlign = arena_internal::kLargeAlignThreshold;
   if (checked::Enabled() || !FrontCacheEnabled() || usable < kAlign ||
@@ -522,9 +542,20 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
       const std::size_t largest_bytes = arena_internal::MediumClassBytes(largest_class);
       const std::size_t others = LargeCacheFlush(heap);  // the largest is out of the cache
       if (largest_bytes < size) {
-        if (others != 0) PurgeHeapDirty(heap);  // none of them can hold it either
-        if (GrowLargeInPlace(heap, largest, largest_bytes, size)) return largest;
-        if (void* p = AllocateOverLargest(heap, flags, size, largest, largest_bytes)) return p;
+        // Grown in place before the others are purged (over them too, where they follow it),
+        // so that resident pages serve what they can; then the rest of what the heap holds
+        // freed goes back before the allocation is made, since it cannot hold it. Under a
+        // capacity gate the others are charged: they go back first, as everything did before
+        // the growth, and a block grown part of the way would be no use (no moves under a
+        // gate: AllocateOverLargest).
+        const bool gated = GetCapacityGate() != nullptr;
+        if (gated && others != 0) PurgeHeapDirty(heap);
+        const bool grown = GrowLargeInPlace(heap, largest, largest_bytes, size);
+        const std::size_t usable =
+            grown || gated ? largest_bytes : GrowLargeTowards(heap, largest, largest_bytes, size);
+        if (!gated && others != 0) PurgeHeapDirty(heap);
+        if (grown) return largest;
+        if (void* p = AllocateOverLargest(heap, flags, size, largest, usable)) return p;
         dallocx(largest, MALLOCX_TCACHE_NONE);
         PurgeHeapDirty(heap);
       } else {
