@@ -825,20 +825,35 @@ NodePages::MoveResult NodePages::MovePages(void* from, void* to, std::size_t byt
       return MoveResult::kNotMoved;
     }
   }
-  if (os::MovePagesNoAlloc(from, to, bytes) != 0) {
+  // MREMAP_DONTUNMAP first: `from` stays mapped, bound and advised, so the move leaves no
+  // hole that another thread's mmap() could take, or a fork() child copy, and costs no
+  // mapping again. Kernels before 5.7 refuse the flag up front; then `from` is mapped again
+  // after a plain move.
+  int error = os::MovePagesNoAlloc(from, to, bytes, /*keep_source=*/true);
+  const bool kept_source = error == 0;
+  if (error == EINVAL && DestinationStillMapped(to, bytes)) {
+    error = os::MovePagesNoAlloc(from, to, bytes, /*keep_source=*/false);
+  }
+  if (error != 0) {
     // The kernel unmaps the destination before it looks at the source (mremap_to), so a
     // refused move (a source over two mappings before Linux 6.17: EFAULT) leaves `to`
-    // unmapped; a move refused earlier (ENOMEM at the mapping count limit) leaves it as it was.
-    std::size_t resident = 0;
-    if (os::ResidentPagesNoAlloc(to, bytes, &resident) == 0) return MoveResult::kNotMoved;
+    // unmapped; a move refused earlier (ENOMEM at the mapping count limit, an unknown flag)
+    // leaves it as it was.
+    if (DestinationStillMapped(to, bytes)) return MoveResult::kNotMoved;
     return MapSpanAgain(target, bytes) ? MoveResult::kNotMoved : MoveResult::kDestinationLost;
   }
-  // `from` is a hole now. The pages moved to `to` took their binding with them.
-  if (!MapSpanAgain(begin, bytes)) return MoveResult::kMovedLeftHole;
+  // The pages moved to `to` took their binding with them. Without MREMAP_DONTUNMAP `from` is
+  // a hole now.
+  if (!kept_source && !MapSpanAgain(begin, bytes)) return MoveResult::kMovedLeftHole;
   // Committed and charged, but its pages are gone: the free-memory guard counts it as
   // committed and unwritten again, as a span just committed.
   NodeMemoryGuard::TrackUnwritten(node_, from, bytes);
   return MoveResult::kMoved;
+}
+
+bool NodePages::DestinationStillMapped(void* to, std::size_t bytes) noexcept {
+  std::size_t resident = 0;
+  return os::ResidentPagesNoAlloc(to, bytes, &resident) == 0;  // mincore: ENOMEM when not
 }
 
 bool NodePages::MapSpanAgain(std::uintptr_t begin, std::size_t bytes) noexcept {

@@ -86,9 +86,11 @@ class NodePages {
   bool PurgeKeepCommitted(void* addr, std::size_t size) noexcept;
   // Moves the pages of [from, from+bytes) to [to, to+bytes), both committed spans of this
   // provider (page-aligned, not overlapping), without copying or faulting them: mremap(2)
-  // moves their page table entries, and `from` gets a fresh mapping, bound and advised as
-  // when it was first mapped, so it stays a committed span of zero pages that fault in on the
-  // placement's node (the free-memory guard follows it as committed and unwritten). Only for
+  // moves their page table entries, and `from` stays a committed span of zero pages that
+  // fault in on the placement's node (the free-memory guard follows it as committed and
+  // unwritten): with MREMAP_DONTUNMAP (Linux 5.7) its mapping simply stays, bound and
+  // advised; on older kernels it gets a fresh mapping, bound and advised as when it was first
+  // mapped, after a moment in which it is a hole. Only for
   // a placement on one node without hugetlb pages (elsewhere the charges recorded per page
   // name a node the moved pages might not be on, or the pages cannot move).
   //   kNotMoved: nothing moved; `from` keeps its bytes, and `to` is a committed span of the
@@ -96,9 +98,9 @@ class NodePages {
   //     destination before it checks the source, and a source over two mappings is refused
   //     before Linux 6.17; `to` is mapped again then).
   //   kMoved: `to` holds what `from` held; `from` is zero pages.
-  //   kMovedLeftHole: `to` holds what `from` held, but `from` could not be mapped again
-  //     (another thread mapped into the hole meanwhile, or mbind refused): never use or free
-  //     it again.
+  //   kMovedLeftHole: (before Linux 5.7 only) `to` holds what `from` held, but `from` could
+  //     not be mapped again (another thread mapped into the hole meanwhile, or mbind
+  //     refused): never use or free it again.
   //   kDestinationLost: nothing moved, `from` keeps its bytes, but `to` could not be mapped
   //     again after a refused move: never use or free it again.
   enum class MoveResult { kNotMoved, kMoved, kMovedLeftHole, kDestinationLost };
@@ -155,6 +157,8 @@ class NodePages {
   // (read-write, base pages, bound) and a large commit advises it. False when it cannot (the
   // hole was taken, or mbind refused: then it is left inaccessible).
   bool MapSpanAgain(std::uintptr_t begin, std::size_t bytes) noexcept;
+  // Whether all of [to, to+bytes) is mapped (mincore), after a refused move.
+  static bool DestinationStillMapped(void* to, std::size_t bytes) noexcept;
 
   // A reserved range and its page tables. The tables are numarena's own memory and follow
   // the same rules as the pages they describe: one mapping per range, placed on the

@@ -229,9 +229,12 @@ int ReturnToReservationNoAlloc(void* addr, std::size_t bytes);
 int PurgeRangeNoAlloc(void* addr, std::size_t bytes);
 // Moves the pages of [from, from+bytes) to [to, to+bytes) with mremap(MREMAP_FIXED): their
 // page table entries move, nothing is copied or faulted, and what `to` held is unmapped
-// first. `from` is left unmapped. Both page-aligned, not overlapping; before Linux 6.17
-// `from` must lie in one mapping: EFAULT otherwise, after the kernel has unmapped `to`.
-int MovePagesNoAlloc(void* from, void* to, std::size_t bytes);
+// first. With `keep_source` (MREMAP_DONTUNMAP, Linux 5.7) `from` stays mapped, with its
+// protection, advice and memory policy, and reads as zero pages; without, it is left
+// unmapped. Both page-aligned, not overlapping; before Linux 6.17 `from` must lie in one
+// mapping: EFAULT otherwise, after the kernel has unmapped `to`. A kernel without
+// MREMAP_DONTUNMAP refuses `keep_source` with EINVAL before it touches anything.
+int MovePagesNoAlloc(void* from, void* to, std::size_t bytes, bool keep_source);
 // Maps fresh read-write anonymous memory (MAP_NORESERVE) at exactly `addr`, where nothing is
 // mapped: EEXIST when something is (MAP_FIXED_NOREPLACE; kernels before 4.17 read the flag as
 // a hint, and a mapping made elsewhere is undone with the same error).

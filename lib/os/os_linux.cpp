@@ -764,8 +764,12 @@ int PurgeRangeNoAlloc(void* addr, std::size_t bytes) {
   return ::madvise(addr, bytes, MADV_DONTNEED) == 0 ? 0 : errno;
 }
 
-int MovePagesNoAlloc(void* from, void* to, std::size_t bytes) {
-  void* moved = ::mremap(from, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+int MovePagesNoAlloc(void* from, void* to, std::size_t bytes, bool keep_source) {
+#ifndef MREMAP_DONTUNMAP
+  constexpr int MREMAP_DONTUNMAP = 4;  // Linux 5.7; older headers lack it
+#endif
+  const int flags = MREMAP_MAYMOVE | MREMAP_FIXED | (keep_source ? MREMAP_DONTUNMAP : 0);
+  void* moved = ::mremap(from, bytes, bytes, flags, to);
   return moved == MAP_FAILED ? errno : 0;
 }
 

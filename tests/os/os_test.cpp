@@ -605,6 +605,46 @@ TEST_CASE("QueryPageNodes and MovePages report per page, check their arguments")
   CHECK(Contains(s, "errno " + std::to_string(ENODEV)));
 }
 
+TEST_CASE("MovePagesNoAlloc moves pages; keep_source leaves the source mapped with its policy") {
+  const std::size_t page = os::PageSize();
+  const std::size_t bytes = 4 * page;
+  auto map = [&] {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(p != MAP_FAILED);
+    return static_cast<unsigned char*>(p);
+  };
+  for (const bool keep_source : {true, false}) {
+    INFO("keep_source " << keep_source);
+    unsigned char* from = map();
+    unsigned char* to = map();
+    unsigned long node0 = 1;
+    REQUIRE(mbind(from, bytes, MPOL_BIND, &node0, sizeof node0 * 8, 0) == 0);
+    for (std::size_t i = 0; i < bytes; ++i) from[i] = static_cast<unsigned char>(i * 7 + 1);
+    REQUIRE(os::MovePagesNoAlloc(from, to, bytes, keep_source) == 0);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < bytes; ++i) wrong += to[i] != static_cast<unsigned char>(i * 7 + 1);
+    CHECK(wrong == 0);
+    std::size_t resident = 0;
+    const int mapped = os::ResidentPagesNoAlloc(from, bytes, &resident);
+    if (keep_source) {
+      // Still mapped (MREMAP_DONTUNMAP), empty, bound as before, and writable.
+      REQUIRE(mapped == 0);
+      CHECK(resident == 0);
+      int mode = -1;
+      REQUIRE(get_mempolicy(&mode, nullptr, 0, from, MPOL_F_ADDR) == 0);
+      CHECK(mode == MPOL_BIND);
+      std::size_t nonzero = 0;
+      for (std::size_t i = 0; i < bytes; ++i) nonzero += from[i] != 0;
+      CHECK(nonzero == 0);
+      std::memset(from, 3, bytes);
+      munmap(from, bytes);
+    } else {
+      CHECK(mapped == ENOMEM);  // a hole
+    }
+    munmap(to, bytes);
+  }
+}
+
 TEST_CASE("thread affinity: read, pin, restore, a bad CPU id is named") {
   auto before = os::ThreadAffinity();
   REQUIRE(before.ok());
