@@ -15,8 +15,8 @@
 // and `node_of(p)` makes no system call. Objects below 2 MiB go through numarena's own
 // front cache (lib/alloc/front_cache.cpp; the state the inline paths read is in
 // numarena/internal/arena_fast_path.hpp): per (thread, arena), per size class up to 1.75 MiB,
-// a list of freed objects (about 32 KiB per class up to 4 KiB; above that about 1 MiB per class
-// and 1 MiB for all of them together, so objects above 1 MiB go straight to the shared depot). The
+// a list of freed objects (about 32 KiB per class up to 4 KiB; above that 256 KiB for all of
+// them together, so objects above 256 KiB go straight to the shared depot). The
 // fast paths are inline: `allocate` pops a list, a `deallocate` pushes one; an unsized one finds
 // the class in numarena's class map (a byte per 4 KiB of address space, recorded when jemalloc
 // hands the object out; class_map.cpp), not by asking jemalloc. Objects of 2 MiB and more that are
@@ -38,7 +38,7 @@
 // the heaps' depots and large caches are emptied first; every refusal does this, however
 // soon after the last), so
 // memory one thread freed is not what refuses another, up to what other threads' front
-// caches hold (per thread and arena at most about 32 KiB per class up to 4 KiB and 1 MiB of
+// caches hold (per thread and arena at most about 32 KiB per class up to 4 KiB and 256 KiB of
 // larger objects), which only they can hand back. `Preferred` arenas
 // then move on to the next node by distance, also when the preferred node is already full
 // when the arena is made.
@@ -287,15 +287,15 @@ class Arena {
   // ArenaOptions::return_idle_ms, their single objects of 2 MiB to 4 MiB go back too once
   // unused for that long). What one thread's
   // cache for one heap holds at most: about 32 KiB per size class up to 4 KiB, plus up to
-  // 8 MiB more when its lists grow for batches freed together, 1 MiB of larger objects up to
-  // 1 MiB each, and one object of 2 MiB to 4 MiB. The shared caches, per heap: the depot
+  // 8 MiB more when its lists grow for batches freed together, 256 KiB of larger objects up
+  // to 256 KiB each, and one object of 2 MiB to 4 MiB. The shared caches, per heap: the depot
   // (objects of 16 B to 1.75 MiB that the threads' caches had no room for, up to 128 MiB, and
   // a size class nobody took from for a second goes back by itself) and the large cache
   // (2 MiB to 256 MiB, up to 256 MiB); ArenaStats::cached counts them. With a capacity gate
-  // installed (SetCapacityGate, a Budget) that is 1 MiB of growth, 1 MiB of larger objects, a
+  // installed (SetCapacityGate, a Budget) that is 1 MiB of growth, 256 KiB of larger objects, a
   // single object of 2 MiB, a 32 MiB depot and a 64 MiB large cache, and when the gate
   // reports pressure on a node of the heap (CapacityGate::CachesShouldShrink; a Budget from
-  // its warn line on) no growth, 256 KiB, no single object kept (from the next free on), no
+  // its warn line on) no growth, 64 KiB, no single object kept (from the next free on), no
   // depot and no large cache (both flushed at their next put), the lists' bounds applied at
   // each thread's next list overflow.
   void purge();

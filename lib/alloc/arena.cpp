@@ -415,26 +415,6 @@ bool GrowLargeInPlace(int heap, void* p, std::size_t usable, std::size_t size) n
   return true;
 }
 
-// Grows `p` (a large object of `usable` bytes, which GrowLargeInPlace could not grow to
-// `size`) in place to the largest class below `size` that the free address space after it
-// allows, trying at most kTries classes from the top; returns its usable size now. What
-// follows a large block is often the rest of a block jemalloc split for an earlier, smaller
-// allocation, freed and still resident: grown over, those pages move with the block
-// (AllocateOverLargest) instead of being purged and faulted in afresh. A loop of random
-// 5-25 MiB blocks faulted in 1,400 more pages than tcmalloc at its one step up from a 24 MiB
-// to a 28 MiB block (the 16 MiB block it moved had 8 MiB of its old pages after it).
-std::size_t GrowLargeTowards(int heap, void* p, std::size_t usable, std::size_t size) noexcept {
-  constexpr int kTries = 8;  // two doublings of jemalloc's classes: 4 per doubling
-  if (size <= usable || size > (std::size_t{1} << 62)) return usable;  // as GrowLargeInPlace
-  unsigned size_class = arena_internal::MediumClassOf(size);
-  for (int i = 0; i < kTries; ++i) {
-    const std::size_t candidate = arena_internal::MediumClassBytes(--size_class);
-    if (candidate <= usable) break;
-    if (GrowLargeInPlace(heap, p, usable, candidate)) return candidate;
-  }
-  return usable;
-}
-
 LargeMove MoveLargePages(int heap, void* from, std::size_t usable, void* to) noexcept {
   constexpr std::size_t kAlign = arena_internal::kLargeAlignThreshold;
   if (checked::Enabled() || !FrontCacheEnabled() || usable < kAlign ||
@@ -457,6 +437,27 @@ LargeMove MoveLargePages(int heap, void* from, std::size_t usable, void* to) noe
 }
 
 namespace {
+
+// Grows `p` (a large object of `usable` bytes, which GrowLargeInPlace could not grow to
+// `size`) in place to the largest class below `size` that the free address space after it
+// allows, trying at most kTries classes from the top; returns its usable size now. What
+// follows a large block is often the rest of a block jemalloc split for an earlier, smaller
+// allocation, freed and still resident: grown over, those pages move with the block
+// (AllocateOverLargest) instead of being purged and faulted in afresh. A loop of random
+// 5-25 MiB blocks faulted in 1,400 more pages than tcmalloc at its one step up from a 24 MiB
+// to a 28 MiB block (the 16 MiB block it moved had 8 MiB of its old pages after it).
+std::size_t GrowLargeTowards(int heap, void* p, std::size_t usable, std::size_t size) noexcept {
+  constexpr int kTries = 8;  // two doublings of jemalloc's classes: 4 per doubling
+  if (size <= usable || size > (std::size_t{1} << 62)) return usable;  // as GrowLargeInPlace
+  unsigned size_class = arena_internal::MediumClassOf(size);
+  for (int i = 0; i < kTries; ++i) {
+    const std::size_t candidate = arena_internal::MediumClassBytes(--size_class);
+    if (candidate <= usable) break;
+    if (GrowLargeInPlace(heap, p, usable, candidate)) return candidate;
+  }
+  return usable;
+}
+
 
 // The large cache's largest block (`largest`, `largest_bytes`) is smaller than this
 // allocation and cannot grow where it lies (jemalloc grows an extent only into one freed
@@ -528,15 +529,17 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
     // of random large sizes otherwise holds the cache's bound resident on top of its live
     // blocks). When even the largest of them is smaller than this allocation, jemalloc cannot
     // carve it from them (freed extents that are not neighbours do not merge) and would map
-    // new pages beside them: the others go back to the kernel first, so the loop's resident
-    // set stays its live blocks (bench/RESULTS.md, big-blocks), and the largest is grown in
-    // place if the address space after it is free (xallocx): its resident pages serve the
-    // allocation and only the rest is new. A loop of random 5-25 MiB blocks faulted every
-    // block in afresh without that (1.5 GiB of pages over 100 blocks, 3-6x tcmalloc's time
-    // where a fault is cheap; tcmalloc reuses its coalesced free spans); now about half as
-    // much. What is charged to a capacity gate meanwhile is never more than the old order
-    // (everything purged, then the allocation committed) charged: the largest block and the
-    // rest of the request.
+    // new pages beside them: the largest is grown in place if the address space after it is
+    // free (xallocx: its resident pages serve the allocation and only the rest is new), else
+    // as far as it is, and the others go back to the kernel before anything new is committed,
+    // so the loop's resident set stays its live blocks (bench/RESULTS.md, big-blocks); then
+    // the largest block's pages move into the new block. A loop of random 5-25 MiB blocks
+    // faulted every block in afresh without all that (1.5 GiB of pages over 100 blocks, 3-6x
+    // tcmalloc's time where a fault is cheap; tcmalloc reuses its coalesced free spans); now
+    // fewer pages than tcmalloc. Under a capacity gate the others go back first and nothing
+    // moves, so what is charged meanwhile is never more than the old order (everything
+    // purged, then the allocation committed) charged: the largest block and the rest of the
+    // request.
     unsigned largest_class = 0;
     if (void* largest = LargeCacheTakeLargest(heap, &largest_class)) {
       const std::size_t largest_bytes = arena_internal::MediumClassBytes(largest_class);
@@ -551,8 +554,12 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
         const bool gated = GetCapacityGate() != nullptr;
         if (gated && others != 0) PurgeHeapDirty(heap);
         const bool grown = GrowLargeInPlace(heap, largest, largest_bytes, size);
-        const std::size_t usable =
-            grown || gated ? largest_bytes : GrowLargeTowards(heap, largest, largest_bytes, size);
+        // Part of the way only where the pages can then move (AllocateOverLargest).
+        const Heap* owner = HeapById(heap);
+        const bool movable = !gated && owner != nullptr && owner->pages->CanMovePages();
+        const std::size_t usable = grown || !movable
+                                       ? largest_bytes
+                                       : GrowLargeTowards(heap, largest, largest_bytes, size);
         if (!gated && others != 0) PurgeHeapDirty(heap);
         if (grown) return largest;
         if (void* p = AllocateOverLargest(heap, flags, size, largest, usable)) return p;

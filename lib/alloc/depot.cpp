@@ -275,11 +275,12 @@ void DepotPut(int heap, unsigned size_class, ObjectChain chain, std::size_t boun
     if (const std::uintptr_t other = home_slot.exchange(0, std::memory_order_acquire)) {
       const ObjectChain absorbed = Unpack(other);
       // The depot holds free objects only: a chain that starts with the object being put is
-      // that object freed twice, most likely in a row by this thread (an object above its
-      // front cache's medium bound comes here alone, and to the same home slot). The check
-      // glibc's default makes, at the cost of one comparison here.
+      // that object freed twice, most likely in a row by one thread (an object above its
+      // front cache's medium bound comes here alone, to its home slot, which caches whose
+      // homes are equal modulo kSlots share). Only the head is compared: back-to-back frees,
+      // what glibc's default catches, at the cost of one comparison here.
       if (absorbed.head == chain.head) [[unlikely]] {
-        arena_internal::FrontDoubleFree(heap, size_class, chain.head);
+        arena_internal::FrontDoubleFree(heap, size_class, chain.head, /*in_depot=*/true);
       }
       if (chain.count + absorbed.count > kMaxChain) {
         PutElsewhere(depot, slots, home, absorbed, bytes);

@@ -393,18 +393,19 @@ void DestroyFrontCaches() noexcept {
 
 namespace arena_internal {
 
-void FrontDoubleFree(int heap, unsigned size_class, void* p) noexcept {
+void FrontDoubleFree(int heap, unsigned size_class, void* p, bool in_depot) noexcept {
   // No allocation here: the heap may be what is broken. snprintf into a stack buffer does not
   // allocate for these conversions.
   char line[512];
   const int n = std::snprintf(
       line, sizeof line,
-      "numarena: free(%p): double free detected: the %zu-byte block was already the last one "
-      "this thread freed in numarena heap %d; aborting (set NUMARENA_CHECK=1 to find double "
-      "frees that are not back to back, and frees of pointers numarena never returned)\n",
+      "numarena: free(%p): double free detected: the %zu-byte block %s numarena heap %d; "
+      "aborting (set NUMARENA_CHECK=1 to find double frees that are not back to back, and "
+      "frees of pointers numarena never returned)\n",
       p,
       size_class < unsigned{kFrontClasses} ? std::size_t{front_class_bytes[size_class]}
                                             : MediumClassBytes(size_class),
+      in_depot ? "was already free in the depot of" : "was already the last one this thread freed in",
       heap);
   if (n > 0) {
     ssize_t ignored = write(STDERR_FILENO, line, std::min<std::size_t>(n, sizeof line - 1));

@@ -36,6 +36,8 @@ thread_local constinit std::size_t t_huge_advice_limit = 0;
 // Providers live as long as their heap (for the process, unless the heap is destroyed:
 // DestroyHeap discards its provider); this table keeps them reachable for the fork child.
 std::atomic<NodePages*> g_providers[arena_internal::kMaxHeaps];
+// Whether page moves try MREMAP_DONTUNMAP (MovePages): false once the kernel refused it.
+std::atomic<bool> g_keep_source_moves{true};
 
 // Per-page state, one std::uint16_t per page of a range:
 //   bits 0-1  priority + 1 the page was committed with (0: not committed)
@@ -827,11 +829,17 @@ NodePages::MoveResult NodePages::MovePages(void* from, void* to, std::size_t byt
   }
   // MREMAP_DONTUNMAP first: `from` stays mapped, bound and advised, so the move leaves no
   // hole that another thread's mmap() could take, or a fork() child copy, and costs no
-  // mapping again. Kernels before 5.7 refuse the flag up front; then `from` is mapped again
-  // after a plain move.
-  int error = os::MovePagesNoAlloc(from, to, bytes, /*keep_source=*/true);
+  // mapping again. Kernels before 5.7 refuse the flag up front (EINVAL; a sandbox may say
+  // EPERM or ENOSYS): a refusal that left the destination mapped changed nothing, so the
+  // plain move is tried, `from` is mapped again after it, and later moves go that way at once.
+  int error = EINVAL;
+  const bool try_keep = g_keep_source_moves.load(std::memory_order_relaxed);
+  if (try_keep) error = os::MovePagesNoAlloc(from, to, bytes, /*keep_source=*/true);
   const bool kept_source = error == 0;
-  if (error == EINVAL && DestinationStillMapped(to, bytes)) {
+  if (error != 0 && (!try_keep || DestinationStillMapped(to, bytes))) {
+    if (try_keep && (error == EINVAL || error == EPERM || error == ENOSYS)) {
+      g_keep_source_moves.store(false, std::memory_order_relaxed);  // not ENOMEM: it passes
+    }
     error = os::MovePagesNoAlloc(from, to, bytes, /*keep_source=*/false);
   }
   if (error != 0) {
@@ -849,6 +857,10 @@ NodePages::MoveResult NodePages::MovePages(void* from, void* to, std::size_t byt
   // committed and unwritten again, as a span just committed.
   NodeMemoryGuard::TrackUnwritten(node_, from, bytes);
   return MoveResult::kMoved;
+}
+
+void NodePages::SetKeepSourceMovesForTesting(bool keep) noexcept {
+  g_keep_source_moves.store(keep, std::memory_order_relaxed);
 }
 
 bool NodePages::DestinationStillMapped(void* to, std::size_t bytes) noexcept {

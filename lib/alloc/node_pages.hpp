@@ -149,6 +149,10 @@ class NodePages {
   // never used; a range or mapping step it had not published is made again).
   static void RecreateLocksInForkChild() noexcept;
 
+  // Tests: whether MovePages tries MREMAP_DONTUNMAP first (true at start, and until a kernel
+  // refuses it), so that the path for kernels before 5.7 can be run on a newer one.
+  static void SetKeepSourceMovesForTesting(bool keep) noexcept;
+
   NodePages(const NodePages&) = delete;
   NodePages& operator=(const NodePages&) = delete;
 

@@ -300,7 +300,15 @@ TEST_CASE("spans grow in place only at the bump pointer") {
 TEST_CASE("moved pages keep their bytes and fault nothing, and the source is a bound span again") {
   // A large block that cannot grow moves into a larger one (arena.cpp, AllocateOverLargest
   // and reallocate): its written pages must arrive whole, without a fault, and its own range
-  // must stay a committed span of zero pages that can be written again and purged.
+  // must stay a committed span of zero pages that can be written again and purged. Both
+  // ways: MREMAP_DONTUNMAP (the source stays mapped) and, as on kernels before 5.7, a plain
+  // move after which the source is mapped and bound again.
+  const bool keep_source = GENERATE(true, false);
+  INFO("MREMAP_DONTUNMAP tried first: " << keep_source);
+  NodePages::SetKeepSourceMovesForTesting(keep_source);
+  struct Restore {
+    ~Restore() { NodePages::SetKeepSourceMovesForTesting(true); }
+  } restore;
   NodePages* pages = Make(Policy::Bind(0));
   constexpr std::size_t kBytes = 4 * kMiB;
   auto* from = static_cast<unsigned char*>(Span(pages, kBytes, 2 * kMiB, /*commit=*/true));

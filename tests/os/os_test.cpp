@@ -620,10 +620,20 @@ TEST_CASE("MovePagesNoAlloc moves pages; keep_source leaves the source mapped wi
     unsigned long node0 = 1;
     REQUIRE(mbind(from, bytes, MPOL_BIND, &node0, sizeof node0 * 8, 0) == 0);
     for (std::size_t i = 0; i < bytes; ++i) from[i] = static_cast<unsigned char>(i * 7 + 1);
-    REQUIRE(os::MovePagesNoAlloc(from, to, bytes, keep_source) == 0);
+    const int error = os::MovePagesNoAlloc(from, to, bytes, keep_source);
+    if (keep_source && error == EINVAL) {  // a kernel before 5.7: nothing was touched
+      WARN("MREMAP_DONTUNMAP not supported by this kernel");
+      munmap(from, bytes);
+      munmap(to, bytes);
+      continue;
+    }
+    REQUIRE(error == 0);
     std::size_t wrong = 0;
     for (std::size_t i = 0; i < bytes; ++i) wrong += to[i] != static_cast<unsigned char>(i * 7 + 1);
     CHECK(wrong == 0);
+    int to_mode = -1;  // the moved pages' mapping took the source's policy
+    REQUIRE(get_mempolicy(&to_mode, nullptr, 0, to, MPOL_F_ADDR) == 0);
+    CHECK(to_mode == MPOL_BIND);
     std::size_t resident = 0;
     const int mapped = os::ResidentPagesNoAlloc(from, bytes, &resident);
     if (keep_source) {

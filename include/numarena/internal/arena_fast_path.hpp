@@ -225,9 +225,11 @@ inline void* FrontPop(FrontCache* cache, unsigned size_class) noexcept {
 // keeps `p`. Cold.
 void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) noexcept;
 
-// `p` was already the last object this thread freed into its class: a double free. Reports
-// it on stderr and aborts (what glibc does for the same mistake). Cold.
-[[noreturn]] void FrontDoubleFree(int heap, unsigned size_class, void* p) noexcept;
+// `p` was already the last object this thread freed into its class (or, `in_depot`, is
+// already free in the heap's depot: lib/alloc/depot.cpp): a double free. Reports it on
+// stderr and aborts (what glibc does for the same mistake). Cold.
+[[noreturn]] void FrontDoubleFree(int heap, unsigned size_class, void* p,
+                                  bool in_depot = false) noexcept;
 
 // Pushes `p` onto this cache's list of `size_class` when the list (and, for a medium class,
 // the cache's medium bound) has room and `p` is not already the list's head; false, with
