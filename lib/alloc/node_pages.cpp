@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "alloc/class_map.hpp"
 #include "base/checked_math.hpp"
+#include "base/clock.hpp"
 #include "numarena/format.hpp"
 #include "numarena/topology.hpp"
 #include "os/address_space.hpp"
@@ -38,6 +39,24 @@ thread_local constinit std::size_t t_huge_advice_limit = 0;
 std::atomic<NodePages*> g_providers[arena_internal::kMaxHeaps];
 // Whether page moves try MREMAP_DONTUNMAP (MovePages): false once the kernel refused it.
 std::atomic<bool> g_keep_source_moves{true};
+
+// Whether the process has locked memory (mlock, mlockall), read from /proc/self/status at most
+// once a second. MREMAP_DONTUNMAP clears VM_LOCKED on the whole mapping its source lies in,
+// so in such a process a move would quietly unlock the rest of the heap's mapping; the plain
+// move (the source range mapped again) leaves the rest locked. A lock taken less than a
+// second before a move may be missed once.
+bool ProcessLocksMemory() noexcept {
+  constexpr std::int64_t kRereadNanos = 1'000'000'000;
+  static std::atomic<std::int64_t> read_at{-1};
+  static std::atomic<bool> locks{false};
+  const std::int64_t now = CoarseMonotonicNanos();
+  const std::int64_t last = read_at.load(std::memory_order_relaxed);
+  if (last < 0 || now - last >= kRereadNanos) {
+    locks.store(os::LockedMemoryBytesNoAlloc() != 0, std::memory_order_relaxed);
+    read_at.store(now, std::memory_order_relaxed);
+  }
+  return locks.load(std::memory_order_relaxed);
+}
 
 // Per-page state, one std::uint16_t per page of a range:
 //   bits 0-1  priority + 1 the page was committed with (0: not committed)
@@ -833,7 +852,8 @@ NodePages::MoveResult NodePages::MovePages(void* from, void* to, std::size_t byt
   // EPERM or ENOSYS): a refusal that left the destination mapped changed nothing, so the
   // plain move is tried, `from` is mapped again after it, and later moves go that way at once.
   int error = EINVAL;
-  const bool try_keep = g_keep_source_moves.load(std::memory_order_relaxed);
+  const bool try_keep = g_keep_source_moves.load(std::memory_order_relaxed) &&
+                        !ProcessLocksMemory();
   if (try_keep) error = os::MovePagesNoAlloc(from, to, bytes, /*keep_source=*/true);
   const bool kept_source = error == 0;
   if (error != 0 && (!try_keep || DestinationStillMapped(to, bytes))) {

@@ -89,8 +89,9 @@ class NodePages {
   // moves their page table entries, and `from` stays a committed span of zero pages that
   // fault in on the placement's node (the free-memory guard follows it as committed and
   // unwritten): with MREMAP_DONTUNMAP (Linux 5.7) its mapping simply stays, bound and
-  // advised; on older kernels it gets a fresh mapping, bound and advised as when it was first
-  // mapped, after a moment in which it is a hole. Only for
+  // advised; on older kernels, and in a process with locked memory (MREMAP_DONTUNMAP would
+  // unlock the rest of the mapping), it gets a fresh mapping, bound and advised as when it was
+  // first mapped, after a moment in which it is a hole. Only for
   // a placement on one node without hugetlb pages (elsewhere the charges recorded per page
   // name a node the moved pages might not be on, or the pages cannot move).
   //   kNotMoved: nothing moved; `from` keeps its bytes, and `to` is a committed span of the

@@ -230,8 +230,8 @@ int PurgeRangeNoAlloc(void* addr, std::size_t bytes);
 // Moves the pages of [from, from+bytes) to [to, to+bytes) with mremap(MREMAP_FIXED): their
 // page table entries move, nothing is copied or faulted, and what `to` held is unmapped
 // first. With `keep_source` (MREMAP_DONTUNMAP, Linux 5.7) `from` stays mapped, with its
-// protection, advice and memory policy, and reads as zero pages; without, it is left
-// unmapped. Both page-aligned, not overlapping; before Linux 6.17 `from` must lie in one
+// protection, advice and memory policy, and reads as zero pages, but the kernel clears
+// VM_LOCKED on the whole mapping it lies in (mlock); without, it is left unmapped. Both page-aligned, not overlapping; before Linux 6.17 `from` must lie in one
 // mapping: EFAULT otherwise, after the kernel has unmapped `to`. A kernel without
 // MREMAP_DONTUNMAP refuses `keep_source` with EINVAL before it touches anything.
 int MovePagesNoAlloc(void* from, void* to, std::size_t bytes, bool keep_source);
@@ -256,6 +256,13 @@ long ReadFileNoAlloc(const char* path, char* buffer, std::size_t capacity);
 inline constexpr std::size_t kMaxLineNoAlloc = 512;
 int ReadLinesNoAlloc(const char* path, bool (*on_line)(void* context, std::string_view line),
                      void* context);
+// The value of one "<key> <digits> kB" line of /proc/PID/status (`key` with its colon, e.g.
+// "VmLck:"; spaces or tabs between), in kB: nullopt for another key, another unit, no digits,
+// or a value above 2^54 kB. Allocates nothing; a pure function of its arguments.
+std::optional<std::uint64_t> StatusLineKib(std::string_view line, std::string_view key) noexcept;
+// Bytes of memory the calling process has locked (VmLck of /proc/self/status: mlock,
+// mlockall), 0 when none or when the file cannot be read. Allocates nothing.
+std::uint64_t LockedMemoryBytesNoAlloc() noexcept;
 // The calling thread's memory policy as the kernel keeps it (mode with its flags, and nodes),
 // so that it can be put back exactly after a temporary change.
 struct ThreadPolicy {

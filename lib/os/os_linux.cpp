@@ -843,6 +843,41 @@ long ReadFileNoAlloc(const char* path, char* buffer, std::size_t capacity) {
   return static_cast<long>(length);
 }
 
+std::optional<std::uint64_t> StatusLineKib(std::string_view line, std::string_view key) noexcept {
+  if (key.empty() || line.substr(0, key.size()) != key) return std::nullopt;
+  std::string_view rest = line.substr(key.size());
+  auto skip_blanks = [&rest] {
+    while (!rest.empty() && (rest.front() == ' ' || rest.front() == '\t')) rest.remove_prefix(1);
+  };
+  skip_blanks();
+  constexpr std::uint64_t kMaxKib = std::uint64_t{1} << 54;  // 2^64 bytes
+  std::uint64_t value = 0;
+  std::size_t digits = 0;
+  while (digits < rest.size() && rest[digits] >= '0' && rest[digits] <= '9') {
+    value = value * 10 + static_cast<std::uint64_t>(rest[digits] - '0');
+    if (value > kMaxKib) return std::nullopt;
+    ++digits;
+  }
+  if (digits == 0) return std::nullopt;
+  rest.remove_prefix(digits);
+  skip_blanks();
+  if (rest != "kB") return std::nullopt;
+  return value;
+}
+
+std::uint64_t LockedMemoryBytesNoAlloc() noexcept {
+  std::uint64_t kib = 0;
+  (void)ReadLinesNoAlloc(
+      "/proc/self/status",
+      [](void* context, std::string_view line) {
+        const std::optional<std::uint64_t> value = StatusLineKib(line, "VmLck:");
+        if (value) *static_cast<std::uint64_t*>(context) = *value;
+        return !value;
+      },
+      &kib);
+  return kib > (UINT64_MAX >> 10) ? UINT64_MAX : kib << 10;
+}
+
 int ReadLinesNoAlloc(const char* path, bool (*on_line)(void* context, std::string_view line),
                      void* context) {
   int fd = ::open(path, O_RDONLY | O_CLOEXEC);

@@ -12,6 +12,10 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <optional>
+#include <cstdio>
+#include <cerrno>
+#include <sys/mman.h>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -343,6 +347,76 @@ TEST_CASE("moved pages keep their bytes and fault nothing, and the source is a b
   CHECK(source->on(0) == source->total_pages);
   REQUIRE(pages->Decommit(from, kBytes));
   REQUIRE(pages->Decommit(to, 2 * kBytes));
+}
+
+namespace {
+// Whether the mapping that holds `addr` is locked (VmFlags "lo" in /proc/self/smaps); nullopt
+// when it is not found.
+std::optional<bool> MappingLocked(const void* addr) {
+  std::FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (f == nullptr) return std::nullopt;
+  const auto at = reinterpret_cast<std::uintptr_t>(addr);
+  char line[512];
+  bool inside = false;
+  std::optional<bool> locked;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && std::strchr(line, ':') != nullptr &&
+        std::strncmp(line, "VmFlags:", 8) != 0) {
+      inside = lo <= at && at < hi;
+    } else if (inside && std::strncmp(line, "VmFlags:", 8) == 0) {
+      locked = std::strstr(line, " lo") != nullptr;
+      break;
+    }
+  }
+  std::fclose(f);
+  return locked;
+}
+}  // namespace
+
+TEST_CASE("a move in a process with locked memory leaves the rest of the heap's mapping locked") {
+  // MREMAP_DONTUNMAP clears VM_LOCKED on the whole mapping its source lies in: a server that
+  // locked its memory (mlockall) would find the rest of the heap unlocked after one move. So a
+  // process with locked memory moves the plain way, which splits only the moved range out.
+  NodePages* pages = Make(Policy::Bind(0));
+  constexpr std::size_t kHalf = 4 * kMiB;
+  auto* both = static_cast<unsigned char*>(Span(pages, 2 * kHalf, 2 * kMiB, /*commit=*/true));
+  auto* to = static_cast<unsigned char*>(Span(pages, kHalf, 2 * kMiB, /*commit=*/true));
+  unsigned char* rest = both + kHalf;
+  if (mlock(both, 2 * kHalf) != 0) {
+    WARN("mlock refused (" << std::strerror(errno) << "): nothing to check");
+    REQUIRE(pages->Decommit(both, 2 * kHalf));
+    REQUIRE(pages->Decommit(to, kHalf));
+    return;
+  }
+  std::memset(both, 5, 2 * kHalf);
+  REQUIRE(MappingLocked(rest) == std::optional<bool>(true));
+  REQUIRE(numarena::os::LockedMemoryBytesNoAlloc() >= 2 * kHalf);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // past the cached answer
+  REQUIRE(pages->MovePages(both, to, kHalf) == NodePages::MoveResult::kMoved);
+  CHECK(to[0] == 5);
+  CHECK(to[kHalf - 1] == 5);
+  CHECK(MappingLocked(rest) == std::optional<bool>(true));
+  CHECK(rest[0] == 5);
+  munlock(both, 2 * kHalf);
+  munlock(to, kHalf);
+  REQUIRE(pages->Decommit(both, 2 * kHalf));
+  REQUIRE(pages->Decommit(to, kHalf));
+}
+
+TEST_CASE("StatusLineKib reads one kB line of /proc/PID/status, and nothing else") {
+  CHECK(numarena::os::StatusLineKib("VmLck:\t     128 kB", "VmLck:") == std::optional<std::uint64_t>(128));
+  CHECK(numarena::os::StatusLineKib("VmLck: 0 kB", "VmLck:") == std::optional<std::uint64_t>(0));
+  CHECK_FALSE(numarena::os::StatusLineKib("VmPin:\t 128 kB", "VmLck:"));
+  CHECK_FALSE(numarena::os::StatusLineKib("VmLck:\t 128 MB", "VmLck:"));
+  CHECK_FALSE(numarena::os::StatusLineKib("VmLck:\t kB", "VmLck:"));
+  CHECK_FALSE(numarena::os::StatusLineKib("VmLck:\t 12x kB", "VmLck:"));
+  CHECK_FALSE(numarena::os::StatusLineKib("VmLck:", "VmLck:"));
+  CHECK_FALSE(numarena::os::StatusLineKib("VmLck:\t 99999999999999999999999 kB", "VmLck:"));
+  CHECK(numarena::os::StatusLineKib("VmLck: 18014398509481984 kB", "VmLck:") ==
+        std::optional<std::uint64_t>(std::uint64_t{1} << 54));
+  CHECK_FALSE(numarena::os::StatusLineKib("VmLck: 18014398509481985 kB", "VmLck:"));
+  CHECK_FALSE(numarena::os::StatusLineKib("VmLck: 5 kB", ""));
 }
 
 TEST_CASE("a source over two mappings moves, or is refused with the destination still usable") {
