@@ -605,7 +605,7 @@ TEST_CASE("QueryPageNodes and MovePages report per page, check their arguments")
   CHECK(Contains(s, "errno " + std::to_string(ENODEV)));
 }
 
-TEST_CASE("MovePagesNoAlloc moves pages; keep_source leaves the source mapped with its policy") {
+TEST_CASE("MovePagesNoAlloc moves pages, and keep_source leaves the source mapped with its policy") {
   const std::size_t page = os::PageSize();
   const std::size_t bytes = 4 * page;
   auto map = [&] {
