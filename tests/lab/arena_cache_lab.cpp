@@ -22,6 +22,7 @@
 #include "lab_support.hpp"
 #include "numarena/arena.hpp"
 #include "numarena/page_nodes.hpp"
+#include "resident_pages.hpp"
 
 namespace numarena {
 namespace {
@@ -393,22 +394,79 @@ void WithRemoteSpans(const lab::ExpectedNode& a, const lab::ExpectedNode& b, int
 }
 
 TEST_CASE("the span pages moved out of is bound again: it faults in on the node") {
-  // NodePages::MovePages maps the source range afresh; without its binding, a thread on B
-  // writing it would place its pages on B by first touch.
+  // Both ways NodePages::MovePages leaves the source: mapped as it was (MREMAP_DONTUNMAP, which
+  // must keep its memory policy) or, as before Linux 5.7 and in a process with locked memory,
+  // mapped afresh and bound again. Either way a thread on B writing it afterwards must place
+  // its pages on A, not on B by first touch.
+  for (const bool keep_source : {true, false}) {
+    NodePages::SetKeepSourceMovesForTesting(keep_source);
+    ForEachRemotePair([&](const lab::ExpectedNode& a, const lab::ExpectedNode& b, int section) {
+      INFO("MREMAP_DONTUNMAP tried first: " << keep_source);
+      std::size_t moved_off = 0, source_off = 0;
+      NodePages::MoveResult result = NodePages::MoveResult::kNotMoved;
+      WithRemoteSpans(a, b, (keep_source ? 230 : 170) + section, /*split_source=*/false,
+                      [&](NodePages* pages, unsigned char* from, unsigned char* to) {
+                        std::memset(from, 0x44, 4 * kMiB);
+                        result = pages->MovePages(from, to, 4 * kMiB);
+                        moved_off = PagesOffNode(to, 4 * kMiB, a.id);
+                        std::memset(from, 0x55, 4 * kMiB);
+                        source_off = PagesOffNode(from, 4 * kMiB, a.id);
+                      });
+      CHECK(result == NodePages::MoveResult::kMoved);
+      CHECK(moved_off == 0);
+      CHECK(source_off == 0);
+    });
+  }
+  NodePages::SetKeepSourceMovesForTesting(true);
+}
+
+TEST_CASE("a cached block grown over its freed neighbour moves every page, on the node") {
+  // jemalloc carves a 6 MiB allocation from a freed 12 MiB block of a Bind(A) arena; the other
+  // 6 MiB stay resident among its dirty extents. A 16 MiB request cannot grow the 6 MiB block
+  // in place (a live block follows the 12 MiB), so it grows over those 6 MiB first and all
+  // 12 MiB of pages move (arena.cpp, GrowLargeTowards). From a thread on B: every byte kept,
+  // the 12 MiB resident before they are written again, and every page of the block on A.
   ForEachRemotePair([](const lab::ExpectedNode& a, const lab::ExpectedNode& b, int section) {
-    std::size_t moved_off = 0, source_off = 0;
-    NodePages::MoveResult result = NodePages::MoveResult::kNotMoved;
-    WithRemoteSpans(a, b, 230 + section, /*split_source=*/false,
-                    [&](NodePages* pages, unsigned char* from, unsigned char* to) {
-                      std::memset(from, 0x44, 4 * kMiB);
-                      result = pages->MovePages(from, to, 4 * kMiB);
-                      moved_off = PagesOffNode(to, 4 * kMiB, a.id);
-                      std::memset(from, 0x55, 4 * kMiB);
-                      source_off = PagesOffNode(from, 4 * kMiB, a.id);
-                    });
-    CHECK(result == NodePages::MoveResult::kMoved);
-    CHECK(moved_off == 0);
-    CHECK(source_off == 0);
+    ArenaOptions options;
+    options.transparent_huge_pages = false;
+    options.shards = 1 + section % ArenaOptions::kMaxShards;
+    options.return_idle_ms = 60'000;  // a heap of its own: no other test here sets it
+    auto made = Arena::ForPolicy(Policy::Bind(a.id), options);
+    REQUIRE(made.ok());
+    Arena* arena = *made;
+    bool kept = false, resident = false;
+    std::size_t off_node = 0;
+    std::thread remote([&] {
+      lab::PinnedTo pin(b.cpus);
+      auto* block = static_cast<unsigned char*>(arena->allocate(12 * kMiB));
+      auto* neighbour = static_cast<unsigned char*>(arena->allocate(12 * kMiB));
+      REQUIRE(block != nullptr);
+      REQUIRE(neighbour != nullptr);
+      REQUIRE(neighbour > block);
+      REQUIRE(static_cast<std::size_t>(neighbour - block) < 16 * kMiB);  // in the way
+      std::memset(block, 0x11, 12 * kMiB);
+      deallocate(block);  // into the large cache
+      auto* half = static_cast<unsigned char*>(arena->allocate(6 * kMiB));
+      REQUIRE(half == block);  // carved from the cached block
+      std::memset(half, 0x44, 6 * kMiB);
+      deallocate(half);
+      auto* large = static_cast<unsigned char*>(arena->allocate(16 * kMiB));
+      INFO(last_allocation_error().ToString());
+      REQUIRE(large != nullptr);
+      const numarena::testing::ResidentPages moved =
+          numarena::testing::CountResident(large, 12 * kMiB);
+      resident = moved.resident == moved.pages;
+      kept = large[0] == 0x44 && large[8 * kMiB] == 0x11;
+      std::memset(large, 0x22, 16 * kMiB);
+      off_node = PagesOffNode(large, 16 * kMiB, a.id);
+      deallocate(large);
+      deallocate(neighbour);
+      arena->purge();
+    });
+    remote.join();
+    CHECK(kept);
+    CHECK(resident);
+    CHECK(off_node == 0);
   });
 }
 
