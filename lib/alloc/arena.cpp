@@ -458,6 +458,13 @@ std::size_t GrowLargeTowards(int heap, void* p, std::size_t usable, std::size_t 
   return usable;
 }
 
+// Whether a large block of `heap` may move its pages into a new one now (AllocateOverLargest):
+// a heap on one node without hugetlb pages, and no capacity gate (the old block would be
+// charged beside the new one for a moment).
+bool LargePagesCanMove(int heap) noexcept {
+  const Heap* owner = HeapById(heap);
+  return owner != nullptr && owner->pages->CanMovePages() && GetCapacityGate() == nullptr;
+}
 
 // The large cache's largest block (`largest`, `largest_bytes`) is smaller than this
 // allocation and cannot grow where it lies (jemalloc grows an extent only into one freed
@@ -470,13 +477,10 @@ std::size_t GrowLargeTowards(int heap, void* p, std::size_t usable, std::size_t 
 // where the pages cannot move. nullptr when not done, `largest` untouched; else the block.
 void* AllocateOverLargest(int heap, int flags, std::size_t size, void* largest,
                           std::size_t largest_bytes) noexcept {
-  Heap* owner = HeapById(heap);
-  if (owner == nullptr || !owner->pages->CanMovePages() || GetCapacityGate() != nullptr) {
-    return nullptr;
-  }
+  if (!LargePagesCanMove(heap)) return nullptr;
   ThreadSpanFailure().Clear();  // the provider carves nothing while one is recorded
   // As the usual way: never let jemalloc reserve address space for what cannot fit.
-  if (!owner->pages->CouldEverFit(size, &ThreadSpanFailure())) {
+  if (!HeapById(heap)->pages->CouldEverFit(size, &ThreadSpanFailure())) {
     ThreadSpanFailure().Clear();
     return nullptr;
   }
@@ -555,9 +559,7 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
         if (gated && others != 0) PurgeHeapDirty(heap);
         const bool grown = GrowLargeInPlace(heap, largest, largest_bytes, size);
         // Part of the way only where the pages can then move (AllocateOverLargest).
-        const Heap* owner = HeapById(heap);
-        const bool movable = !gated && owner != nullptr && owner->pages->CanMovePages();
-        const std::size_t usable = grown || !movable
+        const std::size_t usable = grown || !LargePagesCanMove(heap)
                                        ? largest_bytes
                                        : GrowLargeTowards(heap, largest, largest_bytes, size);
         if (!gated && others != 0) PurgeHeapDirty(heap);
