@@ -36,9 +36,10 @@ struct NodeMemory {
   std::atomic<std::int64_t> total{0};
   std::atomic<std::int64_t> committed_since{0};
   std::atomic<std::int64_t> refreshed_ns{0};
-  // The node's `high` watermark (sum over its zones, /proc/zoneinfo), re-read rarely: it
-  // only changes with vm.min_free_kbytes, vm.watermark_scale_factor or memory hotplug. 0
-  // when zoneinfo says nothing.
+  // The node's `low` and `high` watermarks (sums over its zones, /proc/zoneinfo), re-read
+  // rarely: they only change with vm.min_free_kbytes, vm.watermark_scale_factor or memory
+  // hotplug. 0 when zoneinfo says nothing.
+  std::atomic<std::int64_t> low_watermark{0};
   std::atomic<std::int64_t> high_watermark{0};
   std::atomic<std::int64_t> watermark_read_ns{0};  // 0: never read
   // Spans committed on this node as a whole (NodeMemoryGuard::TrackUnwritten) and not all
@@ -144,7 +145,8 @@ void RefreshNodeMemory(int node, NodeMemory& memory) {
   const std::int64_t watermark_read = memory.watermark_read_ns.load(std::memory_order_relaxed);
   if (watermark_read == 0 || now - watermark_read > kWatermarkRefreshNanos) {
     memory.watermark_read_ns.store(now, std::memory_order_relaxed);
-    if (std::uint64_t high = 0; ReadNodeHighWatermarkNoAlloc(node, &high)) {
+    if (std::uint64_t low = 0, high = 0; ReadNodeWatermarksNoAlloc(node, &low, &high)) {
+      memory.low_watermark.store(static_cast<std::int64_t>(low), std::memory_order_relaxed);
       memory.high_watermark.store(static_cast<std::int64_t>(high), std::memory_order_relaxed);
     }
   }
@@ -171,7 +173,10 @@ void RefreshNodeMemory(int node, NodeMemory& memory) {
   // took a filled node below its `min` watermark, where the next bound fault was OOM-killed.
   memory.free_at_refresh.store(
       static_cast<std::int64_t>(std::min<std::uint64_t>(
-          parse::NodeObtainableBytes(meminfo.free_bytes, meminfo.reclaimable_bytes), INT64_MAX)),
+          parse::NodeObtainableBytes(
+              meminfo.free_bytes, meminfo.reclaimable_bytes,
+              static_cast<std::uint64_t>(memory.low_watermark.load(std::memory_order_relaxed))),
+          INT64_MAX)),
       std::memory_order_relaxed);
   memory.reading.store(NodeMemory::kRead, std::memory_order_release);
 }

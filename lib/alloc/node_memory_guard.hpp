@@ -16,7 +16,8 @@ namespace numarena {
 // last pages (below `min`, which boosts raise while the node is full, it reclaims, and with
 // nothing to reclaim it OOM-kills a bound allocation; parse::NodeReserveBytes says why `low`
 // was not enough), and on small nodes the watermarks are larger than 1/64 (37 MiB on a
-// 512 MiB node). Free memory is MemFree plus half of the node's page cache (not its reclaimable
+// 512 MiB node). Free memory is MemFree plus half of the node's page cache less its `low`
+// watermark (what reclaim frees to per-CPU lists first; not its reclaimable
 // kernel memory, which may be pinned: parse::NodeObtainableBytes), read from
 // /sys/devices/system/node/nodeN/meminfo at most every kRefreshNanos (sooner when the
 // estimate gets close), the watermark from /proc/zoneinfo every few seconds; bytes

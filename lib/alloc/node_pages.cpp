@@ -141,7 +141,7 @@ Status SpanFailure::ToStatus(const std::string& what) const {
       return absl::ResourceExhaustedError(absl::StrCat(
           what, ": node ", node, " cannot take ", MiB(static_cast<std::int64_t>(bytes)),
           " more: about ", MiB(node_available), " of its ", MiB(node_total),
-          " are free (counting half of its reclaimable page cache",
+          " are free (counting half of its reclaimable page cache beyond its low watermark",
           node_unwritten > 0
               ? absl::StrCat(", less ", MiB(node_unwritten),
                              " numarena has committed there and not written yet")

@@ -228,14 +228,14 @@ NodeRoom ReadNodeRoom(int node, const void* filling = nullptr, std::size_t filli
   NodeRoom room;
   parse::NodeMeminfo meminfo;
   if (!ReadNodeMeminfoNoAlloc(node, &meminfo)) return room;
-  std::uint64_t high_watermark = 0;
-  (void)ReadNodeHighWatermarkNoAlloc(node, &high_watermark);  // 0 when zoneinfo says nothing
+  std::uint64_t low_watermark = 0, high_watermark = 0;  // 0 when zoneinfo says nothing
+  (void)ReadNodeWatermarksNoAlloc(node, &low_watermark, &high_watermark);
   room.known = true;
   room.total = meminfo.total_bytes;
   room.unwritten = static_cast<std::uint64_t>(
       placement_internal::UnwrittenBytesOnNode(node, filling, filling_bytes));
   const std::uint64_t obtainable =
-      parse::NodeObtainableBytes(meminfo.free_bytes, meminfo.reclaimable_bytes);
+      parse::NodeObtainableBytes(meminfo.free_bytes, meminfo.reclaimable_bytes, low_watermark);
   room.free = obtainable - std::min(obtainable, room.unwritten);
   room.reserve = parse::NodeReserveBytes(room.total, high_watermark);
   return room;
@@ -248,7 +248,7 @@ Status NoRoom(int node, std::uint64_t needed, const NodeRoom& room, const std::s
   return absl::ResourceExhaustedError(absl::StrCat(
       context, ": node ", node, " cannot take ", MiB(needed), " (", needed,
       " bytes) more: ", MiB(room.free), " of its ", MiB(room.total),
-      " are free (counting half of its reclaimable page cache",
+      " are free (counting half of its reclaimable page cache beyond its low watermark",
       room.unwritten > 0 ? absl::StrCat(", less ", MiB(room.unwritten),
                                         " numarena's arenas have committed there and not "
                                         "written yet")

@@ -1,4 +1,4 @@
-// Reading a node's meminfo and `high` watermark without allocating (see node_room.hpp).
+// Reading a node's meminfo and watermarks without allocating (see node_room.hpp).
 #include "topology/node_room.hpp"
 
 #include <algorithm>
@@ -38,7 +38,7 @@ bool ReadNodeMeminfoNoAlloc(int node, parse::NodeMeminfo* info) noexcept {
   return true;
 }
 
-bool ReadNodeHighWatermarkNoAlloc(int node, std::uint64_t* bytes) noexcept {
+bool ReadNodeWatermarksNoAlloc(int node, std::uint64_t* low_bytes, std::uint64_t* high_bytes) noexcept {
   parse::ZoneinfoNode zones;
   parse::ZoneinfoParser parser(std::span<parse::ZoneinfoNode>(&zones, 1), node);
   const int err = os::ReadLinesNoAlloc(
@@ -49,8 +49,9 @@ bool ReadNodeHighWatermarkNoAlloc(int node, std::uint64_t* bytes) noexcept {
       &parser);
   if (err != 0 || !parser.ok() || !zones.seen) return false;
   const std::uint64_t page = os::PageSize();
-  *bytes = std::min<std::uint64_t>(zones.high_pages, static_cast<std::uint64_t>(INT64_MAX) / page) *
-           page;
+  const std::uint64_t most = static_cast<std::uint64_t>(INT64_MAX) / page;
+  *low_bytes = std::min(zones.low_pages, most) * page;
+  *high_bytes = std::min(zones.high_pages, most) * page;
   return true;
 }
 

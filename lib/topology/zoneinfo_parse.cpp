@@ -133,8 +133,10 @@ std::uint64_t NodeReserveBytes(std::uint64_t total_bytes, std::uint64_t high_wat
   return std::max(std::clamp(total_bytes / 64, kMin, kMax), high_watermark_bytes);
 }
 
-std::uint64_t NodeObtainableBytes(std::uint64_t free_bytes, std::uint64_t reclaimable_bytes) {
-  const std::uint64_t half = reclaimable_bytes / 2;
+std::uint64_t NodeObtainableBytes(std::uint64_t free_bytes, std::uint64_t reclaimable_bytes,
+                                  std::uint64_t low_watermark_bytes) {
+  const std::uint64_t half_cache = reclaimable_bytes / 2;
+  const std::uint64_t half = half_cache > low_watermark_bytes ? half_cache - low_watermark_bytes : 0;
   return free_bytes > UINT64_MAX - half ? UINT64_MAX : free_bytes + half;
 }
 

@@ -103,10 +103,16 @@ std::uint64_t NodeReserveBytes(std::uint64_t total_bytes, std::uint64_t high_wat
 
 // Memory a bound allocation can still get on a node: its free memory plus half of what the
 // kernel can reclaim there (its page cache, NodeMeminfo::reclaimable_bytes; the kernel's own
-// MemAvailable counts about the same half: some of it is dirty, mapped or hot), without
-// per-CPU lists (see above). Reclaimable kernel memory (KReclaimable) does not count: it may
-// be pinned, and a bound fault that reclaims nothing is an OOM kill. A server that just read its
-// model weights from disk has little MemFree and a large page cache it can give back.
-std::uint64_t NodeObtainableBytes(std::uint64_t free_bytes, std::uint64_t reclaimable_bytes);
+// MemAvailable counts about the same half: some of it is dirty, mapped or hot), less the
+// node's `low` watermark, without per-CPU lists (see above). Reclaimed pages are freed to the
+// reclaiming CPU's per-CPU list first and stay there up to the list's `high` (the node's `low`
+// over its CPUs), where a bound fault below `min` cannot take them: the first `low` of
+// reclaimed cache is no help (CI, 2026-12-07: a 256 MiB node OOM-killed at 10.6 MiB free,
+// `min` 11.8, its page cache all reclaimed and 15.5 MiB of it on per-CPU lists, `low` 14.8).
+// Reclaimable kernel memory (KReclaimable) does not count: it may be pinned, and a bound
+// fault that reclaims nothing is an OOM kill. A server that just read its model weights from
+// disk has little MemFree and a large page cache it can give back.
+std::uint64_t NodeObtainableBytes(std::uint64_t free_bytes, std::uint64_t reclaimable_bytes,
+                                  std::uint64_t low_watermark_bytes);
 
 }  // namespace numarena::parse

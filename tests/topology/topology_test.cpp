@@ -539,10 +539,14 @@ TEST_CASE("node room: the allocation-free readers agree with the parser on this 
   CHECK_FALSE(numarena::ReadNodeMeminfoNoAlloc(-1, &read));
   CHECK_FALSE(numarena::ReadNodeMeminfoNoAlloc(numarena::parse::kMaxNodeId + 1, &read));
 
-  std::uint64_t high = 0;
+  std::uint64_t low = 0, high = 0;
   if (numarena::os::ReadFile("/proc/zoneinfo").ok()) {
-    CHECK(numarena::ReadNodeHighWatermarkNoAlloc(0, &high));
-    CHECK(high > 0);
+    CHECK(numarena::ReadNodeWatermarksNoAlloc(0, &low, &high));
+    CHECK(low > 0);
+    CHECK(high > low);
   }
-  CHECK_FALSE(numarena::ReadNodeHighWatermarkNoAlloc(numarena::parse::kMaxNodeId + 1, &high));
+  low = high = 7;
+  CHECK_FALSE(numarena::ReadNodeWatermarksNoAlloc(numarena::parse::kMaxNodeId + 1, &low, &high));
+  CHECK(low == 7);  // left as they were
+  CHECK(high == 7);
 }

@@ -129,3 +129,12 @@ TEST_CASE("NodeReserveBytes: 1/64 of the node within 16 MiB..1 GiB, at least the
   CHECK(parse::NodeReserveBytes(std::uint64_t{1} << 40, 0) == 1024 * kMiB);
   CHECK(parse::NodeReserveBytes(std::uint64_t{1} << 40, 2048 * kMiB) == 2048 * kMiB);
 }
+
+TEST_CASE("NodeObtainableBytes: free memory plus half the page cache beyond the low watermark") {
+  constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+  CHECK(parse::NodeObtainableBytes(100 * kMiB, 0, 15 * kMiB) == 100 * kMiB);
+  CHECK(parse::NodeObtainableBytes(100 * kMiB, 20 * kMiB, 15 * kMiB) == 100 * kMiB);  // all on per-CPU lists
+  CHECK(parse::NodeObtainableBytes(100 * kMiB, 50 * kMiB, 15 * kMiB) == 110 * kMiB);
+  CHECK(parse::NodeObtainableBytes(100 * kMiB, 50 * kMiB, 0) == 125 * kMiB);
+  CHECK(parse::NodeObtainableBytes(UINT64_MAX - 1, UINT64_MAX, 0) == UINT64_MAX);  // no wrap
+}
