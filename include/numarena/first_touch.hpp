@@ -84,8 +84,9 @@ struct CorrectOptions {
 // the node can take twice the step's pages that are not on it yet while keeping numarena's
 // reserve free (1/64 of the node, at least 16 MiB and at least the node's `high` watermark
 // from /proc/zoneinfo): a step takes more free memory than its own pages while it runs.
-// Free here is MemFree plus half of the node's page cache, which the kernel gives back to a
-// bound allocation (not its reclaimable kernel memory, which may be pinned), less what
+// Free here is MemFree plus half of the node's page cache less its `low` watermark (what the
+// kernel gives back to a bound allocation: what reclaim frees waits on per-CPU lists first;
+// not its reclaimable kernel memory, which may be pinned), less what
 // numarena's arenas have committed on the node and not written yet outside the range
 // (meminfo does not show a large object until its owner writes it). Near the end the
 // step shrinks to half the room left; when that is under 256 KiB, prefault stops with

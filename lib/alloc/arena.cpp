@@ -535,8 +535,10 @@ void* Arena::AllocateOnHeap(int heap, std::size_t size, std::size_t alignment,
     // carve it from them (freed extents that are not neighbours do not merge) and would map
     // new pages beside them: the largest is grown in place if the address space after it is
     // free (xallocx: its resident pages serve the allocation and only the rest is new), else
-    // as far as it is, and the others go back to the kernel before anything new is committed,
-    // so the loop's resident set stays its live blocks (bench/RESULTS.md, big-blocks); then
+    // as far as it is, and the others go back to the kernel before the rest is committed
+    // (the growth itself commits first: on a nearly full node the guard may refuse it while
+    // they are resident, and the allocation then goes on without it), so the loop's
+    // resident set stays its live blocks (bench/RESULTS.md, big-blocks); then
     // the largest block's pages move into the new block. A loop of random 5-25 MiB blocks
     // faulted every block in afresh without all that (1.5 GiB of pages over 100 blocks, 3-6x
     // tcmalloc's time where a fault is cheap; tcmalloc reuses its coalesced free spans); now

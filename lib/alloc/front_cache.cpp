@@ -30,8 +30,8 @@
 // and heap. A grown list keeps its growth until it overflows again, so lists that an earlier
 // phase grew and that now sit idle hold part of the bound; 8 MiB leaves room beside them for
 // a batch of 8192 objects of 16-512 B, whose lists want about 4.5 MiB of growth. A medium
-// list (above 4 KiB) holds about 1 MiB (2 to 32 objects, fewer when the bound below is
-// smaller), and all medium lists of one cache together at most Bounds::medium (256 KiB: a
+// list (above 4 KiB) holds 2 to 32 objects, and all medium lists of one cache together at
+// most Bounds::medium (so one object of a class above 128 KiB, none above 256 KiB; 256 KiB: a
 // thread's medium objects of an earlier phase stay resident until it overflows or exits, no
 // other thread may return them while it sleeps (the lists are its own, without locks), and a
 // server has dozens of threads. At 1 MiB, a 256 MiB burst freed before a 2 s idle kept one
@@ -454,6 +454,11 @@ void FrontOverflow(int heap, FrontCache* cache, unsigned size_class, void* p) no
       // draining the other lists would not make room, only empty them on every such free.
       DepotPut(heap, size_class, ObjectChain{p, p, 1}, bounds.depot, cache->depot_home);
       return;
+    }
+    // This list's own objects and `p` over the bound (a class above half of it): draining
+    // the other lists could not make room, only empty them at every second such free.
+    if ((std::size_t{list.count} + 1) * bytes > cache->medium_limit) {
+      DrainToDepot(heap, *cache, size_class, 0, bounds.depot);
     }
     // Still over the medium bound: the largest lists go first (they free the most bytes
     // per call), this list last.

@@ -142,13 +142,15 @@ std::int64_t ScanSpans(NodeMemory& memory, std::uintptr_t skip_begin = 0,
 // allocating.
 void RefreshNodeMemory(int node, NodeMemory& memory) {
   const std::int64_t now = MonotonicNanos();
-  const std::int64_t watermark_read = memory.watermark_read_ns.load(std::memory_order_relaxed);
+  const std::int64_t watermark_read = memory.watermark_read_ns.load(std::memory_order_acquire);
   if (watermark_read == 0 || now - watermark_read > kWatermarkRefreshNanos) {
-    memory.watermark_read_ns.store(now, std::memory_order_relaxed);
+    // Stamped after the values: a thread that reads the node for the first time meanwhile
+    // reads zoneinfo too, rather than take watermarks of 0.
     if (std::uint64_t low = 0, high = 0; ReadNodeWatermarksNoAlloc(node, &low, &high)) {
       memory.low_watermark.store(static_cast<std::int64_t>(low), std::memory_order_relaxed);
       memory.high_watermark.store(static_cast<std::int64_t>(high), std::memory_order_relaxed);
     }
+    memory.watermark_read_ns.store(now, std::memory_order_release);
   }
 
   parse::NodeMeminfo meminfo;

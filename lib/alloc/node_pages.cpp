@@ -40,12 +40,18 @@ std::atomic<NodePages*> g_providers[arena_internal::kMaxHeaps];
 // Whether page moves try MREMAP_DONTUNMAP (MovePages): false once the kernel refused it.
 std::atomic<bool> g_keep_source_moves{true};
 
-// Whether the process has locked memory (mlock, mlockall), read from /proc/self/status at most
-// once a second. MREMAP_DONTUNMAP clears VM_LOCKED on the whole mapping its source lies in,
-// so in such a process a move would quietly unlock the rest of the heap's mapping; the plain
-// move (the source range mapped again) leaves the rest locked. A lock taken less than a
-// second before a move may be missed once.
+// Set for good once the process is known to have locked memory (NoteProcessLockedMemory).
+std::atomic<bool> g_locked_noted{false};
+
+// Whether the process has locked memory (mlock, mlockall): noted by the override as it
+// happens, else read from /proc/thread-self/status at most once a second (a file that cannot
+// be read counts as locked). MREMAP_DONTUNMAP clears VM_LOCKED on the whole mapping its
+// source lies in, so in such a process a move would quietly unlock the rest of the heap's
+// mapping; the plain move (the source range mapped again) leaves the rest locked. Linked
+// without the override, a lock taken less than a second after a reading is missed until the
+// next one.
 bool ProcessLocksMemory() noexcept {
+  if (g_locked_noted.load(std::memory_order_relaxed)) return true;
   constexpr std::int64_t kRereadNanos = 1'000'000'000;
   static std::atomic<std::int64_t> read_at{-1};
   static std::atomic<bool> locks{false};
@@ -141,7 +147,7 @@ Status SpanFailure::ToStatus(const std::string& what) const {
       return absl::ResourceExhaustedError(absl::StrCat(
           what, ": node ", node, " cannot take ", MiB(static_cast<std::int64_t>(bytes)),
           " more: about ", MiB(node_available), " of its ", MiB(node_total),
-          " are free (counting half of its reclaimable page cache beyond its low watermark",
+          " are free (counting half of its reclaimable page cache, less its low watermark",
           node_unwritten > 0
               ? absl::StrCat(", less ", MiB(node_unwritten),
                              " numarena has committed there and not written yet")
@@ -851,23 +857,26 @@ NodePages::MoveResult NodePages::MovePages(void* from, void* to, std::size_t byt
   // mapping again. Kernels before 5.7 refuse the flag up front (EINVAL; a sandbox may say
   // EPERM or ENOSYS): a refusal that left the destination mapped changed nothing, so the
   // plain move is tried, `from` is mapped again after it, and later moves go that way at once.
+  // Any other error is not retried: EFAULT (a source over two mappings before Linux 6.17)
+  // comes after the kernel unmapped `to`, and another thread's mmap() may have taken the hole
+  // since, which a second MREMAP_FIXED would unmap.
   int error = EINVAL;
   const bool try_keep = g_keep_source_moves.load(std::memory_order_relaxed) &&
                         !ProcessLocksMemory();
   if (try_keep) error = os::MovePagesNoAlloc(from, to, bytes, /*keep_source=*/true);
   const bool kept_source = error == 0;
-  if (error != 0 && (!try_keep || DestinationStillMapped(to, bytes))) {
-    if (try_keep && (error == EINVAL || error == EPERM || error == ENOSYS)) {
-      g_keep_source_moves.store(false, std::memory_order_relaxed);  // not ENOMEM: it passes
-    }
+  const bool refused_up_front = error == EINVAL || error == EPERM || error == ENOSYS;
+  if (error != 0 && (!try_keep || (refused_up_front && DestinationStillMapped(to, bytes)))) {
+    if (try_keep) g_keep_source_moves.store(false, std::memory_order_relaxed);
     error = os::MovePagesNoAlloc(from, to, bytes, /*keep_source=*/false);
   }
   if (error != 0) {
     // The kernel unmaps the destination before it looks at the source (mremap_to), so a
-    // refused move (a source over two mappings before Linux 6.17: EFAULT) leaves `to`
-    // unmapped; a move refused earlier (ENOMEM at the mapping count limit, an unknown flag)
-    // leaves it as it was.
-    if (DestinationStillMapped(to, bytes)) return MoveResult::kNotMoved;
+    // move refused there (EFAULT: the source over two mappings before Linux 6.17) leaves `to`
+    // unmapped, and it is mapped again at once (MAP_FIXED_NOREPLACE: never over what another
+    // thread mapped there meanwhile); a move refused earlier (ENOMEM at the mapping count
+    // limit, an unknown flag) leaves it as it was.
+    if (error != EFAULT && DestinationStillMapped(to, bytes)) return MoveResult::kNotMoved;
     return MapSpanAgain(target, bytes) ? MoveResult::kNotMoved : MoveResult::kDestinationLost;
   }
   // The pages moved to `to` took their binding with them. Without MREMAP_DONTUNMAP `from` is
@@ -878,6 +887,8 @@ NodePages::MoveResult NodePages::MovePages(void* from, void* to, std::size_t byt
   NodeMemoryGuard::TrackUnwritten(node_, from, bytes);
   return MoveResult::kMoved;
 }
+
+void NoteProcessLockedMemory() noexcept { g_locked_noted.store(true, std::memory_order_relaxed); }
 
 void NodePages::SetKeepSourceMovesForTesting(bool keep) noexcept {
   g_keep_source_moves.store(keep, std::memory_order_relaxed);

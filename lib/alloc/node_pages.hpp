@@ -99,9 +99,10 @@ class NodePages {
   //     destination before it checks the source, and a source over two mappings is refused
   //     before Linux 6.17; `to` is mapped again then).
   //   kMoved: `to` holds what `from` held; `from` is zero pages.
-  //   kMovedLeftHole: (before Linux 5.7 only) `to` holds what `from` held, but `from` could
-  //     not be mapped again (another thread mapped into the hole meanwhile, or mbind
-  //     refused): never use or free it again.
+  //   kMovedLeftHole: (only where the move unmapped `from`: before Linux 5.7, in a process
+  //     with locked memory, or where the kernel refused MREMAP_DONTUNMAP) `to` holds what
+  //     `from` held, but `from` could not be mapped again (another thread mapped into the
+  //     hole meanwhile, or mbind refused): never use or free it again.
   //   kDestinationLost: nothing moved, `from` keeps its bytes, but `to` could not be mapped
   //     again after a refused move: never use or free it again.
   enum class MoveResult { kNotMoved, kMoved, kMovedLeftHole, kDestinationLost };
@@ -252,5 +253,13 @@ class HugeAdviceLimit {
  private:
   std::size_t saved_;
 };
+
+// Tells the moves that the process has locked memory (mlock, mlock2 or mlockall succeeded):
+// from now on they leave the moved-out-of range mapped by mapping it again, never with
+// MREMAP_DONTUNMAP, which clears VM_LOCKED on the whole mapping the range lies in (the rest of
+// the heap's mapping, other live objects with it). Without this note the moves learn it from
+// /proc/thread-self/status, read at most once a second; the malloc override notes each lock
+// as it is taken (lib/preload/preload.cpp). Async-signal-safe.
+void NoteProcessLockedMemory() noexcept;
 
 }  // namespace numarena

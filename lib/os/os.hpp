@@ -260,8 +260,10 @@ int ReadLinesNoAlloc(const char* path, bool (*on_line)(void* context, std::strin
 // "VmLck:"; spaces or tabs between), in kB: nullopt for another key, another unit, no digits,
 // or a value above 2^54 kB. Allocates nothing; a pure function of its arguments.
 std::optional<std::uint64_t> StatusLineKib(std::string_view line, std::string_view key) noexcept;
-// Bytes of memory the calling process has locked (VmLck of /proc/self/status: mlock,
-// mlockall), 0 when none or when the file cannot be read. Allocates nothing.
+// Bytes of memory the calling process has locked (VmLck of /proc/thread-self/status: mlock,
+// mlockall), 0 when none; UINT64_MAX when it cannot be told (the file cannot be read, /proc
+// is not mounted, no descriptor is left, or it has no VmLck line), which a caller deciding
+// whether locks could be lost should take as "locked". Allocates nothing.
 std::uint64_t LockedMemoryBytesNoAlloc() noexcept;
 // The calling thread's memory policy as the kernel keeps it (mode with its flags, and nodes),
 // so that it can be put back exactly after a temporary change.

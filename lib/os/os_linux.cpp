@@ -866,16 +866,19 @@ std::optional<std::uint64_t> StatusLineKib(std::string_view line, std::string_vi
 }
 
 std::uint64_t LockedMemoryBytesNoAlloc() noexcept {
-  std::uint64_t kib = 0;
-  (void)ReadLinesNoAlloc(
-      "/proc/self/status",
+  // The thread's own file: /proc/self/status of a process whose main thread has exited has no
+  // Vm lines at all.
+  std::optional<std::uint64_t> kib;
+  const int err = ReadLinesNoAlloc(
+      "/proc/thread-self/status",
       [](void* context, std::string_view line) {
-        const std::optional<std::uint64_t> value = StatusLineKib(line, "VmLck:");
-        if (value) *static_cast<std::uint64_t*>(context) = *value;
-        return !value;
+        auto* out = static_cast<std::optional<std::uint64_t>*>(context);
+        *out = StatusLineKib(line, "VmLck:");
+        return !out->has_value();
       },
       &kib);
-  return kib > (UINT64_MAX >> 10) ? UINT64_MAX : kib << 10;
+  if (err != 0 || !kib) return UINT64_MAX;  // cannot be told: as locked
+  return *kib > (UINT64_MAX >> 10) ? UINT64_MAX : *kib << 10;
 }
 
 int ReadLinesNoAlloc(const char* path, bool (*on_line)(void* context, std::string_view line),

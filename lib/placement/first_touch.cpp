@@ -213,7 +213,8 @@ StatusOr<PlacementReport> CorrectRange(const PageRange& range, int node,
 struct NodeRoom {
   bool known = false;  // false when the node's meminfo cannot be read: nothing to check
   std::uint64_t total = 0;
-  // Free, plus half of what the kernel can reclaim (page cache), less what numarena's arenas
+  // Free, plus half of what the kernel can reclaim (page cache) less the node's `low`
+  // watermark (parse::NodeObtainableBytes), less what numarena's arenas
   // committed there and have not written yet (`unwritten`): those pages are taken as soon
   // as their owner writes them, and meminfo does not show them.
   std::uint64_t free = 0;
@@ -248,7 +249,7 @@ Status NoRoom(int node, std::uint64_t needed, const NodeRoom& room, const std::s
   return absl::ResourceExhaustedError(absl::StrCat(
       context, ": node ", node, " cannot take ", MiB(needed), " (", needed,
       " bytes) more: ", MiB(room.free), " of its ", MiB(room.total),
-      " are free (counting half of its reclaimable page cache beyond its low watermark",
+      " are free (counting half of its reclaimable page cache, less its low watermark",
       room.unwritten > 0 ? absl::StrCat(", less ", MiB(room.unwritten),
                                         " numarena's arenas have committed there and not "
                                         "written yet")

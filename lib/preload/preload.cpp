@@ -5,7 +5,7 @@
 //
 // The C allocation functions (malloc, free, calloc, realloc, memalign, posix_memalign,
 // aligned_alloc, valloc, pvalloc, malloc_usable_size, malloc_trim) and every operator new/delete
-// are defined here, so the dynamic linker binds the program's and its libraries' calls (glibc's
+// are defined here (and mlock, mlock2 and mlockall, which only tell the page moves), so the dynamic linker binds the program's and its libraries' calls (glibc's
 // own internal ones too) to them. They allocate from one numarena arena, the arena of the
 // policy in NUMARENA_POLICY (Policy::Parse syntax; "local" when unset: with the Local policy
 // each call uses the heap of the node of the CPU the calling thread runs on). NUMARENA_BUDGET
@@ -60,6 +60,7 @@
 #include <malloc.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -78,6 +79,7 @@
 #include "numarena/policy.hpp"
 #include "numarena/topology.hpp"
 #include "alloc/large_growth.hpp"
+#include "alloc/node_pages.hpp"
 #include "preload/override_fast_path.hpp"
 #include "preload/preload_metrics.hpp"
 
@@ -592,6 +594,30 @@ __attribute__((visibility("default"))) size_t malloc_usable_size(void* ptr) {
 
 __attribute__((visibility("default"))) int malloc_trim(size_t pad) {
   return numarena::preload::Trim(pad);
+}
+
+// mlock, mlock2 and mlockall: the C library's, as system calls (glibc's are nothing more;
+// mlock2 falls back to mlock without flags on a kernel that lacks it, as glibc's does), and a
+// lock that succeeds tells numarena's page moves at once (NoteProcessLockedMemory: a moved
+// large block's range is mapped again rather than kept with MREMAP_DONTUNMAP, which would
+// unlock the whole mapping around it), instead of at their next reading of VmLck.
+__attribute__((visibility("default"))) int mlock(const void* addr, size_t len) {
+  const long result = syscall(SYS_mlock, addr, len);
+  if (result == 0) numarena::NoteProcessLockedMemory();
+  return static_cast<int>(result);
+}
+
+__attribute__((visibility("default"))) int mlock2(const void* addr, size_t len, unsigned int flags) {
+  long result = syscall(SYS_mlock2, addr, len, flags);
+  if (result != 0 && errno == ENOSYS && flags == 0) result = syscall(SYS_mlock, addr, len);
+  if (result == 0) numarena::NoteProcessLockedMemory();
+  return static_cast<int>(result);
+}
+
+__attribute__((visibility("default"))) int mlockall(int flags) {
+  const long result = syscall(SYS_mlockall, flags);
+  if (result == 0) numarena::NoteProcessLockedMemory();
+  return static_cast<int>(result);
 }
 
 }  // extern "C"

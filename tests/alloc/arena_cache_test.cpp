@@ -456,7 +456,7 @@ TEST_CASE("medium and large objects freed on other threads (producer/consumer)")
 TEST_CASE("a batch larger than the thread's cache comes back from the heap's medium depot") {
   Arena* arena = Get(Policy::WeightedInterleave({{0, 25}}));
   const std::size_t before = arena->stats().allocated;
-  // 256 objects of 4-256 KiB (about 33 MiB, far more than a front cache's 1 MiB), freed in
+  // 256 objects of 4-256 KiB (about 33 MiB, far more than a front cache's 256 KiB), freed in
   // an order unlike the allocation's.
   std::vector<std::size_t> sizes;
   for (std::size_t i = 0; i < 256; ++i) sizes.push_back(4 * kKiB + (i * 7919 * kKiB) % (252 * kKiB));

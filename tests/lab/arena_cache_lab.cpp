@@ -14,6 +14,7 @@
 #include <cstring>
 #include <optional>
 #include <set>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -436,23 +437,30 @@ TEST_CASE("a cached block grown over its freed neighbour moves every page, on th
     Arena* arena = *made;
     bool kept = false, resident = false;
     std::size_t off_node = 0;
+    std::string setup_failure;  // Catch's REQUIRE may not run on another thread
     std::thread remote([&] {
       lab::PinnedTo pin(b.cpus);
       auto* block = static_cast<unsigned char*>(arena->allocate(12 * kMiB));
       auto* neighbour = static_cast<unsigned char*>(arena->allocate(12 * kMiB));
-      REQUIRE(block != nullptr);
-      REQUIRE(neighbour != nullptr);
-      REQUIRE(neighbour > block);
-      REQUIRE(static_cast<std::size_t>(neighbour - block) < 16 * kMiB);  // in the way
+      if (block == nullptr || neighbour == nullptr || neighbour < block ||
+          static_cast<std::size_t>(neighbour - block) >= 16 * kMiB) {  // in the way
+        setup_failure = "the two 12 MiB blocks are not allocated one right after the other";
+        return;
+      }
       std::memset(block, 0x11, 12 * kMiB);
       deallocate(block);  // into the large cache
       auto* half = static_cast<unsigned char*>(arena->allocate(6 * kMiB));
-      REQUIRE(half == block);  // carved from the cached block
+      if (half != block) {  // carved from the cached block
+        setup_failure = "the 6 MiB block is not carved from the cached 12 MiB one";
+        return;
+      }
       std::memset(half, 0x44, 6 * kMiB);
       deallocate(half);
       auto* large = static_cast<unsigned char*>(arena->allocate(16 * kMiB));
-      INFO(last_allocation_error().ToString());
-      REQUIRE(large != nullptr);
+      if (large == nullptr) {
+        setup_failure = "allocate(16 MiB): " + last_allocation_error().ToString();
+        return;
+      }
       const numarena::testing::ResidentPages moved =
           numarena::testing::CountResident(large, 12 * kMiB);
       resident = moved.resident == moved.pages;
@@ -464,6 +472,8 @@ TEST_CASE("a cached block grown over its freed neighbour moves every page, on th
       arena->purge();
     });
     remote.join();
+    INFO(setup_failure);
+    REQUIRE(setup_failure.empty());
     CHECK(kept);
     CHECK(resident);
     CHECK(off_node == 0);

@@ -23,6 +23,12 @@
  *                                and a read of the new block's first 6 MiB took (glibc moves
  *                                an mmap()ed block with mremap: none; a copy faults in 1536
  *                                pages), exit 0 when all bytes hold
+ *   libc_contract locked-move    the move, then the same under mlockall(MCL_CURRENT) (the
+ *                                program's memory locked); prints "locked-move: neighbour
+ *                                locked before=1 after=1 moved" (whether the blocker's mapping
+ *                                is locked around the second realloc), exit 0 when it stayed
+ *                                locked (MREMAP_DONTUNMAP unlocks the whole mapping its source
+ *                                lies in); "locked-move: skipped" when mlockall is refused
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -32,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 static int (*numarena_owns)(const void*);
@@ -249,6 +256,57 @@ static int move(void) {
   return wrong == 0 ? 0 : 1;
 }
 
+/* Whether the mapping holding `p` is locked ("lo" in its VmFlags in /proc/self/smaps): 1,
+ * 0, or -1 when the file does not say. */
+static int mapping_locked(const void* p) {
+  FILE* smaps = fopen("/proc/self/smaps", "r");
+  if (smaps == NULL) return -1;
+  char line[512];
+  int inside = 0, locked = -1;
+  const uintptr_t at = (uintptr_t)p;
+  while (fgets(line, sizeof line, smaps) != NULL) {
+    unsigned long begin, end;
+    if (sscanf(line, "%lx-%lx ", &begin, &end) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      inside = at >= begin && at < end;
+    } else if (inside && strncmp(line, "VmFlags:", 8) == 0) {
+      locked = strstr(line, " lo") != NULL;
+      break;
+    }
+  }
+  fclose(smaps);
+  return locked;
+}
+
+static int locked_move(void) {
+  /* A first move while nothing is locked, so that a mover that remembers what it read then
+   * would still believe it at the second. */
+  if (move() != 0) return 1;
+  const size_t old_size = 6u << 20, new_size = 13u << 20;
+  unsigned char* block = malloc(old_size);
+  unsigned char* blocker = malloc(old_size);
+  if (block == NULL || blocker == NULL) {
+    printf("locked-move: malloc failed\n");
+    return 1;
+  }
+  memset(block, 3, old_size);
+  memset(blocker, 4, old_size);
+  if (mlockall(MCL_CURRENT) != 0) {
+    printf("locked-move: skipped (mlockall: %s)\n", strerror(errno));
+    return 0;
+  }
+  const int before = mapping_locked(blocker);
+  unsigned char* moved = realloc(block, new_size);
+  const int after = mapping_locked(blocker);
+  munlockall();
+  printf("locked-move: neighbour locked before=%d after=%d %s\n", before, after,
+         moved == block ? "grown in place" : "moved");
+  const int ok = moved != NULL && moved[0] == 3 && moved[old_size - 1] == 3 && before == 1 &&
+                 after == 1;
+  free(moved);
+  free(blocker);
+  return ok ? 0 : 1;
+}
+
 static int grow(void) {
   enum { kBuffers = 3 };
   unsigned char* buffers[kBuffers] = {0};
@@ -291,6 +349,7 @@ int main(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "usable") == 0) return usable();
   if (argc >= 2 && strcmp(argv[1], "grow") == 0) return grow();
   if (argc >= 2 && strcmp(argv[1], "move") == 0) return move();
+  if (argc >= 2 && strcmp(argv[1], "locked-move") == 0) return locked_move();
   fprintf(stderr, "usage: libc_contract edges | double-free BYTES | refill | usable\n");
   return 2;
 }

@@ -19,7 +19,8 @@
 - Buffers grown by realloc in turns, 1 B to 3 MiB, keep every byte under glibc and under the
   override (whose realloc hands an outgrown medium block back to jemalloc).
 - A large block realloc()ed past a neighbour keeps every byte, and its pages move into the
-  new block without a fault (mremap), as under glibc.
+  new block without a fault (mremap), as under glibc; in a process that locked its memory
+  (mlockall) the neighbour stays locked.
 Exit status 0 only when every check passes.
 """
 import os
@@ -146,6 +147,21 @@ def main():
               "keeps every byte and moves its 1536 pages without faulting them in again",
               f"exit {result.returncode}: {result.stdout[-2000:]}{result.stderr[-500:]} "
               f"(glibc: {reference.stdout.strip()})")
+
+    # The same move in a process that locked its memory (mlockall) after an earlier move:
+    # MREMAP_DONTUNMAP would unlock the whole mapping the block lay in, neighbours and all,
+    # and a mover that remembered "nothing locked" from the first move would use it.
+    reference = run([program, "locked-move"], env=base_env)
+    check(reference.returncode == 0, "glibc: a realloc() under mlockall leaves the neighbour locked",
+          reference.stdout[-2000:])
+    if "skipped" not in reference.stdout:
+        for policy in (["--membind", "0"], ["--local"]):
+            result = run(["taskset", "-c", str(cpu), cli, "run", *policy, "--", program,
+                          "locked-move"])
+            check(result.returncode == 0 and "moved" in result.stdout,
+                  f"numarena run {' '.join(policy)}: a large block realloc()ed under mlockall "
+                  "moves and leaves its neighbour's mapping locked",
+                  f"exit {result.returncode}: {result.stdout[-2000:]}{result.stderr[-500:]}")
 
     print(f"{failed()} failed" if failed() else "all passed")
     return 1 if failed() else 0

@@ -31,10 +31,10 @@ $absl"
 if [[ "$preload" == --preload ]]; then
   # nm -D --defined-only: "ADDRESS TYPE NAME[@@VERSION]"; demangled, so operator new/delete
   # read as such.
-  replaced='^(malloc|free|calloc|realloc|memalign|aligned_alloc|posix_memalign|valloc|pvalloc|malloc_usable_size|malloc_trim|operator (new|delete)(\[\])?\(.*\))$'
+  replaced='^(malloc|free|calloc|realloc|memalign|aligned_alloc|posix_memalign|valloc|pvalloc|malloc_usable_size|malloc_trim|mlock|mlock2|mlockall|operator (new|delete)(\[\])?\(.*\))$'
   extra="$(nm -D -C --defined-only "$lib" | awk '$2 != "A" {$1 = ""; $2 = ""; sub(/^  /, ""); print}' |
            sed 's/@.*//' | grep -Ev '^numarena_' | grep -Ev "$replaced" || true)"
-  [[ -z "$extra" ]] || complain "exports more than numarena_* and the allocation functions:
+  [[ -z "$extra" ]] || complain "exports more than numarena_*, the allocation functions and mlock*:
 $(head -n 20 <<<"$extra")"
   heavy="$(grep -E '^(libstdc\+\+|libm)\.so' <<<"$needed" || true)"
   [[ -z "$heavy" ]] || complain "the preload library needs $(tr '\n' ' ' <<<"$heavy")(each costs
