@@ -416,19 +416,18 @@ bool NodePages::AddRange(std::size_t min_bytes, SpanFailure* failure) noexcept {
   if (err == 0) {
     err = os::ReserveAddressSpaceNoAlloc(tables_bytes, page_, &tables);
     if (err == 0) {
+      // Charged page by page, so base pages only; placed where the memory they describe is
+      // (preferred, not bound: a full node must never make bookkeeping OOM-kill the process).
+      // Advised and placed before they are made accessible (see MapStep).
+      (void)os::AdviseHugePagesNoAlloc(tables, tables_bytes, /*huge=*/false);
+      os::KernelNodeMask first;
+      if (os::MakeKernelNodeMask(std::span<const int>(nodes_, 1), &first) == 0) {
+        (void)os::BindRangeNoAlloc(tables, tables_bytes, os::PolicyMode::kPreferred, first);
+      }
       err = os::CommitRangeNoAlloc(tables, tables_bytes);
       if (err != 0) os::Unmap(tables, tables_bytes);
     }
     if (err != 0) os::Unmap(base, bytes);
-  }
-  if (err == 0) {
-    // Charged page by page, so base pages only; placed where the memory they describe is
-    // (preferred, not bound: a full node must never make bookkeeping OOM-kill the process).
-    (void)os::AdviseHugePagesNoAlloc(tables, tables_bytes, /*huge=*/false);
-    os::KernelNodeMask first;
-    if (os::MakeKernelNodeMask(std::span<const int>(nodes_, 1), &first) == 0) {
-      (void)os::BindRangeNoAlloc(tables, tables_bytes, os::PolicyMode::kPreferred, first);
-    }
   }
   if (err != 0) {
     failure->kind = SpanFailure::Kind::kMap;
@@ -498,6 +497,10 @@ bool NodePages::EnsureMapped(Range* range, std::uintptr_t end, SpanFailure* fail
     new_end = std::min(range->end, AlignUp(std::max(end, begin + kMapStep), kHugePage));
   }
   std::size_t bytes = new_end - begin;
+  // Advised and bound while still inaccessible, then made readable and writable: in a process
+  // that locked its memory (mlockall) the kernel faults a range in as soon as it becomes
+  // writable, and pages faulted before the bind would stay wherever that was (mbind without
+  // MPOL_MF_MOVE does not move them).
   if (hugetlb_) {
     int err = os::MapHugetlbFixedNoAlloc(ToPointer(begin), bytes, options_.hugetlb_page_bytes);
     if (err != 0) {
@@ -508,18 +511,17 @@ bool NodePages::EnsureMapped(Range* range, std::uintptr_t end, SpanFailure* fail
       return false;
     }
   } else {
-    int err = os::CommitRangeNoAlloc(ToPointer(begin), bytes);
-    if (err != 0) {
-      failure->kind = SpanFailure::Kind::kMap;
-      failure->err = err;
-      failure->bytes = bytes;
-      return false;
-    }
     // Base pages unless a commit asks for huge ones (AdviseLargeCommit): a small object
     // must not fault in 2 MiB nobody charged. Errors mean a kernel without THP: fine.
     (void)os::AdviseHugePagesNoAlloc(ToPointer(begin), bytes, /*huge=*/false);
   }
   if (!ApplyPolicy(begin, new_end, failure)) return false;
+  if (int err = os::CommitRangeNoAlloc(ToPointer(begin), bytes); err != 0) {
+    failure->kind = SpanFailure::Kind::kMap;
+    failure->err = err;
+    failure->bytes = bytes;
+    return false;
+  }
   if (hugetlb_ && !PopulateHugetlb(begin, new_end, failure)) return false;
   range->mapped_end = new_end;
   return true;
@@ -900,10 +902,13 @@ bool NodePages::DestinationStillMapped(void* to, std::size_t bytes) noexcept {
 }
 
 bool NodePages::MapSpanAgain(std::uintptr_t begin, std::size_t bytes) noexcept {
+  // Inaccessible until advised and bound, as in MapStep (a process that locked its memory
+  // faults a writable range in at once).
   if (os::MapFreshAtNoAlloc(ToPointer(begin), bytes) != 0) return false;
   (void)os::AdviseHugePagesNoAlloc(ToPointer(begin), bytes, /*huge=*/false);
   SpanFailure failure;
-  if (!ApplyPolicy(begin, begin + bytes, &failure)) {
+  if (!ApplyPolicy(begin, begin + bytes, &failure) ||
+      os::CommitRangeNoAlloc(ToPointer(begin), bytes) != 0) {
     // Unbound pages would go wherever they are touched first: make the span inaccessible
     // instead, so that it is never used.
     (void)os::ReturnToReservationNoAlloc(ToPointer(begin), bytes);

@@ -214,8 +214,9 @@ int BindRangeNoAlloc(void* addr, std::size_t bytes, PolicyMode mode, const Kerne
 int ReserveAddressSpaceNoAlloc(std::size_t bytes, std::size_t alignment, void** out);
 // mprotect(PROT_READ|PROT_WRITE) of part of a reservation.
 int CommitRangeNoAlloc(void* addr, std::size_t bytes);
-// Replaces part of a reservation with hugetlbfs pages (MAP_FIXED|MAP_HUGETLB); the kernel
-// reserves the huge pages now, so ENOMEM means the pool is too small.
+// Replaces part of a reservation with hugetlbfs pages (MAP_FIXED|MAP_HUGETLB), inaccessible
+// (PROT_NONE) until CommitRangeNoAlloc, so that a policy is set before anything can be
+// faulted; the kernel reserves the huge pages now, so ENOMEM means the pool is too small.
 int MapHugetlbFixedNoAlloc(void* addr, std::size_t bytes, std::size_t huge_page_bytes);
 // Faults every page of the range in for writing (MADV_POPULATE_WRITE, Linux 5.14+), under
 // the range's policy, so that a fault that would raise SIGBUS (a hugetlb page the bound
@@ -235,8 +236,8 @@ int PurgeRangeNoAlloc(void* addr, std::size_t bytes);
 // mapping: EFAULT otherwise, after the kernel has unmapped `to`. A kernel without
 // MREMAP_DONTUNMAP refuses `keep_source` with EINVAL before it touches anything.
 int MovePagesNoAlloc(void* from, void* to, std::size_t bytes, bool keep_source);
-// Maps fresh read-write anonymous memory (MAP_NORESERVE) at exactly `addr`, where nothing is
-// mapped: EEXIST when something is (MAP_FIXED_NOREPLACE; kernels before 4.17 read the flag as
+// Maps fresh anonymous memory (MAP_NORESERVE), inaccessible (PROT_NONE) until
+// CommitRangeNoAlloc, at exactly `addr`, where nothing is mapped: EEXIST when something is (MAP_FIXED_NOREPLACE; kernels before 4.17 read the flag as
 // a hint, and a mapping made elsewhere is undone with the same error).
 int MapFreshAtNoAlloc(void* addr, std::size_t bytes);
 // MADV_HUGEPAGE (huge = true) or MADV_NOHUGEPAGE.

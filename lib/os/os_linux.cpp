@@ -743,7 +743,7 @@ int MapHugetlbFixedNoAlloc(void* addr, std::size_t bytes, std::size_t huge_page_
   int shift = 0;
   while ((std::size_t{1} << shift) < huge_page_bytes) ++shift;
   int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_FIXED | (shift << MAP_HUGE_SHIFT);
-  void* p = ::mmap(addr, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
+  void* p = ::mmap(addr, bytes, PROT_NONE, flags, -1, 0);
   return p == MAP_FAILED ? errno : 0;
 }
 
@@ -777,7 +777,7 @@ int MapFreshAtNoAlloc(void* addr, std::size_t bytes) {
 #ifndef MAP_FIXED_NOREPLACE
   constexpr int MAP_FIXED_NOREPLACE = 0x100000;  // Linux 4.17; older headers lack it
 #endif
-  void* p = ::mmap(addr, bytes, PROT_READ | PROT_WRITE,
+  void* p = ::mmap(addr, bytes, PROT_NONE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
   if (p == MAP_FAILED) return errno;
   if (p != addr) {  // an older kernel took the address as a hint

@@ -5,10 +5,13 @@ Runs with `python3 -S` (the lab VM carries only the interpreter and the encoding
                                  "pages nodeK=D ..." with D the growth of the process's pages
                                  on node K, the kernel's own per-node page counts summed over
                                  /proc/self/numa_maps, before and after. A first bytearray of
-                                 the same size is made (and kept) before the count starts: a
-                                 large block on fresh pages makes numarena give back what it
-                                 holds freed (the interpreter's start-up garbage), which would
-                                 count against the second one's growth. One page less
+                                 16 MiB is made (and kept) before the count starts: a large
+                                 block on fresh pages makes numarena give back what it holds
+                                 freed (the interpreter's start-up garbage), which would count
+                                 against the second one's growth (16 MiB, not 64: the tiny
+                                 lab's node 1 has room for both, its root file system and the
+                                 reserve numarena keeps free; a MemoryError prints the node's
+                                 meminfo). One page less
                                  than 64 MiB because a bytearray asks malloc for one byte
                                  more than its length: 64 MiB + 1 is an 80 MiB block
                                  (jemalloc's large classes are four per doubling), which
@@ -32,11 +35,28 @@ def node_pages():
     return totals
 
 
+def node_memory():
+    """The lines of every node's meminfo that say how full it is."""
+    import os
+    out = []
+    base = "/sys/devices/system/node"
+    for name in sorted(os.listdir(base)):
+        if name.startswith("node") and name[4:].isdigit():
+            with open(os.path.join(base, name, "meminfo")) as meminfo:
+                keep = ("MemTotal", "MemFree", "Active(file)", "Inactive(file)", "Shmem:")
+                out += [" ".join(line.split()) for line in meminfo if any(k in line for k in keep)]
+    return "; ".join(out)
+
+
 if sys.argv[1] == "place":
     size = (64 << 20) - 4096
-    first = bytearray(size)
-    before = node_pages()
-    block = bytearray(size)
+    try:
+        first = bytearray((16 << 20) - 4096)
+        before = node_pages()
+        block = bytearray(size)
+    except MemoryError:
+        print("MemoryError: " + node_memory())
+        raise
     for i in range(0, len(block), 4096):
         block[i] = 1
     after = node_pages()
