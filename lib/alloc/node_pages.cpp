@@ -494,7 +494,10 @@ bool NodePages::EnsureMapped(Range* range, std::uintptr_t end, SpanFailure* fail
   if (hugetlb_) {
     new_end = std::min(range->end, AlignUp(end, options_.hugetlb_page_bytes));
   } else {
-    new_end = std::min(range->end, AlignUp(std::max(end, begin + kMapStep), kHugePage));
+    // kMapStep at a time, fewer system calls and mappings; only what is asked for (to the huge
+    // page) in a process that locked its memory, where all of a writable step is faulted in.
+    const std::uintptr_t step = ProcessLocksMemory() ? 0 : kMapStep;
+    new_end = std::min(range->end, AlignUp(std::max(end, begin + step), kHugePage));
   }
   std::size_t bytes = new_end - begin;
   // Advised and bound while still inaccessible, then made readable and writable: in a process
