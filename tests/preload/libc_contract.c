@@ -226,14 +226,20 @@ static long minor_faults(void) {
   return usage.ru_minflt;
 }
 
+/* A 6 MiB block and a 6 MiB block after it, so that the first cannot grow in place: 0, or 1
+ * (said as "MODE: malloc failed"). */
+static int block_and_blocker(const char* mode, unsigned char** block, unsigned char** blocker) {
+  *block = malloc(6u << 20);
+  *blocker = malloc(6u << 20);
+  if (*block != NULL && *blocker != NULL) return 0;
+  printf("%s: malloc failed\n", mode);
+  return 1;
+}
+
 static int move(void) {
   const size_t old_size = 6u << 20, new_size = 13u << 20;
-  unsigned char* block = malloc(old_size);
-  unsigned char* blocker = malloc(old_size);
-  if (block == NULL || blocker == NULL) {
-    printf("move: malloc failed\n");
-    return 1;
-  }
+  unsigned char *block, *blocker;
+  if (block_and_blocker("move", &block, &blocker) != 0) return 1;
   note(block);
   for (size_t i = 0; i < old_size; ++i) block[i] = (unsigned char)(i * 13 + (i >> 12));
   memset(blocker, 1, old_size);
@@ -282,12 +288,8 @@ static int locked_move(void) {
    * would still believe it at the second. */
   if (move() != 0) return 1;
   const size_t old_size = 6u << 20, new_size = 13u << 20;
-  unsigned char* block = malloc(old_size);
-  unsigned char* blocker = malloc(old_size);
-  if (block == NULL || blocker == NULL) {
-    printf("locked-move: malloc failed\n");
-    return 1;
-  }
+  unsigned char *block, *blocker;
+  if (block_and_blocker("locked-move", &block, &blocker) != 0) return 1;
   memset(block, 3, old_size);
   memset(blocker, 4, old_size);
   if (mlockall(MCL_CURRENT) != 0) {
