@@ -42,6 +42,17 @@ std::atomic<bool> g_keep_source_moves{true};
 
 // Set for good once the process is known to have locked memory (NoteProcessLockedMemory).
 std::atomic<bool> g_locked_noted{false};
+// ProcessLocksMemory's last reading of /proc (and when it was taken: -1 never).
+std::atomic<std::int64_t> g_locks_read_at{-1};
+std::atomic<bool> g_locks_read{false};
+
+// Whether the process is known to have locked memory without reading anything: noted, or
+// seen by ProcessLocksMemory's last reading. For decisions on paths every process runs at
+// start-up (EnsureMapped), where a read of /proc would cost every program its time.
+bool ProcessKnownToLockMemory() noexcept {
+  return g_locked_noted.load(std::memory_order_relaxed) ||
+         g_locks_read.load(std::memory_order_relaxed);
+}
 
 // Whether the process has locked memory (mlock, mlockall): noted by the override as it
 // happens, else read from /proc/thread-self/status at most once a second (a file that cannot
@@ -53,15 +64,13 @@ std::atomic<bool> g_locked_noted{false};
 bool ProcessLocksMemory() noexcept {
   if (g_locked_noted.load(std::memory_order_relaxed)) return true;
   constexpr std::int64_t kRereadNanos = 1'000'000'000;
-  static std::atomic<std::int64_t> read_at{-1};
-  static std::atomic<bool> locks{false};
   const std::int64_t now = CoarseMonotonicNanos();
-  const std::int64_t last = read_at.load(std::memory_order_relaxed);
+  const std::int64_t last = g_locks_read_at.load(std::memory_order_relaxed);
   if (last < 0 || now - last >= kRereadNanos) {
-    locks.store(os::LockedMemoryBytesNoAlloc() != 0, std::memory_order_relaxed);
-    read_at.store(now, std::memory_order_relaxed);
+    g_locks_read.store(os::LockedMemoryBytesNoAlloc() != 0, std::memory_order_relaxed);
+    g_locks_read_at.store(now, std::memory_order_relaxed);
   }
-  return locks.load(std::memory_order_relaxed);
+  return g_locks_read.load(std::memory_order_relaxed);
 }
 
 // Per-page state, one std::uint16_t per page of a range:
@@ -495,8 +504,9 @@ bool NodePages::EnsureMapped(Range* range, std::uintptr_t end, SpanFailure* fail
     new_end = std::min(range->end, AlignUp(end, options_.hugetlb_page_bytes));
   } else {
     // kMapStep at a time, fewer system calls and mappings; only what is asked for (to the huge
-    // page) in a process that locked its memory, where all of a writable step is faulted in.
-    const std::uintptr_t step = ProcessLocksMemory() ? 0 : kMapStep;
+    // page) in a process known to have locked its memory, where all of a writable step is
+    // faulted in (known without a read of /proc, which every process would pay at start-up).
+    const std::uintptr_t step = ProcessKnownToLockMemory() ? 0 : kMapStep;
     new_end = std::min(range->end, AlignUp(std::max(end, begin + step), kHugePage));
   }
   std::size_t bytes = new_end - begin;
