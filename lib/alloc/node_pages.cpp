@@ -31,6 +31,9 @@ namespace {
 
 std::atomic<CapacityGate*> g_gate{nullptr};
 
+// Whether this thread's last successful MovePages kept its source (LastMoveKeptSourceForTesting).
+thread_local constinit bool t_last_move_kept_source = false;
+
 // HugeAdviceLimit's bound for this thread's commits (0: none).
 thread_local constinit std::size_t t_huge_advice_limit = 0;
 
@@ -900,10 +903,13 @@ NodePages::MoveResult NodePages::MovePages(void* from, void* to, std::size_t byt
   // Committed and charged, but its pages are gone: the free-memory guard counts it as
   // committed and unwritten again, as a span just committed.
   NodeMemoryGuard::TrackUnwritten(node_, from, bytes);
+  t_last_move_kept_source = kept_source;
   return MoveResult::kMoved;
 }
 
 void NoteProcessLockedMemory() noexcept { g_locked_noted.store(true, std::memory_order_relaxed); }
+
+bool NodePages::LastMoveKeptSourceForTesting() noexcept { return t_last_move_kept_source; }
 
 void NodePages::SetKeepSourceMovesForTesting(bool keep) noexcept {
   g_keep_source_moves.store(keep, std::memory_order_relaxed);

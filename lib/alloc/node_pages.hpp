@@ -154,6 +154,9 @@ class NodePages {
   // Tests: whether MovePages tries MREMAP_DONTUNMAP first (true at start, and until a kernel
   // refuses it), so that the path for kernels before 5.7 can be run on a newer one.
   static void SetKeepSourceMovesForTesting(bool keep) noexcept;
+  // Tests: whether the calling thread's last kMoved kept its source mapped with
+  // MREMAP_DONTUNMAP (false: the plain move, the source mapped again).
+  static bool LastMoveKeptSourceForTesting() noexcept;
 
   NodePages(const NodePages&) = delete;
   NodePages& operator=(const NodePages&) = delete;

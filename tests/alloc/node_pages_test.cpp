@@ -322,6 +322,8 @@ TEST_CASE("moved pages keep their bytes and fault nothing, and the source is a b
   for (std::size_t at = 0; at < kBytes; at += 4096) from[at] = static_cast<unsigned char>(at >> 12);
   const std::size_t committed = SpanBytes(pages);
   REQUIRE(pages->MovePages(from, to, kBytes) == NodePages::MoveResult::kMoved);
+  // The way asked for (every kernel this runs on, host and lab, has MREMAP_DONTUNMAP).
+  CHECK(NodePages::LastMoveKeptSourceForTesting() == keep_source);
   // Resident before anything reads them: they came with their page table entries. (Not a
   // count of page faults: a sanitizer's shadow memory faults too.)
   const numarena::testing::ResidentPages arrived = numarena::testing::CountResident(to, kBytes);
