@@ -11,6 +11,8 @@
 // carved from the range it left, which is mapped again in the locked process (bound after it
 // was writable, that block's pages were all on the thread's node, 2026-12-08).
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cerrno>
@@ -47,12 +49,13 @@ Placement PlacementOf(const void* p, std::size_t bytes, int node) {
 }
 
 // Locks the process's memory for the scope, as the server would; unlocks at the end so the
-// next test starts as usual.
+// next test starts as usual. As system calls: the sanitizers' interceptors turn mlockall into
+// a no-op that says it succeeded.
 class LockedProcess {
  public:
-  LockedProcess() { locked_ = mlockall(MCL_CURRENT | MCL_FUTURE) == 0; }
+  LockedProcess() { locked_ = syscall(SYS_mlockall, MCL_CURRENT | MCL_FUTURE) == 0; }
   ~LockedProcess() {
-    if (locked_) munlockall();
+    if (locked_) (void)syscall(SYS_munlockall);
   }
   bool locked() const { return locked_; }
 
@@ -61,6 +64,12 @@ class LockedProcess {
 };
 
 TEST_CASE("under mlockall, an arena's objects are on its node before anything writes them") {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // Locking a sanitized process locks its shadow memory too: more than the lab VM has (CI's
+  // ASan run was OOM-killed in mlockall). The plain build runs it.
+  WARN("built with a sanitizer: mlockall would fault its shadow memory in; skipped");
+  return;
+#endif
   const auto& lab = lab::Expected();
   REQUIRE(lab.nodes.size() >= 2);
   const lab::ExpectedNode& home = lab.nodes[0];   // where the allocating thread runs
