@@ -40,5 +40,4 @@ enum class LargeMove {
 // Thread-safe for distinct objects; the caller owns both.
 LargeMove MoveLargePages(int heap, void* from, std::size_t usable, void* to) noexcept;
 
-
 }  // namespace numarena

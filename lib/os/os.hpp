@@ -237,8 +237,9 @@ int PurgeRangeNoAlloc(void* addr, std::size_t bytes);
 // MREMAP_DONTUNMAP refuses `keep_source` with EINVAL before it touches anything.
 int MovePagesNoAlloc(void* from, void* to, std::size_t bytes, bool keep_source);
 // Maps fresh anonymous memory (MAP_NORESERVE), inaccessible (PROT_NONE) until
-// CommitRangeNoAlloc, at exactly `addr`, where nothing is mapped: EEXIST when something is (MAP_FIXED_NOREPLACE; kernels before 4.17 read the flag as
-// a hint, and a mapping made elsewhere is undone with the same error).
+// CommitRangeNoAlloc, at exactly `addr`, where nothing is mapped: EEXIST when something is
+// (MAP_FIXED_NOREPLACE; kernels before 4.17 read the flag as a hint, and a mapping made
+// elsewhere is undone with the same error).
 int MapFreshAtNoAlloc(void* addr, std::size_t bytes);
 // MADV_HUGEPAGE (huge = true) or MADV_NOHUGEPAGE.
 int AdviseHugePagesNoAlloc(void* addr, std::size_t bytes, bool huge);

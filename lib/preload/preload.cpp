@@ -5,8 +5,9 @@
 //
 // The C allocation functions (malloc, free, calloc, realloc, memalign, posix_memalign,
 // aligned_alloc, valloc, pvalloc, malloc_usable_size, malloc_trim) and every operator new/delete
-// are defined here (and mlock, mlock2 and mlockall, which only tell the page moves), so the dynamic linker binds the program's and its libraries' calls (glibc's
-// own internal ones too) to them. They allocate from one numarena arena, the arena of the
+// are defined here (and mlock, mlock2 and mlockall, which only tell the page moves), so the
+// dynamic linker binds the program's and its libraries' calls (glibc's own internal ones too)
+// to them. They allocate from one numarena arena, the arena of the
 // policy in NUMARENA_POLICY (Policy::Parse syntax; "local" when unset: with the Local policy
 // each call uses the heap of the node of the CPU the calling thread runs on). NUMARENA_BUDGET
 // ("system" or "quota:SIZE") installs a process budget, so that a full node makes malloc
